@@ -1,0 +1,40 @@
+# escrowd: `make run` and `make test` work on a fresh machine with nothing
+# running. Without DATABASE_URL they start a throwaway PostgreSQL under
+# ./.data/pg from the system's PostgreSQL binaries (scripts/pg.sh).
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/escrowd
+DBURL  = $${DATABASE_URL:-$$(scripts/pg.sh start)}
+
+.PHONY: build run test test-short bench fuzz db-start db-stop clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/escrowd
+
+run: build
+	@export DATABASE_URL="$(DBURL)" && \
+	  ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) demo && \
+	  exec env ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) serve
+
+# The whole suite: vet, unit, conformance, concurrency and end-to-end HTTP
+# tests, all under the race detector, against a real PostgreSQL.
+test:
+	@export DATABASE_URL="$(DBURL)" && \
+	  $(GO) vet ./... && \
+	  $(GO) test -race -count=1 -timeout 20m ./...
+
+bench:
+	@export DATABASE_URL="$(DBURL)" && \
+	  $(GO) test -run '^$$' -bench . $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 30m ./bench/
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzNormalizePhone -fuzztime 30s ./domain/reference/
+
+db-start:
+	@scripts/pg.sh start
+
+db-stop:
+	@scripts/pg.sh stop
+
+clean:
+	scripts/pg.sh stop; rm -rf bin .data

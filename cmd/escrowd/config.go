@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/escrowd/escrowd/domain"
+)
+
+// Config is read from environment variables (api-decisions §6).
+type Config struct {
+	DatabaseURL        string
+	Addr               string
+	EventStore         string
+	KurrentURL         string
+	Hosts              map[string]domain.Environment
+	DefaultEnvironment domain.Environment
+	RateLimitPerMinute int
+	PublicURL          string
+	DataDir            string
+	WebhookAllowPriv   bool
+	TrustedProxies     []*net.IPNet
+	BSCMasterTest      string
+	BSCMasterLive      string
+	LogFormat          string
+}
+
+func getenv(k, def string) string {
+	if v, ok := os.LookupEnv(k); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// LoadConfig reads and validates the configuration.
+func LoadConfig() (Config, error) {
+	c := Config{
+		DatabaseURL:        os.Getenv("DATABASE_URL"),
+		Addr:               getenv("ESCROW_ADDR", ":8080"),
+		EventStore:         getenv("ESCROW_EVENT_STORE", "postgres"),
+		KurrentURL:         os.Getenv("KURRENTDB_URL"),
+		Hosts:              map[string]domain.Environment{},
+		DefaultEnvironment: domain.Environment(getenv("ESCROW_DEFAULT_ENVIRONMENT", "test")),
+		PublicURL:          strings.TrimRight(getenv("ESCROW_PUBLIC_URL", "http://localhost:8080"), "/"),
+		DataDir:            getenv("ESCROW_DATA_DIR", "./.data"),
+		BSCMasterTest:      os.Getenv("ESCROW_BSC_MASTER_ADDRESS_TEST"),
+		BSCMasterLive:      os.Getenv("ESCROW_BSC_MASTER_ADDRESS_LIVE"),
+		LogFormat:          getenv("ESCROW_LOG_FORMAT", "json"),
+	}
+	if c.DatabaseURL == "" {
+		return c, fmt.Errorf("DATABASE_URL is not set (make run starts a throwaway database and sets it)")
+	}
+	if !c.DefaultEnvironment.Valid() {
+		return c, fmt.Errorf("ESCROW_DEFAULT_ENVIRONMENT must be test or live")
+	}
+	if c.EventStore != "postgres" && c.EventStore != "kurrent" {
+		return c, fmt.Errorf("ESCROW_EVENT_STORE must be postgres or kurrent")
+	}
+	rl, err := strconv.Atoi(getenv("ESCROW_RATE_LIMIT_PER_MINUTE", "10"))
+	if err != nil || rl < 0 {
+		return c, fmt.Errorf("ESCROW_RATE_LIMIT_PER_MINUTE must be a non-negative integer")
+	}
+	c.RateLimitPerMinute = rl
+	c.WebhookAllowPriv, _ = strconv.ParseBool(getenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false"))
+	if hosts := os.Getenv("ESCROW_HOSTS"); hosts != "" {
+		for _, pair := range strings.Split(hosts, ",") {
+			h, env, ok := strings.Cut(strings.TrimSpace(pair), "=")
+			e := domain.Environment(strings.TrimSpace(env))
+			if !ok || h == "" || !e.Valid() {
+				return c, fmt.Errorf("ESCROW_HOSTS: %q is not host=test|live", pair)
+			}
+			c.Hosts[strings.ToLower(strings.TrimSpace(h))] = e
+		}
+	}
+	if tp := os.Getenv("ESCROW_TRUSTED_PROXIES"); tp != "" {
+		for _, s := range strings.Split(tp, ",") {
+			s = strings.TrimSpace(s)
+			if !strings.Contains(s, "/") {
+				if strings.Contains(s, ":") {
+					s += "/128"
+				} else {
+					s += "/32"
+				}
+			}
+			_, n, err := net.ParseCIDR(s)
+			if err != nil {
+				return c, fmt.Errorf("ESCROW_TRUSTED_PROXIES: %v", err)
+			}
+			c.TrustedProxies = append(c.TrustedProxies, n)
+		}
+	}
+	return c, nil
+}

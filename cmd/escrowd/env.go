@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/migrations"
+	"github.com/escrowd/escrowd/projections"
+)
+
+func newLogger(cfg Config) (*zap.Logger, error) {
+	if cfg.LogFormat == "console" {
+		return zap.NewDevelopment()
+	}
+	zc := zap.NewProductionConfig()
+	zc.Sampling = nil
+	return zc.Build()
+}
+
+func openPool(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL: %w", err)
+	}
+	if pc.MaxConns < 32 {
+		pc.MaxConns = 32
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	return pool, nil
+}
+
+func migrateDB(ctx context.Context, pool *pgxpool.Pool) error {
+	return migrations.Up(ctx, pool)
+}
+
+// allProjectors lists the read models. Their names are stored checkpoints.
+func allProjectors() []projections.Projector {
+	return []projections.Projector{projections.Merchants{}, projections.Customers{}}
+}
+
+// openEnv connects, migrates and opens the configured event store.
+func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io.Writer) (*cliEnv, func(), error) {
+	pool, err := openPool(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := migrateDB(ctx, pool); err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("migrate: %w", err)
+	}
+	var store eventstore.Store
+	switch cfg.EventStore {
+	case "postgres":
+		store = postgres.New(pool)
+	default:
+		s, err := openKurrent(cfg)
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		store = s
+	}
+	env := &cliEnv{Pool: pool, Store: store, Log: log, Projectors: allProjectors(), Stdout: stdout, Stderr: stderr}
+	return env, func() { store.Close(); pool.Close() }, nil
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/escrowd/escrowd/projections"
+)
+
+// cmdProjections implements `escrowd projections status [--json]` and
+// `escrowd projections rebuild [NAME]`. Both are safe while servers run.
+func cmdProjections(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 {
+		return usageError("projections: want a subcommand: status or rebuild")
+	}
+	switch args[0] {
+	case "status":
+		return projectionsStatus(ctx, env, args[1:])
+	case "rebuild":
+		return projectionsRebuild(ctx, env, args[1:])
+	default:
+		return usageError("projections: unknown subcommand " + args[0])
+	}
+}
+
+func projectionsStatus(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("projections status", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		return usageError(err.Error())
+	}
+	if fs.NArg() > 0 {
+		return usageError("projections status: unexpected argument " + fs.Arg(0))
+	}
+	st, err := projections.Status(ctx, env.Pool, env.Store, env.Projectors...)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	return printStatusTable(env.Stdout, st)
+}
+
+func printStatusTable(w io.Writer, st []projections.ProjectorStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCHECKPOINT\tHEAD\tLAG\tACTIVE\tUPDATED\tLAST ERROR")
+	for _, s := range st {
+		updated := "never"
+		if s.UpdatedAt != nil {
+			updated = s.UpdatedAt.Local().Format(time.DateTime)
+		}
+		active := "no"
+		if s.Active {
+			active = "yes"
+		}
+		lastErr := "-"
+		if s.LastError != "" {
+			lastErr = strings.ReplaceAll(s.LastError, "\n", " ")
+			if s.LastErrorAt != nil {
+				lastErr = s.LastErrorAt.Local().Format(time.DateTime) + " " + lastErr
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.Checkpoint, s.Head, s.Lag, active, updated, lastErr)
+	}
+	return tw.Flush()
+}
+
+func projectionsRebuild(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("projections rebuild", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	if err := fs.Parse(args); err != nil {
+		return usageError(err.Error())
+	}
+	if fs.NArg() > 1 {
+		return usageError("projections rebuild: at most one projection name")
+	}
+	targets := env.Projectors
+	if name := fs.Arg(0); name != "" {
+		targets = nil
+		var names []string
+		for _, p := range env.Projectors {
+			names = append(names, p.Name())
+			if p.Name() == name {
+				targets = append(targets, p)
+			}
+		}
+		if len(targets) == 0 {
+			return usageError(fmt.Sprintf("projections rebuild: unknown projection %q (known: %s)", name, strings.Join(names, ", ")))
+		}
+	}
+	for _, p := range targets {
+		began := time.Now()
+		var bar *progressbar.ProgressBar
+		err := projections.Rebuild(ctx, env.Pool, env.Store, p, env.Log, func(done, total int64) {
+			if bar == nil {
+				bar = progressbar.NewOptions64(max(total, 1),
+					progressbar.OptionSetWriter(env.Stderr),
+					progressbar.OptionSetDescription("rebuild "+p.Name()),
+					progressbar.OptionShowCount(),
+					progressbar.OptionShowIts(),
+					progressbar.OptionSetItsString("events"),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionOnCompletion(func() { fmt.Fprintln(env.Stderr) }),
+				)
+			}
+			if total > bar.GetMax64() {
+				bar.ChangeMax64(total)
+			}
+			// Completion is Finish's call: the log may still grow.
+			_ = bar.Set64(min(done, bar.GetMax64()-1))
+		})
+		if bar != nil {
+			if err == nil {
+				_ = bar.Finish()
+			} else {
+				_ = bar.Exit()
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
+		}
+		fmt.Fprintf(env.Stdout, "rebuilt %s in %s\n", p.Name(), time.Since(began).Round(time.Millisecond))
+	}
+	return nil
+}

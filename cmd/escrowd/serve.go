@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/escrowd/escrowd/httpapi"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// httpConfig maps the service configuration onto the HTTP layer's.
+func httpConfig(cfg Config) httpapi.Config {
+	return httpapi.Config{
+		Hosts: cfg.Hosts, DefaultEnvironment: cfg.DefaultEnvironment,
+		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
+	}
+}
+
+// newAPI assembles the API over an open environment (also used by tests).
+func newAPI(cfg Config, env *cliEnv, runner *projections.Runner) *httpapi.Server {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	q := projections.NewQueries(env.Pool)
+	svc := app.NewService(app.NewEngine(env.Store, 100_000))
+	return httpapi.New(httpConfig(cfg), httpapi.Deps{
+		Log: env.Log, App: svc, Queries: q, Waiter: runner,
+		Limiter:  httpapi.NewPGRateLimiter(env.Pool, cfg.RateLimitPerMinute),
+		Idem:     httpapi.NewIdempotencyStore(env.Pool),
+		Registry: reg, Ping: env.Pool.Ping, Directory: httpapi.QueriesDirectory{Q: q},
+	})
+}
+
+func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	roles := fs.String("role", "api,projector,webhooks", "comma-separated roles to run: api, projector, webhooks")
+	addr := fs.String("addr", cfg.Addr, "listen address (ESCROW_ADDR)")
+	if err := fs.Parse(args); err != nil {
+		return usageError(err.Error())
+	}
+	want := map[string]bool{}
+	for _, r := range strings.Split(*roles, ",") {
+		want[strings.TrimSpace(r)] = true
+	}
+	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
+	g, ctx := errgroup.WithContext(ctx)
+	if want["projector"] {
+		g.Go(func() error {
+			err := runner.Run(ctx)
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		})
+	}
+	if want["api"] {
+		api := newAPI(cfg, env, runner)
+		srv := &http.Server{Addr: *addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+		g.Go(func() error {
+			env.Log.Info("listening", zap.String("addr", *addr))
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	return g.Wait()
+}

@@ -1,0 +1,441 @@
+// Package postgres is the PostgreSQL adapter of the event store port.
+//
+// Global order is (transaction id, sequence). ReadAll only returns events
+// written by transactions older than the oldest transaction still running,
+// so a reader that advances past an event never misses one that commits
+// later with an earlier position. Appends are a single call of the es_append
+// function (one round trip); NOTIFY is sent after commit, outside the append
+// transaction, because NOTIFY inside a transaction serialises commits.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+const notifyChannel = "escrowd_events"
+
+// Store implements eventstore.Store on PostgreSQL.
+type Store struct {
+	pool *pgxpool.Pool
+	wake *broadcaster
+
+	notifyOnce sync.Once
+	notifyCh   chan struct{}
+	stop       context.CancelFunc
+	done       chan struct{}
+
+	// PollInterval bounds how long a subscriber sleeps without a wake-up.
+	PollInterval time.Duration
+}
+
+// New returns a store on pool and starts its LISTEN loop and NOTIFY sender.
+// Close stops them; the pool stays the caller's.
+func New(pool *pgxpool.Pool) *Store {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		pool:         pool,
+		wake:         newBroadcaster(),
+		notifyCh:     make(chan struct{}, 1),
+		stop:         cancel,
+		done:         make(chan struct{}),
+		PollInterval: 500 * time.Millisecond,
+	}
+	go func() {
+		defer close(s.done)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); s.listen(ctx) }()
+		go func() { defer wg.Done(); s.sendNotifications(ctx) }()
+		wg.Wait()
+	}()
+	return s
+}
+
+// Close stops the background loops.
+func (s *Store) Close() {
+	s.stop()
+	<-s.done
+}
+
+// Pool exposes the pool for adapters that share it (projections).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	if len(appends) == 0 {
+		return eventstore.AppendResult{}, errors.New("eventstore: empty append")
+	}
+	// Lock streams in one global order so two appends over the same streams
+	// cannot deadlock.
+	sorted := make([]eventstore.StreamAppend, len(appends))
+	copy(sorted, appends)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Stream < sorted[j].Stream })
+	var (
+		streams  = make([]string, len(sorted))
+		expected = make([]int64, len(sorted))
+		counts   = make([]int32, len(sorted))
+		ids      []string
+		types    []string
+		data     []string
+		meta     []*string
+		sidx     []int32
+		off      []int32
+	)
+	for i, a := range sorted {
+		if a.Stream == "" {
+			return eventstore.AppendResult{}, errors.New("eventstore: empty stream name")
+		}
+		if i > 0 && sorted[i-1].Stream == a.Stream {
+			return eventstore.AppendResult{}, fmt.Errorf("eventstore: stream %q appears twice in one append", a.Stream)
+		}
+		streams[i], expected[i], counts[i] = a.Stream, int64(a.Expected), int32(len(a.Events))
+		for k, e := range a.Events {
+			if e.Type == "" {
+				return eventstore.AppendResult{}, errors.New("eventstore: event without type")
+			}
+			ids = append(ids, e.ID.String())
+			types = append(types, e.Type)
+			data = append(data, string(jsonOrNull(e.Data)))
+			if e.Metadata != nil {
+				m := string(e.Metadata)
+				meta = append(meta, &m)
+			} else {
+				meta = append(meta, nil)
+			}
+			sidx = append(sidx, int32(i+1))
+			off = append(off, int32(k))
+		}
+	}
+	var (
+		tx      string
+		lastSeq int64
+		revs    []int64
+	)
+	call := func() error {
+		return s.pool.QueryRow(ctx,
+			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9)`,
+			streams, expected, counts, ids, types, data, meta, sidx, off,
+		).Scan(&tx, &lastSeq, &revs)
+	}
+	err := call()
+	if err != nil && len(ids) > 0 && isRaceLoss(err) {
+		// The idempotency check in es_append reads before it locks, so an
+		// identical append committing meanwhile (a client retrying while its
+		// first attempt is still in flight) makes this one fail on the
+		// stream's revision or the event id. If any of the ids is stored now,
+		// a second call settles it: events only ever get added, so it takes
+		// the idempotent path or reports the ids as stored elsewhere.
+		var stored bool
+		if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, ids).Scan(&stored); qerr != nil {
+			return eventstore.AppendResult{}, qerr
+		}
+		if stored {
+			err = call()
+		}
+	}
+	if err != nil {
+		err = mapError(err)
+		var ce *eventstore.ConcurrencyError
+		if errors.As(err, &ce) {
+			for _, a := range sorted {
+				if a.Stream == ce.Stream {
+					ce.Expected = a.Expected
+				}
+			}
+		}
+		return eventstore.AppendResult{}, err
+	}
+	commit, err := strconv.ParseUint(tx, 10, 64)
+	if err != nil {
+		return eventstore.AppendResult{}, fmt.Errorf("eventstore: bad transaction id %q", tx)
+	}
+	res := eventstore.AppendResult{
+		Position:  eventstore.Position{Commit: commit, Prepare: uint64(lastSeq)},
+		Revisions: make(map[string]uint64, len(streams)),
+	}
+	if len(ids) == 0 {
+		// A pure revision check wrote nothing: there is no position to wait
+		// for (es_append reports its own transaction id, which readers would
+		// only pass with some later event).
+		res.Position = eventstore.Start
+	}
+	for i, st := range streams {
+		if revs[i] >= 0 {
+			res.Revisions[st] = uint64(revs[i])
+		}
+	}
+	s.wake.broadcast()
+	select {
+	case s.notifyCh <- struct{}{}:
+	default:
+	}
+	return res, nil
+}
+
+func jsonOrNull(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("null")
+	}
+	return b
+}
+
+// isRaceLoss reports the errors an append gets when a concurrent append of
+// the same streams or event ids committed first.
+func isRaceLoss(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "ES001" || (pgErr.Code == "23505" && pgErr.ConstraintName == "es_events_event_id_key")
+}
+
+// mapError turns exactly the store's own conflict signals into port errors;
+// every other database error propagates unchanged.
+func mapError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case pgErr.Code == "ES001":
+		actual, _ := strconv.ParseInt(pgErr.Hint, 10, 64)
+		return &eventstore.ConcurrencyError{Stream: pgErr.Detail, Expected: eventstore.Any, Actual: actual}
+	case pgErr.Code == "ES002":
+		return eventstore.ErrDuplicateEvent
+	case pgErr.Code == "23505" && pgErr.ConstraintName == "es_events_stream_revision_key":
+		return &eventstore.ConcurrencyError{Stream: "", Expected: eventstore.Any, Actual: -1}
+	case pgErr.Code == "23505" && (pgErr.ConstraintName == "es_events_event_id_key" || pgErr.ConstraintName == "es_streams_pkey"):
+		// A concurrent append of the same events or the same new stream won
+		// the race: report it as the conflict it is.
+		if pgErr.ConstraintName == "es_events_event_id_key" {
+			return eventstore.ErrDuplicateEvent
+		}
+		return &eventstore.ConcurrencyError{Stream: "", Expected: eventstore.NoStream, Actual: 0}
+	}
+	return err
+}
+
+// eventColumns aliases the text form of tx_id: unaliased, "tx_id::text" is
+// an output column named tx_id, and a bare ORDER BY tx_id would then sort
+// by that text ("1003" before "998"), reordering and skipping events each
+// time transaction ids gain a digit. ORDER BY clauses qualify the column
+// for the same reason.
+const eventColumns = `event_id, stream_id, revision, tx_id::text AS commit_text, seq, event_type, data, metadata, recorded_at`
+
+func scanEvents(rows pgx.Rows) ([]eventstore.RecordedEvent, error) {
+	defer rows.Close()
+	var out []eventstore.RecordedEvent
+	for rows.Next() {
+		var (
+			e    eventstore.RecordedEvent
+			tx   string
+			seq  int64
+			rev  int64
+			meta []byte
+		)
+		if err := rows.Scan(&e.ID, &e.Stream, &rev, &tx, &seq, &e.Type, &e.Data, &meta, &e.RecordedAt); err != nil {
+			return nil, err
+		}
+		commit, err := strconv.ParseUint(tx, 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		e.Revision = uint64(rev)
+		e.Position = eventstore.Position{Commit: commit, Prepare: uint64(seq)}
+		e.Metadata = meta
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	if limit <= 0 {
+		limit = 1 << 30
+	}
+	rows, err := s.pool.Query(ctx,
+		`SELECT `+eventColumns+` FROM es_events WHERE stream_id = $1 AND revision >= $2 ORDER BY es_events.revision LIMIT $3`,
+		stream, int64(from), limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit int) ([]eventstore.RecordedEvent, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.pool.Query(ctx,
+		`SELECT `+eventColumns+` FROM es_events
+		 WHERE (tx_id, seq) > ($1::text::xid8, $2)
+		   AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		 ORDER BY es_events.tx_id, es_events.seq LIMIT $3`,
+		strconv.FormatUint(after.Commit, 10), int64(after.Prepare), limit)
+	if err != nil {
+		return nil, err
+	}
+	return scanEvents(rows)
+}
+
+func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
+	var (
+		tx  string
+		seq int64
+	)
+	err := s.pool.QueryRow(ctx,
+		`SELECT tx_id::text AS commit_text, seq FROM es_events
+		 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		 ORDER BY es_events.tx_id DESC, es_events.seq DESC LIMIT 1`).Scan(&tx, &seq)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return eventstore.Start, nil
+	}
+	if err != nil {
+		return eventstore.Position{}, err
+	}
+	commit, err := strconv.ParseUint(tx, 10, 64)
+	if err != nil {
+		return eventstore.Position{}, err
+	}
+	return eventstore.Position{Commit: commit, Prepare: uint64(seq)}, nil
+}
+
+// Subscribe catches up from after, then follows. It is woken by appends of
+// this process at once, by NOTIFY from other processes, and by a poll timer.
+// After a wake-up that found nothing (the new event's transaction was not yet
+// below the visibility horizon) it re-polls quickly for a short while.
+func (s *Store) Subscribe(ctx context.Context, after eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
+	const batch = 500
+	pos := after
+	fast := 0 // remaining quick re-polls
+	for {
+		gen := s.wake.generation()
+		events, err := s.ReadAll(ctx, pos, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		if len(events) > 0 {
+			if err := handle(ctx, events); err != nil {
+				return err
+			}
+			pos = events[len(events)-1].Position
+			fast = 0
+			if len(events) == batch {
+				continue
+			}
+		}
+		wait := s.PollInterval
+		if fast > 0 {
+			wait = time.Millisecond * time.Duration(1<<min(6, 12-fast)) / 2
+			fast--
+		}
+		woke, err := s.wake.wait(ctx, gen, wait)
+		if err != nil {
+			return err
+		}
+		if woke {
+			fast = 12
+		}
+	}
+}
+
+// listen holds one connection LISTENing for appends of other processes.
+func (s *Store) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := s.pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+				return err
+			}
+			defer conn.Exec(context.Background(), "UNLISTEN "+notifyChannel) //nolint:errcheck
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					return err
+				}
+				s.wake.broadcast()
+			}
+		}()
+		if err != nil && ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// sendNotifications tells other processes about appends, coalescing bursts
+// into one NOTIFY so that notification never throttles writers.
+func (s *Store) sendNotifications(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.notifyCh:
+		}
+		_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+	}
+}
+
+// broadcaster wakes every waiter at once: waiters hold the channel of the
+// generation they saw and broadcast closes it.
+type broadcaster struct {
+	mu  sync.Mutex
+	gen uint64
+	ch  chan struct{}
+}
+
+func newBroadcaster() *broadcaster { return &broadcaster{ch: make(chan struct{})} }
+
+func (b *broadcaster) generation() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.gen
+}
+
+func (b *broadcaster) broadcast() {
+	b.mu.Lock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+	b.gen++
+	b.mu.Unlock()
+}
+
+// wait returns true when a broadcast happened after generation gen, false
+// on timeout.
+func (b *broadcaster) wait(ctx context.Context, gen uint64, timeout time.Duration) (bool, error) {
+	b.mu.Lock()
+	if b.gen != gen {
+		b.mu.Unlock()
+		return true, nil
+	}
+	ch := b.ch
+	b.mu.Unlock()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-ch:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	}
+}

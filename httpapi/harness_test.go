@@ -1,0 +1,219 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// harness is the whole service (event store, projectors, API) on a fresh
+// database behind a real HTTP listener.
+type harness struct {
+	t      *testing.T
+	srv    *httptest.Server
+	api    *Server
+	svc    *app.Service
+	runner *projections.Runner
+	m      app.CreatedMerchant
+}
+
+const liveHost = "api.escrowd.test"
+
+func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	store := postgres.New(pool)
+	t.Cleanup(store.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	ps := []projections.Projector{projections.Merchants{}, projections.Customers{}}
+	runner := projections.NewRunner(store, pool, zap.NewNop(), ps...)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runner.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DefaultEnvironment: domain.Test}
+	for _, m := range mutate {
+		m(&cfg)
+	}
+	q := projections.NewQueries(pool)
+	svc := app.NewService(app.NewEngine(store, 10_000))
+	api := New(cfg, Deps{Log: zap.NewNop(), App: svc, Queries: q, Waiter: runner,
+		Limiter: NewPGRateLimiter(pool, cfg.RateLimitPerMinute), Idem: NewIdempotencyStore(pool),
+		Ping: pool.Ping, Directory: QueriesDirectory{Q: q}})
+	h := &harness{t: t, api: api, svc: svc, runner: runner}
+	h.srv = httptest.NewServer(api.Handler())
+	t.Cleanup(h.srv.Close)
+	h.m = h.newMerchant(true)
+	return h
+}
+
+func (h *harness) newMerchant(business bool) app.CreatedMerchant {
+	h.t.Helper()
+	m, err := h.svc.CreateMerchant(context.Background(), "Shop", business, "NG", KeyDigest)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.wait(m.Position)
+	return m
+}
+
+func (h *harness) wait(pos eventstore.Position) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.runner.WaitFor(ctx, pos); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// key returns the merchant's key of env and role.
+func key(m app.CreatedMerchant, env domain.Environment, role merchant.Role) string {
+	for _, k := range m.Keys {
+		if k.Environment == env && k.Role == role {
+			return k.Key
+		}
+	}
+	panic("no such key")
+}
+
+func (h *harness) sa() string  { return key(h.m, domain.Test, merchant.SuperAdmin) }
+func (h *harness) std() string { return key(h.m, domain.Test, merchant.Standard) }
+
+type req struct {
+	method, path, key, cid, host string
+	body                         any
+	headers                      map[string]string
+}
+
+type resp struct {
+	Status  int
+	Header  http.Header
+	Raw     []byte
+	Env     map[string]any
+	Message string
+	Data    any
+}
+
+func (h *harness) do(r req) resp {
+	h.t.Helper()
+	var body io.Reader
+	switch b := r.body.(type) {
+	case nil:
+	case string:
+		body = strings.NewReader(b)
+	case []byte:
+		body = bytes.NewReader(b)
+	default:
+		raw, _ := json.Marshal(b)
+		body = bytes.NewReader(raw)
+	}
+	hr, err := http.NewRequest(r.method, h.srv.URL+r.path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if r.key != "" {
+		hr.Header.Set("Authorization", "Bearer "+r.key)
+	}
+	if r.cid != "" {
+		hr.Header.Set("customer-id", r.cid)
+	}
+	if r.host != "" {
+		hr.Host = r.host
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range r.headers {
+		hr.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := resp{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if err := json.Unmarshal(raw, &out.Env); err == nil {
+		out.Message, _ = out.Env["message"].(string)
+		out.Data = out.Env["data"]
+		if st, ok := out.Env["status"].(float64); !ok || int(st) != res.StatusCode {
+			h.t.Errorf("%s %s: envelope status %v != HTTP %d", r.method, r.path, out.Env["status"], res.StatusCode)
+		}
+	}
+	return out
+}
+
+// expect asserts status and message.
+func (r resp) expect(t *testing.T, status int, message string) resp {
+	t.Helper()
+	if r.Status != status || (message != "" && r.Message != message) {
+		t.Fatalf("got %d %q, want %d %q; body %s", r.Status, r.Message, status, message, r.Raw)
+	}
+	if status >= 400 && status != 429 {
+		if d, ok := r.Data.(map[string]any); !ok || len(d) != 0 {
+			t.Fatalf("error data must be {}: %s", r.Raw)
+		}
+	}
+	return r
+}
+
+func (r resp) obj() map[string]any {
+	m, _ := r.Data.(map[string]any)
+	return m
+}
+
+// probe registers an extra route with a policy, to test the auth chain on
+// every CID rule.
+func (h *harness) probe(method, path string, pol Policy) {
+	h.api.handle(method, path, pol, func(c echo.Context) error {
+		out := map[string]any{}
+		if cu, ok := CustomerFrom(c); ok {
+			out["customerId"] = cu.ID
+		}
+		return respond(c, http.StatusOK, "ok", out)
+	})
+}
+
+func mustCIDRs(s ...string) []*net.IPNet {
+	var out []*net.IPNet
+	for _, c := range s {
+		_, n, err := net.ParseCIDR(c)
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func newTestServer(t *testing.T, s *Server) string {
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// createCustomer creates a customer through the API and returns its id.
+func (h *harness) createCustomer(key, email, phone string) string {
+	h.t.Helper()
+	r := h.do(req{method: "POST", path: "/v1/customer/create", key: key,
+		body: map[string]any{"firstname": "Ada", "lastname": "Obi", "email": email, "phone": phone}})
+	r.expect(h.t, 201, "Customer created successfully")
+	return r.obj()["customerId"].(string)
+}

@@ -1,0 +1,415 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+)
+
+// Idempotency-Key handling (api-decisions §2), after Stripe: the first
+// request with a key claims it and runs; its response is stored and replayed
+// byte for byte to every repeat with the same request for 24 hours.
+const (
+	headerIdempotencyKey      = "Idempotency-Key"
+	headerIdempotencyReplayed = "Idempotency-Replayed"
+	maxIdempotencyKeyLen      = 255
+	// idempotencyTTL is how long a key is remembered.
+	idempotencyTTL = 24 * time.Hour
+	// idempotencyAbandonAfter is how long a claim may stay in flight before
+	// it is presumed to belong to a crashed process and may be taken over.
+	idempotencyAbandonAfter = 2 * time.Minute
+	idempotencySweepEvery   = time.Minute
+	idempotencySweepBatch   = 500
+	// idempotencyClaimAttempts bounds the claim/read loop: a read can miss a
+	// row its owner just released, and then the claim is tried again.
+	idempotencyClaimAttempts = 3
+)
+
+const (
+	msgIdempotencyKeyTooLong  = "Idempotency-Key must be at most 255 characters"
+	msgIdempotencyKeyMismatch = "Idempotency key reused with a different request"
+	msgIdempotencyInProgress  = "A request with this idempotency key is in progress"
+)
+
+// IdempotencyStore keeps Idempotency-Key records in PostgreSQL, so every
+// server instance sharing the database honours them.
+type IdempotencyStore struct {
+	pool      *pgxpool.Pool
+	now       func() time.Time
+	maxBody   int64
+	log       *zap.Logger
+	lastSweep atomic.Int64
+}
+
+// IdempotencyOption configures an IdempotencyStore.
+type IdempotencyOption func(*IdempotencyStore)
+
+// WithIdempotencyClock injects the clock (tests).
+func WithIdempotencyClock(now func() time.Time) IdempotencyOption {
+	return func(s *IdempotencyStore) { s.now = now }
+}
+
+// WithIdempotencyMaxBody caps the bytes buffered to fingerprint a request
+// body. Without it the route's body-limit middleware, which runs first, is
+// the cap.
+func WithIdempotencyMaxBody(n int64) IdempotencyOption {
+	return func(s *IdempotencyStore) { s.maxBody = n }
+}
+
+// WithIdempotencyLogger logs the failures that cannot reach the client
+// (storing a response that was already sent, cleanup).
+func WithIdempotencyLogger(l *zap.Logger) IdempotencyOption {
+	return func(s *IdempotencyStore) { s.log = l }
+}
+
+// NewIdempotencyStore returns a store on pool.
+func NewIdempotencyStore(pool *pgxpool.Pool, opts ...IdempotencyOption) *IdempotencyStore {
+	s := &IdempotencyStore{pool: pool, now: time.Now, log: zap.NewNop()}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Middleware applies Idempotency-Key to POST, PUT, PATCH and DELETE requests
+// of an authenticated principal; it must run after auth and the body limit.
+// Requests without the header, or without a principal, pass through.
+func (s *IdempotencyStore) Middleware() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			req := c.Request()
+			key := req.Header.Get(headerIdempotencyKey)
+			if key == "" || !idempotentMethod(req.Method) {
+				return next(c)
+			}
+			if utf8.RuneCountInString(key) > maxIdempotencyKeyLen {
+				return writeIdempotencyError(c, http.StatusBadRequest, msgIdempotencyKeyTooLong)
+			}
+			p, ok := PrincipalFrom(c)
+			if !ok || p.KeyID == "" {
+				return next(c)
+			}
+			body, err := s.bufferBody(req)
+			if err != nil {
+				return err
+			}
+			return s.serve(c, next, p.KeyID, key, requestFingerprint(req, body))
+		}
+	}
+}
+
+func idempotentMethod(m string) bool {
+	switch m {
+	case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// bufferBody reads the whole body for the fingerprint and puts an identical
+// reader back for the handler. Over the limit is 413 whichever limit hit.
+func (s *IdempotencyStore) bufferBody(req *http.Request) ([]byte, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return nil, nil
+	}
+	var r io.Reader = req.Body
+	if s.maxBody > 0 {
+		r = io.LimitReader(req.Body, s.maxBody+1)
+	}
+	body, err := io.ReadAll(r)
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge), err == nil && s.maxBody > 0 && int64(len(body)) > s.maxBody:
+		return nil, echo.ErrStatusRequestEntityTooLarge
+	case err != nil:
+		return nil, err
+	}
+	req.Body = replayBody{Reader: bytes.NewReader(body), orig: req.Body}
+	return body, nil
+}
+
+// replayBody serves the buffered bytes and closes the original body.
+type replayBody struct {
+	*bytes.Reader
+	orig io.Closer
+}
+
+func (b replayBody) Close() error { return b.orig.Close() }
+
+// requestFingerprint is SHA-256 over method, path and query, media type and
+// body. A multipart body's boundary is random per attempt, so it is blanked
+// out: a retry that re-encodes the same form is the same request.
+func requestFingerprint(req *http.Request, body []byte) []byte {
+	h := sha256.New()
+	mediaType, params, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
+	if b := params["boundary"]; strings.HasPrefix(mediaType, "multipart/") && b != "" {
+		body = bytes.ReplaceAll(body, []byte("--"+b), []byte("--"))
+	}
+	for _, part := range []string{req.Method, req.URL.EscapedPath(), req.URL.RawQuery, mediaType} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// storedResponse is a completed (or in-flight) record.
+type storedResponse struct {
+	fingerprint []byte
+	complete    bool
+	status      int
+	headers     http.Header
+	body        []byte
+}
+
+func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, scope, key string, fp []byte) error {
+	ctx := c.Request().Context()
+	for range idempotencyClaimAttempts {
+		now := s.now()
+		s.maybeSweep(ctx, now)
+		owner := make([]byte, 16)
+		_, _ = rand.Read(owner)
+		claimed, err := s.claim(ctx, scope, key, fp, owner, now)
+		if err != nil {
+			return err
+		}
+		if claimed {
+			return s.execute(c, next, scope, key, owner)
+		}
+		rec, found, err := s.load(ctx, scope, key)
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue // released (failed or swept) since our claim: claim again
+		}
+		switch {
+		case !bytes.Equal(rec.fingerprint, fp):
+			return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyKeyMismatch)
+		case !rec.complete:
+			return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
+		}
+		return replayStored(c, rec)
+	}
+	return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
+}
+
+// claim inserts an in-flight row, or takes over an expired row (any
+// request) or an abandoned in-flight one (the same request only). It reports
+// whether this request now owns the key.
+func (s *IdempotencyStore) claim(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
+	var one int
+	err := s.pool.QueryRow(ctx, `
+INSERT INTO http_idempotency_keys AS k (key_id, idempotency_key, fingerprint, owner, created_at)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (key_id, idempotency_key) DO UPDATE SET
+    fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner, created_at = EXCLUDED.created_at,
+    completed_at = NULL, status = NULL, headers = NULL, body = NULL
+WHERE k.created_at <= $6
+   OR (k.completed_at IS NULL AND k.created_at <= $7 AND k.fingerprint = EXCLUDED.fingerprint)
+RETURNING 1`, scope, key, fp, owner, now, now.Add(-idempotencyTTL), now.Add(-idempotencyAbandonAfter)).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("idempotency claim: %w", err)
+	}
+	return true, nil
+}
+
+func (s *IdempotencyStore) load(ctx context.Context, scope, key string) (storedResponse, bool, error) {
+	var (
+		rec    storedResponse
+		status *int32
+	)
+	err := s.pool.QueryRow(ctx, `
+SELECT fingerprint, completed_at IS NOT NULL, status, headers, body
+FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, key).
+		Scan(&rec.fingerprint, &rec.complete, &status, &rec.headers, &rec.body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rec, false, nil
+	}
+	if err != nil {
+		return rec, false, fmt.Errorf("idempotency load: %w", err)
+	}
+	if status != nil {
+		rec.status = int(*status)
+	}
+	return rec, true, nil
+}
+
+// execute runs the handler under a claim, capturing what it sends. Errors
+// are rendered here (c.Error) so the real status is known: 4xx outcomes are
+// stored and replayed like successes; 5xx, a panic or a lost claim release
+// the key so the client can retry.
+func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope, key string, owner []byte) error {
+	res := c.Response()
+	before := res.Header().Clone()
+	capture := &captureWriter{ResponseWriter: res.Writer}
+	res.Writer = capture
+	done := false
+	// The response may be gone to the client while the request context is
+	// cancelled; recording it must not be.
+	ctx := context.WithoutCancel(c.Request().Context())
+	defer func() {
+		res.Writer = capture.ResponseWriter
+		if !done { // panicking: the recover middleware answers 500
+			s.release(ctx, scope, key, owner)
+		}
+	}()
+	if err := next(c); err != nil {
+		c.Error(err)
+	}
+	done = true
+	status := capture.status
+	if status == 0 { // nothing written: net/http will send an empty 200
+		status = http.StatusOK
+		capture.header = res.Header().Clone()
+	}
+	if status >= http.StatusInternalServerError {
+		s.release(ctx, scope, key, owner)
+		return nil
+	}
+	headers := handlerHeaders(before, capture.header)
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := s.pool.Exec(sctx, `
+UPDATE http_idempotency_keys
+SET status = $4, headers = $5, body = $6, completed_at = $7
+WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
+		scope, key, owner, status, headers, capture.body.Bytes(), s.now())
+	if err != nil {
+		// The client has its answer; a retry finds the key in flight until
+		// it is presumed abandoned, rather than running the request twice.
+		s.log.Error("idempotency: storing response", zap.Error(err), zap.String("key_id", scope))
+	}
+	return nil
+}
+
+// release deletes this request's claim (not a successor's).
+func (s *IdempotencyStore) release(ctx context.Context, scope, key string, owner []byte) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `DELETE FROM http_idempotency_keys
+WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`, scope, key, owner); err != nil {
+		s.log.Error("idempotency: releasing key", zap.Error(err), zap.String("key_id", scope))
+	}
+}
+
+// maybeSweep deletes expired keys, at most once per idempotencySweepEvery
+// per store and idempotencySweepBatch rows at a time.
+func (s *IdempotencyStore) maybeSweep(ctx context.Context, now time.Time) {
+	last := s.lastSweep.Load()
+	if now.UnixNano()-last < int64(idempotencySweepEvery) || !s.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	cutoff := now.Add(-idempotencyTTL)
+	if _, err := s.pool.Exec(ctx, `
+DELETE FROM http_idempotency_keys
+WHERE (key_id, idempotency_key) IN (
+        SELECT key_id, idempotency_key FROM http_idempotency_keys
+        WHERE created_at <= $1 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+  AND created_at <= $1`, cutoff, idempotencySweepBatch); err != nil {
+		s.log.Warn("idempotency: sweeping expired keys", zap.Error(err))
+	}
+}
+
+// notReplayed are headers that describe the connection or this very
+// response, not the outcome being replayed.
+var notReplayed = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Date": true,
+	headerIdempotencyReplayed: true,
+}
+
+// handlerHeaders are the headers the handler (and inner middleware) set:
+// those that differ from before it ran. Outer middleware headers (request
+// id, rate limit) belong to each request and are set afresh on a replay.
+func handlerHeaders(before, after http.Header) http.Header {
+	out := http.Header{}
+	for k, vs := range after {
+		if notReplayed[k] {
+			continue
+		}
+		if old, ok := before[k]; ok && slices.Equal(old, vs) {
+			continue
+		}
+		out[k] = vs
+	}
+	return out
+}
+
+func replayStored(c echo.Context, rec storedResponse) error {
+	res := c.Response()
+	h := res.Header()
+	for k, vs := range rec.headers {
+		h[k] = vs
+	}
+	h.Set(headerIdempotencyReplayed, "true")
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	res.WriteHeader(status)
+	if len(rec.body) == 0 {
+		return nil
+	}
+	_, err := res.Write(rec.body)
+	return err
+}
+
+// captureWriter passes the response through and keeps a copy of the status,
+// the headers as sent and the body.
+type captureWriter struct {
+	http.ResponseWriter
+	status int
+	header http.Header
+	body   bytes.Buffer
+}
+
+func (w *captureWriter) WriteHeader(code int) {
+	if w.status == 0 && code >= 200 { // 1xx are interim, not the outcome
+		w.status = code
+		w.header = w.ResponseWriter.Header().Clone()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *captureWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.body.Write(b[:n])
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (Flush etc.).
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// idempotencyErrorBody is the error envelope; written directly so these
+// answers do not depend on the server's error handler.
+type idempotencyErrorBody struct {
+	Status  int      `json:"status"`
+	Message string   `json:"message"`
+	Data    struct{} `json:"data"`
+}
+
+func writeIdempotencyError(c echo.Context, status int, msg string) error {
+	return c.JSON(status, idempotencyErrorBody{Status: status, Message: msg})
+}

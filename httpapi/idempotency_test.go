@@ -1,0 +1,427 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+// errIdemUnprocessable stands for a domain error the app's error handler
+// maps to a 4xx: not an *echo.HTTPError, yet a stored outcome.
+var errIdemUnprocessable = errors.New("unprocessable")
+
+type idemEnv struct {
+	t       *testing.T
+	e       *echo.Echo
+	pool    *pgxpool.Pool
+	now     atomic.Int64 // unix nanoseconds
+	calls   atomic.Int64
+	fails   atomic.Int64 // /v1/flaky fails while > 0
+	reqID   atomic.Int64
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newIdemEnv(t *testing.T) *idemEnv {
+	t.Helper()
+	env := &idemEnv{t: t, pool: pgtest.NewPool(t), entered: make(chan struct{}, 16), release: make(chan struct{})}
+	env.now.Store(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	store := NewIdempotencyStore(env.pool, WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() }))
+
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		if errors.Is(err, errIdemUnprocessable) {
+			_ = c.JSON(http.StatusUnprocessableEntity, map[string]any{"status": 422, "message": "no", "data": map[string]any{}})
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, c)
+	}
+	// Outer middleware: a per-request header that must never be replayed,
+	// the route's body limit, then "auth" from a test header.
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Response().Header().Set("X-Request-Id", strconv.FormatInt(env.reqID.Add(1), 10))
+			c.Request().Body = http.MaxBytesReader(c.Response(), c.Request().Body, 1<<10)
+			if k := c.Request().Header.Get("X-Test-Key"); k != "" {
+				c.Set("principal", Principal{KeyID: k, MerchantID: "m_" + k})
+			}
+			return next(c)
+		}
+	}, store.Middleware())
+
+	e.POST("/v1/things", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		b, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("X-Call", strconv.FormatInt(n, 10))
+		return c.JSON(http.StatusCreated, map[string]any{"call": n, "body": string(b)})
+	})
+	e.GET("/v1/things", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]any{"call": env.calls.Add(1)})
+	})
+	e.PUT("/v1/form", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		if _, _, err := c.Request().FormFile("file"); err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string]any{"call": n, "name": c.FormValue("name")})
+	})
+	e.POST("/v1/flaky", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		if env.fails.Add(-1) >= 0 {
+			return echo.NewHTTPError(http.StatusServiceUnavailable, "try later")
+		}
+		return c.JSON(http.StatusCreated, map[string]any{"call": n})
+	})
+	e.POST("/v1/broken", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		if n == 1 {
+			return errors.New("database on fire") // non-HTTP error: a 500
+		}
+		return c.JSON(http.StatusCreated, map[string]any{"call": n})
+	})
+	e.POST("/v1/invalid", func(c echo.Context) error {
+		env.calls.Add(1)
+		return echo.NewHTTPError(http.StatusBadRequest, "amount must be an integer of at least 1000")
+	})
+	e.POST("/v1/domain", func(c echo.Context) error {
+		env.calls.Add(1)
+		return errIdemUnprocessable
+	})
+	e.POST("/v1/slow", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		env.entered <- struct{}{}
+		<-env.release
+		return c.JSON(http.StatusCreated, map[string]any{"call": n})
+	})
+	e.DELETE("/v1/panic", func(c echo.Context) error {
+		env.calls.Add(1)
+		panic("boom")
+	})
+	env.e = e
+	return env
+}
+
+func (env *idemEnv) advance(d time.Duration) { env.now.Add(int64(d)) }
+
+func (env *idemEnv) do(method, path, apiKey, idemKey, contentType, body string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if apiKey != "" {
+		req.Header.Set("X-Test-Key", apiKey)
+	}
+	if idemKey != "" {
+		req.Header.Set(headerIdempotencyKey, idemKey)
+	}
+	if contentType != "" {
+		req.Header.Set(echo.HeaderContentType, contentType)
+	}
+	rec := httptest.NewRecorder()
+	env.e.ServeHTTP(rec, req)
+	return rec
+}
+
+func (env *idemEnv) post(path, apiKey, idemKey, body string) *httptest.ResponseRecorder {
+	return env.do(http.MethodPost, path, apiKey, idemKey, echo.MIMEApplicationJSON, body)
+}
+
+func idemWantStatus(t *testing.T, rec *httptest.ResponseRecorder, code int) {
+	t.Helper()
+	if rec.Code != code {
+		t.Fatalf("status %d, want %d (body %s)", rec.Code, code, rec.Body)
+	}
+}
+
+func idemWantReplayOf(t *testing.T, got, first *httptest.ResponseRecorder) {
+	t.Helper()
+	if got.Code != first.Code {
+		t.Fatalf("replay status %d, first %d", got.Code, first.Code)
+	}
+	if !bytes.Equal(got.Body.Bytes(), first.Body.Bytes()) {
+		t.Fatalf("replay body %q, first %q", got.Body, first.Body)
+	}
+	if got.Header().Get(headerIdempotencyReplayed) != "true" {
+		t.Fatalf("replay lacks %s: %v", headerIdempotencyReplayed, got.Header())
+	}
+	if a, b := got.Header().Get("Content-Type"), first.Header().Get("Content-Type"); a != b {
+		t.Fatalf("replay Content-Type %q, first %q", a, b)
+	}
+}
+
+func TestIdempotencyReplaysByteForByte(t *testing.T) {
+	env := newIdemEnv(t)
+	body := `{"amount":5000}`
+	first := env.post("/v1/things", "key1", "abc", body)
+	idemWantStatus(t, first, http.StatusCreated)
+	if first.Header().Get(headerIdempotencyReplayed) != "" {
+		t.Fatal("first response marked as replayed")
+	}
+	if !strings.Contains(first.Body.String(), `"body":"{\"amount\":5000}"`) {
+		t.Fatalf("handler did not see the body: %s", first.Body)
+	}
+	second := env.post("/v1/things", "key1", "abc", body)
+	idemWantReplayOf(t, second, first)
+	if got := second.Header().Get("X-Call"); got != "1" {
+		t.Fatalf("handler header X-Call = %q, want the stored 1", got)
+	}
+	if a, b := first.Header().Get("X-Request-Id"), second.Header().Get("X-Request-Id"); a == b {
+		t.Fatalf("outer middleware header replayed: %q", b)
+	}
+	if n := env.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+func TestIdempotencyDifferentRequestConflicts(t *testing.T) {
+	env := newIdemEnv(t)
+	idemWantStatus(t, env.post("/v1/things", "key1", "abc", `{"amount":5000}`), http.StatusCreated)
+	rec := env.post("/v1/things", "key1", "abc", `{"amount":6000}`)
+	idemWantStatus(t, rec, http.StatusConflict)
+	want := `{"status":409,"message":"Idempotency key reused with a different request","data":{}}`
+	if got := strings.TrimSpace(rec.Body.String()); got != want {
+		t.Fatalf("body %s, want %s", got, want)
+	}
+	// Same body on another path is another request too.
+	idemWantStatus(t, env.do(http.MethodPost, "/v1/invalid", "key1", "abc", echo.MIMEApplicationJSON, `{"amount":5000}`), http.StatusConflict)
+	if n := env.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+func TestIdempotencyInFlight(t *testing.T) {
+	env := newIdemEnv(t)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- env.post("/v1/slow", "key1", "slow", `{}`) }()
+	<-env.entered
+
+	rec := env.post("/v1/slow", "key1", "slow", `{}`)
+	idemWantStatus(t, rec, http.StatusConflict)
+	want := `{"status":409,"message":"A request with this idempotency key is in progress","data":{}}`
+	if got := strings.TrimSpace(rec.Body.String()); got != want {
+		t.Fatalf("body %s, want %s", got, want)
+	}
+	idemWantStatus(t, env.post("/v1/slow", "key1", "slow", `{"other":1}`), http.StatusConflict)
+
+	close(env.release)
+	first := <-done
+	idemWantStatus(t, first, http.StatusCreated)
+	idemWantReplayOf(t, env.post("/v1/slow", "key1", "slow", `{}`), first)
+	if n := env.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+func TestIdempotencyAbandonedClaimIsTakenOver(t *testing.T) {
+	env := newIdemEnv(t)
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- env.post("/v1/slow", "key1", "k", `{}`) }()
+	<-env.entered
+
+	env.advance(idempotencyAbandonAfter + time.Second)
+	// A different request may not take an abandoned key over.
+	idemWantStatus(t, env.post("/v1/slow", "key1", "k", `{"x":1}`), http.StatusConflict)
+	go func() { done <- env.post("/v1/slow", "key1", "k", `{}`) }()
+	<-env.entered // the retry runs although the first still holds its claim
+	// Release both; either may finish first. The first run's claim is
+	// gone, so its late result must not replace the successor's.
+	env.release <- struct{}{}
+	a := <-done
+	env.release <- struct{}{}
+	b := <-done
+	for _, r := range []*httptest.ResponseRecorder{a, b} {
+		idemWantStatus(t, r, http.StatusCreated)
+	}
+	if a.Body.String() == b.Body.String() {
+		t.Fatal("both runs answered the same")
+	}
+	replayed := env.post("/v1/slow", "key1", "k", `{}`)
+	successor := a
+	if strings.Contains(b.Body.String(), `"call":2`) {
+		successor = b
+	}
+	if !strings.Contains(successor.Body.String(), `"call":2`) {
+		t.Fatalf("no successor run: %s / %s", a.Body, b.Body)
+	}
+	idemWantReplayOf(t, replayed, successor)
+}
+
+func TestIdempotencyScopedToAPIKey(t *testing.T) {
+	env := newIdemEnv(t)
+	a := env.post("/v1/things", "key1", "same", `{"amount":5000}`)
+	b := env.post("/v1/things", "key2", "same", `{"amount":7000}`)
+	idemWantStatus(t, a, http.StatusCreated)
+	idemWantStatus(t, b, http.StatusCreated)
+	if b.Header().Get(headerIdempotencyReplayed) != "" || env.calls.Load() != 2 {
+		t.Fatal("a key of another API key was replayed")
+	}
+	idemWantReplayOf(t, env.post("/v1/things", "key2", "same", `{"amount":7000}`), b)
+}
+
+func TestIdempotencyServerErrorsAreNotStored(t *testing.T) {
+	env := newIdemEnv(t)
+	env.fails.Store(1)
+	idemWantStatus(t, env.post("/v1/flaky", "key1", "f", `{}`), http.StatusServiceUnavailable)
+	ok := env.post("/v1/flaky", "key1", "f", `{}`)
+	idemWantStatus(t, ok, http.StatusCreated)
+	if ok.Header().Get(headerIdempotencyReplayed) != "" {
+		t.Fatal("retry after a 5xx was a replay")
+	}
+	idemWantReplayOf(t, env.post("/v1/flaky", "key1", "f", `{}`), ok)
+
+	env.calls.Store(0)
+	idemWantStatus(t, env.post("/v1/broken", "key1", "b", `{}`), http.StatusInternalServerError)
+	idemWantStatus(t, env.post("/v1/broken", "key1", "b", `{}`), http.StatusCreated)
+	if n := env.calls.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2", n)
+	}
+}
+
+func TestIdempotencyPanicReleasesKey(t *testing.T) {
+	env := newIdemEnv(t)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		env.do(http.MethodDelete, "/v1/panic", "key1", "p", "", "")
+	}()
+	var n int
+	if err := env.pool.QueryRow(context.Background(), `SELECT count(*) FROM http_idempotency_keys`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("a panicked request kept its claim")
+	}
+}
+
+func TestIdempotencyClientErrorsAreStored(t *testing.T) {
+	env := newIdemEnv(t)
+	first := env.post("/v1/invalid", "key1", "i", `{"amount":5}`)
+	idemWantStatus(t, first, http.StatusBadRequest)
+	idemWantReplayOf(t, env.post("/v1/invalid", "key1", "i", `{"amount":5}`), first)
+
+	// A non-HTTP error the app's error handler renders as 4xx is stored too.
+	dom := env.post("/v1/domain", "key1", "d", `{}`)
+	idemWantStatus(t, dom, http.StatusUnprocessableEntity)
+	idemWantReplayOf(t, env.post("/v1/domain", "key1", "d", `{}`), dom)
+	if n := env.calls.Load(); n != 2 {
+		t.Fatalf("handlers ran %d times, want 2", n)
+	}
+}
+
+func TestIdempotencyKeysExpire(t *testing.T) {
+	env := newIdemEnv(t)
+	idemWantStatus(t, env.post("/v1/things", "key1", "old", `{"amount":5000}`), http.StatusCreated)
+	idemWantStatus(t, env.post("/v1/things", "key1", "gone", `{"amount":5000}`), http.StatusCreated)
+	env.advance(idempotencyTTL - time.Second)
+	idemWantStatus(t, env.post("/v1/things", "key1", "old", `{"amount":6000}`), http.StatusConflict)
+
+	env.advance(2 * idempotencySweepEvery) // past the TTL and the next sweep
+	// Expired: the key is free for any request (and no replay).
+	rec := env.post("/v1/things", "key1", "old", `{"amount":6000}`)
+	idemWantStatus(t, rec, http.StatusCreated)
+	if rec.Header().Get(headerIdempotencyReplayed) != "" {
+		t.Fatal("expired key replayed")
+	}
+	// ...and expired rows are swept.
+	var n int
+	if err := env.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM http_idempotency_keys WHERE idempotency_key = 'gone'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("expired key not swept")
+	}
+}
+
+func TestIdempotencyPassThrough(t *testing.T) {
+	env := newIdemEnv(t)
+	// GET with a key, POST without a key, POST without a principal: the
+	// handler runs every time and nothing is stored.
+	for range 2 {
+		rec := env.do(http.MethodGet, "/v1/things", "key1", "g", "", "")
+		idemWantStatus(t, rec, http.StatusOK)
+		if rec.Header().Get(headerIdempotencyReplayed) != "" {
+			t.Fatal("GET replayed")
+		}
+		idemWantStatus(t, env.post("/v1/things", "key1", "", `{}`), http.StatusCreated)
+		idemWantStatus(t, env.post("/v1/things", "", "anon", `{}`), http.StatusCreated)
+	}
+	if n := env.calls.Load(); n != 6 {
+		t.Fatalf("handlers ran %d times, want 6", n)
+	}
+	var n int
+	if err := env.pool.QueryRow(context.Background(), `SELECT count(*) FROM http_idempotency_keys`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("%d keys stored", n)
+	}
+}
+
+func TestIdempotencyKeyLength(t *testing.T) {
+	env := newIdemEnv(t)
+	idemWantStatus(t, env.post("/v1/things", "key1", strings.Repeat("k", 255), `{}`), http.StatusCreated)
+	rec := env.post("/v1/things", "key1", strings.Repeat("k", 256), `{}`)
+	idemWantStatus(t, rec, http.StatusBadRequest)
+	want := `{"status":400,"message":"Idempotency-Key must be at most 255 characters","data":{}}`
+	if got := strings.TrimSpace(rec.Body.String()); got != want {
+		t.Fatalf("body %s, want %s", got, want)
+	}
+	if n := env.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+func TestIdempotencyBodyOverLimit(t *testing.T) {
+	env := newIdemEnv(t)
+	idemWantStatus(t, env.post("/v1/things", "key1", "big", `"`+strings.Repeat("x", 2<<10)+`"`), http.StatusRequestEntityTooLarge)
+	if n := env.calls.Load(); n != 0 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+func TestIdempotencyMultipartIgnoresBoundary(t *testing.T) {
+	env := newIdemEnv(t)
+	form := func(boundary, name string) (string, string) {
+		var buf bytes.Buffer
+		w := multipart.NewWriter(&buf)
+		if err := w.SetBoundary(boundary); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.WriteField("name", name)
+		fw, _ := w.CreateFormFile("file", "a.png")
+		_, _ = fw.Write([]byte("\x89PNG\r\n\x1a\nimage bytes"))
+		_ = w.Close()
+		return w.FormDataContentType(), buf.String()
+	}
+	ct, body := form("boundary-one-1111", "shoes")
+	first := env.do(http.MethodPut, "/v1/form", "key1", "m", ct, body)
+	idemWantStatus(t, first, http.StatusOK)
+	if !strings.Contains(first.Body.String(), `"name":"shoes"`) {
+		t.Fatalf("handler did not parse the form: %s", first.Body)
+	}
+	ct, body = form("boundary-two-2222", "shoes")
+	idemWantReplayOf(t, env.do(http.MethodPut, "/v1/form", "key1", "m", ct, body), first)
+	ct, body = form("boundary-three-33", "boots")
+	idemWantStatus(t, env.do(http.MethodPut, "/v1/form", "key1", "m", ct, body), http.StatusConflict)
+}

@@ -1,0 +1,227 @@
+// Package httpapi is the HTTP JSON API: routing, the envelope, auth, rate
+// limiting, idempotency keys, request decoding and the one error-to-status
+// mapping. Handlers stay thin: decode, call the application, wait for the
+// read models to include the write, respond.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// Config is the HTTP layer's configuration.
+type Config struct {
+	Hosts              map[string]domain.Environment
+	DefaultEnvironment domain.Environment
+	RateLimitPerMinute int
+	TrustedProxies     []*net.IPNet
+	// JSONBodyLimit caps JSON request bodies (bytes); multipart routes have
+	// their own, larger cap.
+	JSONBodyLimit      int64
+	MultipartBodyLimit int64
+	// MaxReadyLag is the projection lag (events) above which /readyz fails.
+	MaxReadyLag int64
+}
+
+// Waiter lets a write wait until the read models include it.
+type Waiter interface {
+	WaitFor(ctx context.Context, pos eventstore.Position) error
+	Lag(ctx context.Context) (int64, error)
+}
+
+// Server is the API.
+type Server struct {
+	cfg     Config
+	e       *echo.Echo
+	log     *zap.Logger
+	dir     Directory
+	app     *app.Service
+	rm      *projections.Queries
+	waiter  Waiter
+	limiter RateLimiter
+	idem    *IdempotencyStore
+	metrics *Metrics
+	ping    func(context.Context) error
+}
+
+// Deps are the server's collaborators.
+type Deps struct {
+	Log       *zap.Logger
+	App       *app.Service
+	Queries   *projections.Queries
+	Waiter    Waiter
+	Limiter   RateLimiter
+	Idem      *IdempotencyStore
+	Registry  *prometheus.Registry
+	Ping      func(context.Context) error
+	Directory Directory
+}
+
+// New builds the API.
+func New(cfg Config, d Deps) *Server {
+	if cfg.DefaultEnvironment == "" {
+		cfg.DefaultEnvironment = domain.Test
+	}
+	if cfg.JSONBodyLimit == 0 {
+		cfg.JSONBodyLimit = 1 << 20
+	}
+	if cfg.MultipartBodyLimit == 0 {
+		cfg.MultipartBodyLimit = 32 << 20
+	}
+	if cfg.MaxReadyLag == 0 {
+		cfg.MaxReadyLag = 10000
+	}
+	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, rm: d.Queries, waiter: d.Waiter,
+		limiter: d.Limiter, idem: d.Idem, ping: d.Ping}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.IPExtractor = ipExtractor(cfg.TrustedProxies)
+	reg := d.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	s.metrics = NewMetrics(reg)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true}))
+	e.Use(s.requestLog)
+	e.Use(s.metrics.Middleware())
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", MetricsHandler(reg))
+	s.e = e
+	s.routes()
+	return s
+}
+
+// Handler is the http.Handler of the API.
+func (s *Server) Handler() http.Handler { return s.e }
+
+// Echo exposes the router (tests, extra routes).
+func (s *Server) Echo() *echo.Echo { return s.e }
+
+func ipExtractor(trusted []*net.IPNet) echo.IPExtractor {
+	if len(trusted) == 0 {
+		return echo.ExtractIPDirect()
+	}
+	opts := []echo.TrustOption{echo.TrustLoopback(false), echo.TrustLinkLocal(false), echo.TrustPrivateNet(false)}
+	for _, n := range trusted {
+		opts = append(opts, echo.TrustIPRange(n))
+	}
+	return echo.ExtractIPFromXFFHeader(opts...)
+}
+
+// handle registers a route with its access policy. Writes get body limits
+// and idempotency keys.
+func (s *Server) handle(method, path string, pol Policy, h echo.HandlerFunc, multipart ...bool) {
+	limit := s.cfg.JSONBodyLimit
+	if len(multipart) > 0 && multipart[0] {
+		limit = s.cfg.MultipartBodyLimit
+	}
+	mws := []echo.MiddlewareFunc{bodyLimit(limit), s.authenticate(pol)}
+	if method != http.MethodGet && s.idem != nil {
+		mws = append(mws, s.idem.Middleware())
+	}
+	s.e.Add(method, path, h, mws...)
+}
+
+// bodyLimit refuses bodies over n bytes with 413 before they are read.
+func bodyLimit(n int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.ContentLength > n {
+				return &domain.Error{Code: domain.TooLarge, Message: "Request body too large"}
+			}
+			r.Body = http.MaxBytesReader(c.Response(), r.Body, n)
+			return next(c)
+		}
+	}
+}
+
+// settle waits until the read models include a write, so the response and
+// every later GET see it; a lagging projector gives 503, never stale data.
+func (s *Server) settle(c echo.Context, pos eventstore.Position) error {
+	if pos == (eventstore.Position{}) || s.waiter == nil {
+		return nil
+	}
+	if err := s.waiter.WaitFor(c.Request().Context(), pos); err != nil {
+		if errors.Is(err, projections.ErrLagging) {
+			return &domain.Error{Code: domain.Unavailable, Message: "The service is busy; the change was saved, retry reading shortly"}
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return respond(c, http.StatusOK, "OK", map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	out := map[string]any{}
+	ok := true
+	if s.ping != nil {
+		if err := s.ping(ctx); err != nil {
+			out["database"] = "unavailable"
+			ok = false
+		} else {
+			out["database"] = "ok"
+		}
+	}
+	if s.waiter != nil {
+		lag, err := s.waiter.Lag(ctx)
+		out["projectionLag"] = lag
+		if err != nil || lag > s.cfg.MaxReadyLag {
+			ok = false
+		}
+	}
+	if !ok {
+		return c.JSON(http.StatusServiceUnavailable, Envelope{Status: 503, Message: "Not ready", Data: out})
+	}
+	return respond(c, http.StatusOK, "Ready", out)
+}
+
+func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		res := c.Response()
+		s.log.Info("request",
+			zap.String("method", c.Request().Method),
+			zap.String("route", c.Path()),
+			zap.String("path", c.Request().URL.Path),
+			zap.Int("status", res.Status),
+			zap.Int64("bytes", res.Size),
+			zap.Duration("duration", time.Since(start)),
+			zap.String("ip", c.RealIP()),
+		)
+		return nil
+	}
+}
+
+func errField(err error) zap.Field { return zap.Error(err) }
+
+func reqField(c echo.Context) zap.Field {
+	return zap.String("path", c.Request().Method+" "+c.Request().URL.Path)
+}

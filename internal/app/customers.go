@@ -1,0 +1,144 @@
+package app
+
+import (
+	"context"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// CreateCustomer creates a customer and claims its email and phone in the
+// same append, so two concurrent creates with one email cannot both succeed.
+func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCustomer) (string, eventstore.Position, error) {
+	id := s.newID()
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		m, err := Read(tx, MerchantKind, a.MerchantID)
+		if err != nil {
+			return err
+		}
+		if !m.Exists() {
+			return domain.Errorf(domain.NotFound, "Merchant not found")
+		}
+		created, err := customer.Create(id, a.MerchantID, a.Environment, m.Country, in, s.Engine.Now())
+		if err != nil {
+			return err
+		}
+		if err := claim(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, "A customer with this email already exists"); err != nil {
+			return err
+		}
+		if err := claim(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, "A customer with this phone number already exists"); err != nil {
+			return err
+		}
+		Record(tx, CustomerKind, id, created)
+		return nil
+	})
+	return id, res.Position, err
+}
+
+// claim reserves a unique value for holder within tx, or fails with taken.
+func claim(tx *Tx, key, holder, taken string) error {
+	r, err := Read(tx, ReservationKind, key)
+	if err != nil {
+		return err
+	}
+	if r.Holder != "" && r.Holder != holder {
+		return domain.Invalidf("%s", taken)
+	}
+	if r.Holder == holder {
+		return nil
+	}
+	Record(tx, ReservationKind, key, customer.ReservationClaimed{Holder: holder})
+	return nil
+}
+
+// loadOwnCustomer reads a customer of the actor's merchant and environment.
+func loadOwnCustomer(tx *Tx, a Actor, id string, foreign error) (customer.State, error) {
+	c, err := Read(tx, CustomerKind, id)
+	if err != nil {
+		return c, err
+	}
+	if !c.Exists() || c.MerchantID != a.MerchantID || c.Environment != a.Environment {
+		return c, foreign
+	}
+	return c, nil
+}
+
+// UpdateCustomer changes names or email; a new email moves the reservation.
+func (s *Service) UpdateCustomer(ctx context.Context, a Actor, id string, in customer.Update) (eventstore.Position, error) {
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		c, err := loadOwnCustomer(tx, a, id, domain.Errorf(domain.Unauthenticated, "Access denied"))
+		if err != nil {
+			return err
+		}
+		ev, newEmail, err := customer.UpdateProfile(c, in, s.Engine.Now())
+		if err != nil {
+			return err
+		}
+		if newEmail != "" {
+			if err := claim(tx, customer.EmailKey(a.MerchantID, a.Environment, newEmail), id, "A customer with this email already exists"); err != nil {
+				return err
+			}
+			old := customer.EmailKey(a.MerchantID, a.Environment, c.Email)
+			if _, err := Read(tx, ReservationKind, old); err != nil {
+				return err
+			}
+			Record(tx, ReservationKind, old, customer.ReservationReleased{Holder: id})
+		}
+		Record(tx, CustomerKind, id, ev)
+		return nil
+	})
+	return res.Position, err
+}
+
+// SetPermissions replaces the given permissions (nil = unchanged).
+func (s *Service) SetPermissions(ctx context.Context, a Actor, id string, canBuy, canSell, canWithdraw *bool) (eventstore.Position, error) {
+	if canBuy == nil && canSell == nil && canWithdraw == nil {
+		return eventstore.Position{}, domain.Invalidf("Provide at least one of canBuy, canSell or canWithdraw")
+	}
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		c, err := loadOwnCustomer(tx, a, id, domain.Invalidf("Customer not found"))
+		if err != nil {
+			return err
+		}
+		p := c.Permissions
+		for _, f := range []struct {
+			v   *bool
+			dst *bool
+		}{{canBuy, &p.CanBuy}, {canSell, &p.CanSell}, {canWithdraw, &p.CanWithdraw}} {
+			if f.v != nil {
+				*f.dst = *f.v
+			}
+		}
+		if p == c.Permissions {
+			return ErrNothingToDo
+		}
+		Record(tx, CustomerKind, id, customer.PermissionsChanged{Permissions: p, UpdatedAt: s.Engine.Now()})
+		return nil
+	})
+	return res.Position, err
+}
+
+// SetBlocked blocks or unblocks a customer; repeating is a no-op.
+func (s *Service) SetBlocked(ctx context.Context, a Actor, id string, blocked bool, reason string) (eventstore.Position, error) {
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		c, err := loadOwnCustomer(tx, a, id, domain.Invalidf("Customer not found"))
+		if err != nil {
+			return err
+		}
+		if c.Blocked == blocked {
+			return ErrNothingToDo
+		}
+		now := s.Engine.Now()
+		if blocked {
+			if len(reason) > 500 {
+				return domain.Invalidf("reason must be at most 500 characters")
+			}
+			Record(tx, CustomerKind, id, customer.Blocked{Reason: reason, BlockedAt: now})
+		} else {
+			Record(tx, CustomerKind, id, customer.Unblocked{UnblockedAt: now})
+		}
+		return nil
+	})
+	return res.Position, err
+}

@@ -1,0 +1,151 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// randomBase62 returns n uniformly random base62 characters.
+func randomBase62(n int) string {
+	out := make([]byte, n)
+	buf := make([]byte, 1)
+	for i := 0; i < n; {
+		if _, err := rand.Read(buf); err != nil {
+			panic(err)
+		}
+		if buf[0] < 248 { // 248 = 4*62: unbiased
+			out[i] = base62[buf[0]%62]
+			i++
+		}
+	}
+	return string(out)
+}
+
+func newSecret() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return "whsec_" + hex.EncodeToString(b)
+}
+
+// IssuedKey is a key's plaintext, shown once.
+type IssuedKey struct {
+	KeyID       string             `json:"keyId"`
+	Key         string             `json:"key"`
+	Environment domain.Environment `json:"environment"`
+	Role        merchant.Role      `json:"role"`
+}
+
+// CreatedMerchant is what `merchant create` prints.
+type CreatedMerchant struct {
+	MerchantID     string                        `json:"merchantId"`
+	Keys           []IssuedKey                   `json:"keys"`
+	SigningSecrets map[domain.Environment]string `json:"signingSecrets"`
+	Position       eventstore.Position           `json:"-"`
+}
+
+// KeyDigest is the stored form of an API key (hex SHA-256).
+type KeyDigest func(string) string
+
+// CreateMerchant creates a merchant with a standard and a super-admin key per
+// environment and a signing secret per environment.
+func (s *Service) CreateMerchant(ctx context.Context, name string, business bool, country string, digest KeyDigest) (CreatedMerchant, error) {
+	if country == "" {
+		country = "NG"
+	}
+	c, ok := reference.FindCountry(country)
+	if !ok {
+		return CreatedMerchant{}, domain.Invalidf("Invalid country selected")
+	}
+	id := s.newID()
+	now := s.Engine.Now()
+	out := CreatedMerchant{MerchantID: id, SigningSecrets: map[domain.Environment]string{domain.Test: newSecret(), domain.Live: newSecret()}}
+	var events []domain.Event
+	created, err := merchant.Create(merchant.State{}, merchant.Created{MerchantID: id, Name: name, Business: business,
+		Country: c.ISOCode, SigningSecrets: out.SigningSecrets, CreatedAt: now})
+	if err != nil {
+		return out, err
+	}
+	events = append(events, created...)
+	for _, env := range []domain.Environment{domain.Test, domain.Live} {
+		for _, role := range []merchant.Role{merchant.Standard, merchant.SuperAdmin} {
+			k := s.newKey(env, role, digest)
+			out.Keys = append(out.Keys, k.plain)
+			events = append(events, k.event)
+		}
+	}
+	res, err := s.Engine.Do(ctx, Actor{MerchantID: id}.meta(), func(tx *Tx) error {
+		Record(tx, MerchantKind, id, events...)
+		return nil
+	})
+	out.Position = res.Position
+	return out, err
+}
+
+type newKey struct {
+	plain IssuedKey
+	event merchant.KeyIssued
+}
+
+func (s *Service) newKey(env domain.Environment, role merchant.Role, digest KeyDigest) newKey {
+	key := "sk_" + string(env) + "_" + randomBase62(40)
+	id := "key_" + s.newID()
+	return newKey{
+		plain: IssuedKey{KeyID: id, Key: key, Environment: env, Role: role},
+		event: merchant.KeyIssued{Key: merchant.Key{ID: id, Environment: env, Role: role, Digest: digest(key),
+			Hint: key[:len("sk_test_")+4] + "…" + key[len(key)-4:]}, IssuedAt: s.Engine.Now()},
+	}
+}
+
+// IssueKey issues one more key.
+func (s *Service) IssueKey(ctx context.Context, merchantID string, env domain.Environment, role merchant.Role, digest KeyDigest) (IssuedKey, eventstore.Position, error) {
+	k := s.newKey(env, role, digest)
+	res, err := s.Engine.Do(ctx, Actor{MerchantID: merchantID}.meta(), func(tx *Tx) error {
+		m, err := Read(tx, MerchantKind, merchantID)
+		if err != nil {
+			return err
+		}
+		events, err := merchant.IssueKey(m, k.event)
+		if err != nil {
+			return err
+		}
+		Record(tx, MerchantKind, merchantID, events...)
+		return nil
+	})
+	return k.plain, res.Position, err
+}
+
+// UpdateMerchant applies an operator decision on a merchant.
+func (s *Service) UpdateMerchant(ctx context.Context, merchantID string, decide func(merchant.State) ([]domain.Event, error)) (eventstore.Position, error) {
+	res, err := s.Engine.Do(ctx, Actor{MerchantID: merchantID}.meta(), func(tx *Tx) error {
+		m, err := Read(tx, MerchantKind, merchantID)
+		if err != nil {
+			return err
+		}
+		if !m.Exists() {
+			return domain.Errorf(domain.NotFound, "Merchant not found")
+		}
+		events, err := decide(m)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			return ErrNothingToDo
+		}
+		Record(tx, MerchantKind, merchantID, events...)
+		return nil
+	})
+	return res.Position, err
+}
+
+// NewSigningSecret returns a fresh webhook signing secret.
+func NewSigningSecret() string { return newSecret() }

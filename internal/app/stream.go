@@ -1,0 +1,122 @@
+// Package app runs commands: it loads aggregates from their streams, lets the
+// domain decide, and appends every resulting event in one atomic append with
+// an expected revision per stream, retrying on concurrency conflicts.
+package app
+
+import (
+	"container/list"
+	"context"
+	"sync"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// Kind describes one aggregate type: how its stream is named and how its
+// events fold into state. Apply must not mutate the state it is given in
+// place (states are shared through the cache): copy slices and maps.
+type Kind[S any] struct {
+	Name     string // stream name prefix, e.g. "customer"
+	Registry domain.Registry
+	Apply    func(S, domain.Event) S
+}
+
+// StreamName is the stream of aggregate id.
+func (k Kind[S]) StreamName(id string) string { return k.Name + "-" + id }
+
+// cache keeps folded states by stream. A cached state is used without reading
+// the store: the append's expected revision proves it current, and a conflict
+// evicts it. That keeps the hot path free of stream reads, and a cold load
+// reads only the events after the cached revision (never the whole stream
+// when it is cached), so load time does not grow with stream length.
+type cache struct {
+	mu    sync.Mutex
+	max   int
+	items map[string]*list.Element
+	order *list.List
+}
+
+type cached struct {
+	stream string
+	state  any
+	rev    int64 // -1: stream does not exist
+}
+
+func newCache(max int) *cache {
+	return &cache{max: max, items: map[string]*list.Element{}, order: list.New()}
+}
+
+func (c *cache) get(stream string) (cached, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.items[stream]
+	if !ok {
+		return cached{}, false
+	}
+	c.order.MoveToFront(el)
+	return *el.Value.(*cached), true
+}
+
+func (c *cache) put(v cached) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[v.stream]; ok {
+		// Never move a cached state backwards.
+		if el.Value.(*cached).rev > v.rev {
+			return
+		}
+		el.Value = &v
+		c.order.MoveToFront(el)
+		return
+	}
+	c.items[v.stream] = c.order.PushFront(&v)
+	for c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.items, last.Value.(*cached).stream)
+	}
+}
+
+func (c *cache) evict(stream string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[stream]; ok {
+		c.order.Remove(el)
+		delete(c.items, stream)
+	}
+}
+
+// load folds a stream, starting from the cached state when there is one and
+// reading only the events after it.
+func load[S any](ctx context.Context, store eventstore.Store, c *cache, k Kind[S], stream string, fresh bool) (S, int64, error) {
+	var (
+		state S
+		rev   int64 = -1
+	)
+	if hit, ok := c.get(stream); ok {
+		state, rev = hit.state.(S), hit.rev
+		if !fresh {
+			return state, rev, nil
+		}
+	}
+	const page = 1000
+	for {
+		events, err := store.ReadStream(ctx, stream, uint64(rev+1), page)
+		if err != nil {
+			return state, rev, err
+		}
+		for _, re := range events {
+			ev, err := k.Registry.Decode(re.Type, re.Data)
+			if err != nil {
+				return state, rev, err
+			}
+			state = k.Apply(state, ev)
+			rev = int64(re.Revision)
+		}
+		if len(events) < page {
+			break
+		}
+	}
+	c.put(cached{stream: stream, state: state, rev: rev})
+	return state, rev, nil
+}

@@ -1,0 +1,209 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// Tx collects what one command read and decided. Nothing is written until
+// the command function returns nil; then every stream with events (and every
+// guarded stream) is appended atomically with its expected revision.
+type Tx struct {
+	ctx     context.Context
+	engine  *Engine
+	streams map[string]*txStream
+	order   []string
+	fresh   bool
+}
+
+type txStream struct {
+	rev    int64 // revision the decision was based on; -1 no stream
+	known  bool  // rev was read (else the stream is append-only: Any)
+	guard  bool  // include as a zero-event revision check
+	events []domain.Event
+	after  func(int64) // refreshes the cache after the append
+}
+
+// Read loads aggregate id of kind k within tx.
+func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
+	stream := k.StreamName(id)
+	state, rev, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, tx.fresh)
+	if err != nil {
+		return state, err
+	}
+	ts := tx.stream(stream)
+	ts.rev, ts.known = rev, true
+	return state, nil
+}
+
+// Exists reports whether the aggregate has any events (after Read).
+func (tx *Tx) Exists(stream string) bool {
+	ts, ok := tx.streams[stream]
+	return ok && ts.known && ts.rev >= 0
+}
+
+// Record appends events to aggregate id of kind k. The stream must have been
+// read in this tx (so its revision is checked); otherwise it is created and
+// must not exist yet.
+func Record[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
+	stream := k.StreamName(id)
+	ts := tx.stream(stream)
+	if !ts.known {
+		ts.rev, ts.known = -1, true
+	}
+	ts.events = append(ts.events, events...)
+	c := tx.engine.cache
+	ts.after = func(newRev int64) {
+		// Fold the new events into the cached state so the next command on
+		// this aggregate needs no read.
+		if hit, ok := c.get(stream); ok && hit.rev == newRev-int64(len(ts.events)) {
+			st := hit.state.(S)
+			for _, e := range ts.events {
+				st = k.Apply(st, e)
+			}
+			c.put(cached{stream: stream, state: st, rev: newRev})
+		} else if !ok && newRev == int64(len(ts.events))-1 {
+			var st S
+			for _, e := range ts.events {
+				st = k.Apply(st, e)
+			}
+			c.put(cached{stream: stream, state: st, rev: newRev})
+		} else {
+			c.evict(stream)
+		}
+	}
+}
+
+// Guard makes the append fail with a conflict if aggregate id changed after
+// it was read, without writing to it (for decisions that depend on another
+// aggregate's state, like a customer's block status).
+func Guard[S any](tx *Tx, k Kind[S], id string) {
+	if ts, ok := tx.streams[k.StreamName(id)]; ok {
+		ts.guard = true
+	}
+}
+
+func (tx *Tx) stream(name string) *txStream {
+	ts, ok := tx.streams[name]
+	if !ok {
+		ts = &txStream{rev: -1}
+		tx.streams[name] = ts
+		tx.order = append(tx.order, name)
+	}
+	return ts
+}
+
+// Engine executes commands against a store.
+type Engine struct {
+	store eventstore.Store
+	cache *cache
+	Now   func() time.Time
+	NewID func() uuid.UUID
+	// MaxAttempts bounds retries on concurrency conflicts.
+	MaxAttempts int
+}
+
+// NewEngine returns an engine with a cache of cacheSize aggregates.
+func NewEngine(store eventstore.Store, cacheSize int) *Engine {
+	return &Engine{
+		store:       store,
+		cache:       newCache(cacheSize),
+		Now:         func() time.Time { return time.Now().UTC() },
+		NewID:       func() uuid.UUID { return uuid.Must(uuid.NewV7()) },
+		MaxAttempts: 10,
+	}
+}
+
+// Store returns the underlying event store.
+func (e *Engine) Store() eventstore.Store { return e.store }
+
+// ErrNothingToDo is returned by a command function that decided no event is
+// needed (an idempotent repeat); Do then returns a zero result and no error.
+var ErrNothingToDo = errors.New("app: nothing to append")
+
+// Do runs decide and appends what it recorded, retrying the whole decision
+// on a concurrency conflict (the loser re-reads fresh state).
+func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) error) (eventstore.AppendResult, error) {
+	var lastErr error
+	for attempt := 0; attempt < e.MaxAttempts; attempt++ {
+		tx := &Tx{ctx: ctx, engine: e, streams: map[string]*txStream{}, fresh: attempt > 0}
+		if err := decide(tx); err != nil {
+			if errors.Is(err, ErrNothingToDo) {
+				return eventstore.AppendResult{}, nil
+			}
+			return eventstore.AppendResult{}, err
+		}
+		appends, err := e.build(tx, meta)
+		if err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		if len(appends) == 0 {
+			return eventstore.AppendResult{}, nil
+		}
+		res, err := e.store.Append(ctx, appends...)
+		if err == nil {
+			for _, name := range tx.order {
+				ts := tx.streams[name]
+				if len(ts.events) > 0 && ts.after != nil {
+					if rev, ok := res.Revisions[name]; ok {
+						ts.after(int64(rev))
+					}
+				}
+			}
+			return res, nil
+		}
+		if !errors.Is(err, eventstore.ErrConcurrency) {
+			return eventstore.AppendResult{}, err
+		}
+		lastErr = err
+		for _, name := range tx.order {
+			e.cache.evict(name)
+		}
+		// Back off a little so that racing commands interleave.
+		time.Sleep(time.Duration(rand.IntN(1+attempt*attempt)) * time.Millisecond)
+	}
+	return eventstore.AppendResult{}, lastErr
+}
+
+func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, error) {
+	if meta.OccurredAt.IsZero() {
+		meta.OccurredAt = e.Now()
+	}
+	metaJSON, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	var out []eventstore.StreamAppend
+	for _, name := range tx.order {
+		ts := tx.streams[name]
+		if len(ts.events) == 0 && !ts.guard {
+			continue
+		}
+		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream}
+		if ts.rev >= 0 {
+			sa.Expected = eventstore.Exact(uint64(ts.rev))
+		}
+		for _, ev := range ts.events {
+			data, err := json.Marshal(ev)
+			if err != nil {
+				return nil, err
+			}
+			sa.Events = append(sa.Events, eventstore.EventData{ID: e.NewID(), Type: ev.EventType(), Data: data, Metadata: metaJSON})
+		}
+		out = append(out, sa)
+	}
+	return out, nil
+}
+
+// Load reads an aggregate outside a command (fresh from the store).
+func Load[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, int64, error) {
+	return load(ctx, e.store, e.cache, k, k.StreamName(id), true)
+}

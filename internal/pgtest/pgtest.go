@@ -1,0 +1,130 @@
+// Package pgtest gives each test its own freshly migrated PostgreSQL
+// database, cloned from a template that is migrated once per schema version.
+// DATABASE_URL names the server (the Makefile starts a throwaway one).
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/migrations"
+)
+
+// ServerURL is the server's URL; tests are skipped without one, except under
+// CI where a missing database is a failure.
+func ServerURL(tb testing.TB) string {
+	tb.Helper()
+	u := os.Getenv("DATABASE_URL")
+	if u == "" {
+		if os.Getenv("CI") != "" {
+			tb.Fatal("DATABASE_URL is not set (run tests through `make test`)")
+		}
+		tb.Skip("DATABASE_URL is not set (run tests through `make test`)")
+	}
+	return u
+}
+
+func withDB(raw, db string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		panic(err)
+	}
+	u.Path = "/" + db
+	return u.String()
+}
+
+// NewURL creates a fresh migrated database and returns its URL; it is
+// dropped when the test ends.
+func NewURL(tb testing.TB) string {
+	tb.Helper()
+	server := ServerURL(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, server)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	tmpl := ensureTemplate(tb, ctx, admin, server)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "t_" + hex.EncodeToString(b[:])
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tmpl)); err != nil {
+		tb.Fatalf("pgtest: create database: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c, err := pgx.Connect(ctx, server)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, name))
+	})
+	return withDB(server, name)
+}
+
+// NewPool is NewURL plus a pool closed at the end of the test.
+func NewPool(tb testing.TB) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(NewURL(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// ensureTemplate migrates the template of the current schema version once,
+// serialised across test processes by an advisory lock.
+func ensureTemplate(tb testing.TB, ctx context.Context, admin *pgx.Conn, server string) string {
+	tb.Helper()
+	tmpl := "tmpl_" + strings.ToLower(strings.NewReplacer("-", "_", ".", "_").Replace(migrations.Fingerprint()))
+	if len(tmpl) > 60 {
+		tmpl = tmpl[:60]
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(7242002)`); err != nil {
+		tb.Fatal(err)
+	}
+	defer admin.Exec(context.Background(), `SELECT pg_advisory_unlock(7242002)`) //nolint:errcheck
+	var ready bool
+	if err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1 AND datistemplate)`, tmpl).Scan(&ready); err != nil {
+		tb.Fatal(err)
+	}
+	if ready {
+		return tmpl
+	}
+	_, _ = admin.Exec(ctx, fmt.Sprintf(`DROP DATABASE IF EXISTS %s WITH (FORCE)`, tmpl))
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s`, tmpl)); err != nil {
+		tb.Fatalf("pgtest: create template: %v", err)
+	}
+	pool, err := pgxpool.New(ctx, withDB(server, tmpl))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	err = migrations.Up(ctx, pool)
+	pool.Close()
+	if err != nil {
+		tb.Fatalf("pgtest: migrate template: %v", err)
+	}
+	if _, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s WITH is_template true`, tmpl)); err != nil {
+		tb.Fatal(err)
+	}
+	return tmpl
+}

@@ -1,0 +1,26 @@
+// Package projections builds PostgreSQL read models from the global event
+// log. Each projector is idempotent over its checkpoint: the runner applies a
+// batch of events and moves the checkpoint in one transaction.
+package projections
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// Projector builds one read model.
+type Projector interface {
+	// Name is the stored checkpoint name: never rename one casually.
+	Name() string
+	// Schema is the DDL creating the projector's tables with unqualified
+	// names and IF NOT EXISTS; a rebuild runs it in a shadow schema.
+	Schema() string
+	// Tables lists the tables Schema creates (moved into place on rebuild).
+	Tables() []string
+	// Apply writes the effect of events within tx. Table names must be
+	// unqualified so that search_path selects live or shadow tables.
+	Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error
+}

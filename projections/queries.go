@@ -1,0 +1,212 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/reference"
+)
+
+// Queries reads the read models.
+type Queries struct {
+	pool *pgxpool.Pool
+}
+
+// NewQueries returns read-model queries on pool.
+func NewQueries(pool *pgxpool.Pool) *Queries { return &Queries{pool: pool} }
+
+// KeyRow is an API key with its merchant's auth-relevant settings.
+type KeyRow struct {
+	KeyID       string
+	MerchantID  string
+	Environment domain.Environment
+	Role        string
+	Business    bool
+	Country     string
+	Allowlist   []string
+}
+
+// KeyByDigest finds an unrevoked key.
+func (q *Queries) KeyByDigest(ctx context.Context, digest string) (KeyRow, bool, error) {
+	var k KeyRow
+	var env string
+	err := q.pool.QueryRow(ctx, `SELECT k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist
+		FROM rm_api_keys k JOIN rm_merchants m USING (merchant_id) WHERE k.digest = $1 AND NOT k.revoked`, digest).
+		Scan(&k.KeyID, &k.MerchantID, &env, &k.Role, &k.Business, &k.Country, &k.Allowlist)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return k, false, nil
+	}
+	k.Environment = domain.Environment(env)
+	return k, err == nil, err
+}
+
+// Country is the embedded country of a customer record.
+type Country struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	ISOCode string `json:"isoCode"`
+}
+
+// Customer is the customer record of api-decisions §3.
+type Customer struct {
+	CustomerID    string               `json:"customerId"`
+	Firstname     string               `json:"firstname"`
+	Lastname      string               `json:"lastname"`
+	Email         string               `json:"email"`
+	Phone         string               `json:"phone"`
+	BVN           *string              `json:"bvn"`
+	DOB           *string              `json:"dob"`
+	Status        string               `json:"status"`
+	BlockedReason *string              `json:"blockedReason"`
+	BlockedAt     *time.Time           `json:"blockedAt"`
+	Permissions   customer.Permissions `json:"permissions"`
+	CountryID     string               `json:"countryId"`
+	Country       Country              `json:"country"`
+	MerchantID    string               `json:"merchantId"`
+	Environment   string               `json:"environment"`
+	CreatedAt     time.Time            `json:"createdAt"`
+	UpdatedAt     time.Time            `json:"updatedAt"`
+}
+
+const customerColumns = `customer_id, firstname, lastname, email, phone, bvn, dob, status, blocked_reason, blocked_at,
+	can_buy, can_sell, can_withdraw, country_id, merchant_id, environment, created_at, updated_at`
+
+func scanCustomer(row pgx.Row) (Customer, error) {
+	var (
+		c        Customer
+		bvn, dob string
+	)
+	err := row.Scan(&c.CustomerID, &c.Firstname, &c.Lastname, &c.Email, &c.Phone, &bvn, &dob, &c.Status,
+		&c.BlockedReason, &c.BlockedAt, &c.Permissions.CanBuy, &c.Permissions.CanSell, &c.Permissions.CanWithdraw,
+		&c.CountryID, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt)
+	if err != nil {
+		return c, err
+	}
+	if bvn != "" {
+		m := customer.MaskBVN(bvn)
+		c.BVN = &m
+	}
+	if dob != "" {
+		c.DOB = &dob
+	}
+	if ct, ok := reference.FindCountry(c.CountryID); ok {
+		c.Country = Country{ID: ct.ID, Name: ct.Name, ISOCode: ct.ISOCode}
+	}
+	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
+	return c, nil
+}
+
+// CustomerByID returns any customer (auth decides ownership).
+func (q *Queries) CustomerByID(ctx context.Context, id string) (Customer, bool, error) {
+	c, err := scanCustomer(q.pool.QueryRow(ctx, `SELECT `+customerColumns+` FROM rm_customers WHERE customer_id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, false, nil
+	}
+	return c, err == nil, err
+}
+
+// Page is a page request (1-based).
+type Page struct {
+	Page, Limit int
+}
+
+// Pagination is the spec's pagination object.
+type Pagination struct {
+	Count        int64 `json:"count"`
+	Pages        int64 `json:"pages"`
+	IsLastPage   bool  `json:"isLastPage"`
+	NextPage     *int  `json:"nextPage"`
+	PreviousPage *int  `json:"previousPage"`
+}
+
+// NewPagination computes the pagination object of a page over count rows.
+func NewPagination(p Page, count int64) Pagination {
+	pages := (count + int64(p.Limit) - 1) / int64(p.Limit)
+	if pages == 0 {
+		pages = 1
+	}
+	pg := Pagination{Count: count, Pages: pages, IsLastPage: int64(p.Page) >= pages}
+	if !pg.IsLastPage {
+		n := p.Page + 1
+		pg.NextPage = &n
+	}
+	if p.Page > 1 {
+		prev := p.Page - 1
+		if int64(prev) > pages {
+			prev = int(pages)
+		}
+		pg.PreviousPage = &prev
+	}
+	return pg
+}
+
+// ListCustomers pages a merchant's customers, newest first.
+func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p Page) ([]Customer, Pagination, error) {
+	var count int64
+	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_customers WHERE merchant_id = $1 AND environment = $2`,
+		merchantID, string(env)).Scan(&count); err != nil {
+		return nil, Pagination{}, err
+	}
+	rows, err := q.pool.Query(ctx, `SELECT `+customerColumns+` FROM rm_customers WHERE merchant_id = $1 AND environment = $2
+		ORDER BY created_at DESC, seq DESC LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
+	if err != nil {
+		return nil, Pagination{}, err
+	}
+	defer rows.Close()
+	out := []Customer{}
+	for rows.Next() {
+		c, err := scanCustomer(rows)
+		if err != nil {
+			return nil, Pagination{}, err
+		}
+		out = append(out, c)
+	}
+	return out, NewPagination(p, count), rows.Err()
+}
+
+// FindCustomer looks a customer up by canonical email and/or any of the
+// candidate local phone forms; empty criteria are ignored.
+func (q *Queries) FindCustomer(ctx context.Context, merchantID string, env domain.Environment, email string, phones []string, byPhone bool) (Customer, bool, error) {
+	sql := `SELECT ` + customerColumns + ` FROM rm_customers WHERE merchant_id = $1 AND environment = $2`
+	args := []any{merchantID, string(env)}
+	if email != "" {
+		args = append(args, email)
+		sql += ` AND email = $3`
+	}
+	if byPhone {
+		if len(phones) == 0 {
+			return Customer{}, false, nil
+		}
+		args = append(args, phones)
+		sql += ` AND phone = ANY($` + itoa(len(args)) + `)`
+	}
+	sql += ` ORDER BY created_at LIMIT 1`
+	c, err := scanCustomer(q.pool.QueryRow(ctx, sql, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, false, nil
+	}
+	return c, err == nil, err
+}
+
+func itoa(i int) string {
+	if i < 10 {
+		return string(rune('0' + i))
+	}
+	return itoa(i/10) + string(rune('0'+i%10))
+}
+
+// MerchantCountry returns a merchant's default country (ISO code).
+func (q *Queries) MerchantCountry(ctx context.Context, merchantID string) (string, error) {
+	var c string
+	err := q.pool.QueryRow(ctx, `SELECT country FROM rm_merchants WHERE merchant_id = $1`, merchantID).Scan(&c)
+	return c, err
+}
+
+// Pool exposes the read-model database (for components sharing it).
+func (q *Queries) Pool() *pgxpool.Pool { return q.pool }

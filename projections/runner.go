@@ -1,0 +1,717 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// ErrLagging is returned by WaitFor (and CatchUp when another process is
+// projecting) when a read model did not reach the wanted position in time.
+// Serving the read model then would return stale data: the HTTP layer maps
+// it to 503.
+var ErrLagging = errors.New("projections: read model is lagging behind the event log")
+
+const (
+	defaultWaitTimeout  = 5 * time.Second
+	defaultLockRetry    = time.Second
+	defaultPollInterval = 5 * time.Millisecond
+	defaultRetryBackoff = 100 * time.Millisecond
+	defaultLagLimit     = 20_000
+	maxRetryBackoff     = 30 * time.Second
+	// catchUpBatch is the batch size of CatchUp.
+	catchUpBatch = 1000
+	// catchUpStall is how long CatchUp waits for another process's runner
+	// without seeing its checkpoint move.
+	catchUpStall = 30 * time.Second
+)
+
+// Runner keeps projectors up to date. Any number of processes may run a
+// Runner over the same database: per projector one of them is active (it
+// holds a session advisory lock) and the others stand by, retrying the lock
+// every LockRetry. Each batch of events is applied and checkpointed in one
+// transaction; see applyBatch for why double application cannot happen even
+// when two appliers overlap.
+type Runner struct {
+	store  eventstore.Store
+	pool   *pgxpool.Pool
+	log    *zap.Logger
+	states []*projState
+
+	// WaitTimeout bounds WaitFor (default 5 s).
+	WaitTimeout time.Duration
+	// LockRetry is how often a standby tries to become active (default 1 s).
+	LockRetry time.Duration
+	// PollInterval is how often WaitFor reads the checkpoints of projectors
+	// that are active in another process (default 5 ms).
+	PollInterval time.Duration
+	// LagLimit is where Lag stops counting when the store is no
+	// EventCounter and has to page through the log (default 20,000).
+	LagLimit int64
+	// RetryBackoff is the first pause after a failing batch; it doubles on
+	// every further failure up to 30 s (default 100 ms).
+	RetryBackoff time.Duration
+
+	mu       sync.Mutex
+	progress chan struct{} // closed and replaced whenever a known checkpoint moves
+	pollers  int           // WaitFor calls that need checkpoints of other processes
+	polling  bool          // the checkpoint poller goroutine is running
+}
+
+// projState is what the runner knows of one projector; guarded by Runner.mu.
+type projState struct {
+	p         Projector
+	pos       eventstore.Position
+	known     bool // pos was read or written by this runner
+	local     bool // this runner is active for p, so pos is current
+	lastErr   string
+	lastErrAt time.Time
+}
+
+// NewRunner returns a runner of ps; Run starts it.
+func NewRunner(store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps ...Projector) *Runner {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	r := &Runner{store: store, pool: pool, log: log, progress: make(chan struct{})}
+	for _, p := range ps {
+		r.states = append(r.states, &projState{p: p})
+	}
+	return r
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// Projectors returns the runner's projectors.
+func (r *Runner) Projectors() []Projector {
+	ps := make([]Projector, len(r.states))
+	for i, st := range r.states {
+		ps[i] = st.p
+	}
+	return ps
+}
+
+func (r *Runner) names() []string {
+	names := make([]string, len(r.states))
+	for i, st := range r.states {
+		names[i] = st.p.Name()
+	}
+	return names
+}
+
+func checkNames(ps []Projector) error {
+	seen := map[string]bool{}
+	for _, p := range ps {
+		if p.Name() == "" {
+			return errors.New("projections: projector without a name")
+		}
+		if seen[p.Name()] {
+			return fmt.Errorf("projections: projector name %q used twice", p.Name())
+		}
+		seen[p.Name()] = true
+	}
+	return nil
+}
+
+// Run keeps every projector up to date until ctx ends, then releases its
+// locks and returns nil. Failures of a batch are logged, shown by Status and
+// retried with backoff; they never stop Run.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := checkNames(r.Projectors()); err != nil {
+		return err
+	}
+	if len(r.states) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	for ctx.Err() == nil {
+		err := r.lockSession(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		r.log.Warn("projections: lock connection lost, retrying", zap.Error(err))
+		sleep(ctx, orDefault(r.LockRetry, defaultLockRetry))
+	}
+	return nil
+}
+
+// lockSession holds one dedicated connection carrying the advisory locks of
+// the projectors this runner is active for, tries to take the others every
+// LockRetry, and runs each projector whose lock it holds. It returns when ctx
+// ends or the connection fails; the locks go with the connection, so the
+// projectors are stopped first.
+func (r *Runner) lockSession(ctx context.Context) error {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+		r.mu.Lock()
+		for _, st := range r.states {
+			st.local = false
+		}
+		r.broadcastLocked()
+		r.mu.Unlock()
+		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ucancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock_all()`); err != nil {
+			// An unusable connection must not go back to the pool still
+			// holding locks: closing it ends the session and its locks.
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}()
+	held := make([]bool, len(r.states))
+	tick := time.NewTicker(orDefault(r.LockRetry, defaultLockRetry))
+	defer tick.Stop()
+	for {
+		all := true
+		for i, st := range r.states {
+			if held[i] {
+				continue
+			}
+			var ok bool
+			if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+lockKeySQL+`)`, st.p.Name()).Scan(&ok); err != nil {
+				return err
+			}
+			if !ok {
+				all = false
+				continue
+			}
+			held[i] = true
+			r.log.Info("projections: active", zap.String("projection", st.p.Name()))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.runActive(sctx, st)
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if all {
+			// Nothing to try: just notice a dead connection.
+			if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// runActive follows the log for one projector while this runner holds its
+// lock, retrying failures with backoff.
+func (r *Runner) runActive(ctx context.Context, st *projState) {
+	name := st.p.Name()
+	backoff := orDefault(r.RetryBackoff, defaultRetryBackoff)
+	for ctx.Err() == nil {
+		err := r.follow(ctx, st, &backoff)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errResync) {
+			r.log.Info("projections: checkpoint moved by another applier, re-syncing", zap.String("projection", name))
+			continue
+		}
+		if err == nil {
+			err = errors.New("subscription ended")
+		}
+		r.log.Error("projections: batch failed, retrying", zap.String("projection", name),
+			zap.Duration("backoff", backoff), zap.Error(err))
+		r.mu.Lock()
+		st.lastErr, st.lastErrAt = err.Error(), time.Now()
+		r.mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if rerr := recordError(rctx, r.pool, name, err); rerr != nil && ctx.Err() == nil {
+			r.log.Warn("projections: cannot record error", zap.String("projection", name), zap.Error(rerr))
+		}
+		cancel()
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, maxRetryBackoff)
+	}
+}
+
+// follow ensures the schema, loads the checkpoint and applies every batch the
+// subscription delivers from it.
+func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Duration) error {
+	pos, err := prepare(ctx, r.pool, st.p)
+	if err != nil {
+		return err
+	}
+	r.advance(st, pos, false)
+	expected := pos
+	return r.store.Subscribe(ctx, pos, func(ctx context.Context, events []eventstore.RecordedEvent) error {
+		next, err := applyBatch(ctx, r.pool, st.p, expected, events)
+		if err != nil {
+			return err
+		}
+		expected = next
+		r.advance(st, next, true)
+		*backoff = orDefault(r.RetryBackoff, defaultRetryBackoff)
+		return nil
+	})
+}
+
+// advance records a checkpoint this runner read or wrote as active applier.
+func (r *Runner) advance(st *projState, pos eventstore.Position, applied bool) {
+	r.mu.Lock()
+	st.pos, st.known, st.local = pos, true, true
+	if applied {
+		st.lastErr, st.lastErrAt = "", time.Time{}
+	}
+	r.broadcastLocked()
+	r.mu.Unlock()
+}
+
+func (r *Runner) broadcastLocked() {
+	close(r.progress)
+	r.progress = make(chan struct{})
+}
+
+// WaitFor blocks until every projector's checkpoint is at or after pos, so
+// that a read after a write sees the write. Progress of projectors active in
+// this process is signalled in memory; for those active elsewhere the
+// checkpoints are polled every PollInterval by one goroutine shared by all
+// waiters. After WaitTimeout it returns an error wrapping ErrLagging. The
+// zero position returns at once.
+func (r *Runner) WaitFor(ctx context.Context, pos eventstore.Position) error {
+	if pos == eventstore.Start {
+		return nil
+	}
+	timer := time.NewTimer(orDefault(r.WaitTimeout, defaultWaitTimeout))
+	defer timer.Stop()
+	polling := false
+	defer func() {
+		if polling {
+			r.mu.Lock()
+			r.pollers--
+			r.mu.Unlock()
+		}
+	}()
+	for {
+		r.mu.Lock()
+		var behind *projState
+		needPoll := false
+		for _, st := range r.states {
+			if !st.known || st.pos.Less(pos) {
+				behind = st
+				if !st.local {
+					needPoll = true
+				}
+			}
+		}
+		if behind == nil {
+			r.mu.Unlock()
+			return nil
+		}
+		if needPoll && !polling {
+			polling = true
+			r.pollers++
+			if !r.polling {
+				r.polling = true
+				go r.pollCheckpoints()
+			}
+		}
+		ch := r.progress
+		name, at := behind.p.Name(), behind.pos
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			return fmt.Errorf("%w: %s is at %s, waiting for %s", ErrLagging, name, at, pos)
+		}
+	}
+}
+
+// pollCheckpoints reads the stored checkpoints of projectors not active in
+// this process while some WaitFor needs them.
+func (r *Runner) pollCheckpoints() {
+	names := r.names()
+	interval := orDefault(r.PollInterval, defaultPollInterval)
+	for {
+		r.mu.Lock()
+		if r.pollers == 0 {
+			r.polling = false
+			r.mu.Unlock()
+			return
+		}
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		cps, err := loadCheckpoints(ctx, r.pool, names)
+		cancel()
+		if err == nil {
+			r.mu.Lock()
+			changed := false
+			for _, st := range r.states {
+				if st.local {
+					continue
+				}
+				if pos, ok := cps[st.p.Name()]; ok && (!st.known || pos != st.pos) {
+					st.pos, st.known, changed = pos, true, true
+				}
+			}
+			if changed {
+				r.broadcastLocked()
+			}
+			r.mu.Unlock()
+		}
+		time.Sleep(interval)
+	}
+}
+
+// Lag is the largest number of events any projector still has to apply up to
+// the current head, for readiness checks. It is cheap: one head query, one
+// checkpoint query for projectors active elsewhere, and a count of the events
+// behind, which stops at LagLimit when the store cannot count ranges itself
+// (see EventCounter) and must page through them.
+func (r *Runner) Lag(ctx context.Context) (int64, error) {
+	head, err := r.store.Head(ctx)
+	if err != nil {
+		return 0, err
+	}
+	positions := make([]eventstore.Position, len(r.states))
+	var remote []string
+	r.mu.Lock()
+	for i, st := range r.states {
+		positions[i] = st.pos
+		if !st.local {
+			remote = append(remote, st.p.Name())
+		}
+	}
+	r.mu.Unlock()
+	if len(remote) > 0 {
+		cps, err := loadCheckpoints(ctx, r.pool, remote)
+		if err != nil {
+			return 0, err
+		}
+		for i, st := range r.states {
+			if pos, ok := cps[st.p.Name()]; ok {
+				positions[i] = pos
+			}
+		}
+	}
+	var worst int64
+	for _, pos := range positions {
+		limit := r.LagLimit
+		if limit <= 0 {
+			limit = defaultLagLimit
+		}
+		n, err := countEvents(ctx, r.store, pos, head, limit)
+		if err != nil {
+			return 0, err
+		}
+		worst = max(worst, n)
+	}
+	return worst, nil
+}
+
+// Status reports every projector of the runner (see Status); the last error
+// comes from this runner's memory when it is active for the projector.
+func (r *Runner) Status(ctx context.Context) ([]ProjectorStatus, error) {
+	out, err := Status(ctx, r.pool, r.store, r.Projectors()...)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, st := range r.states {
+		if st.local && st.lastErr != "" {
+			at := st.lastErrAt
+			out[i].LastError, out[i].LastErrorAt = st.lastErr, &at
+		}
+	}
+	return out, nil
+}
+
+// CatchUp applies every projector once up to the log's head as of the call,
+// then returns; operator commands use it when no server runs. It is safe
+// while Runners run the same projectors: when another session holds a
+// projector's lock, CatchUp waits for that session's checkpoint to reach the
+// head instead, failing with ErrLagging if it stops moving for 30 s.
+func CatchUp(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps ...Projector) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := checkNames(ps); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := catchUpOne(ctx, store, pool, log, p); err != nil {
+			return fmt.Errorf("projection %s: %w", p.Name(), err)
+		}
+	}
+	return nil
+}
+
+func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, p Projector) error {
+	head, err := store.Head(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+lockKeySQL+`)`, p.Name()).Scan(&locked); err != nil {
+		conn.Release()
+		return err
+	}
+	if !locked {
+		conn.Release()
+		log.Info("projections: active elsewhere, waiting for it to reach head",
+			zap.String("projection", p.Name()), zap.Stringer("head", head))
+		return waitForCheckpoint(ctx, pool, p.Name(), head, catchUpStall)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(`+lockKeySQL+`)`, p.Name()); err != nil {
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}()
+	pos, err := applyUpTo(ctx, store, pool, p, head, catchUpBatch)
+	if err != nil {
+		return err
+	}
+	log.Info("projections: caught up", zap.String("projection", p.Name()), zap.Stringer("checkpoint", pos))
+	return nil
+}
+
+// waitForCheckpoint polls name's checkpoint until it is at or after target;
+// it gives up with ErrLagging when the checkpoint does not move for stall.
+func waitForCheckpoint(ctx context.Context, pool *pgxpool.Pool, name string, target eventstore.Position, stall time.Duration) error {
+	var last eventstore.Position
+	lastMove := time.Now()
+	for {
+		cps, err := loadCheckpoints(ctx, pool, []string{name})
+		if err != nil {
+			return err
+		}
+		pos := cps[name]
+		if pos.AtLeast(target) {
+			return nil
+		}
+		if pos != last {
+			last, lastMove = pos, time.Now()
+		} else if time.Since(lastMove) > stall {
+			return fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, name, pos, target)
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// sleep waits for d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// Checkpoints live in projection_checkpoints (migrations/0002). Every batch
+// locks its projector's row FOR UPDATE before writing, so whoever applies
+// events (the active runner, a standby that just took over, an operator's
+// catch-up, a rebuild's swap) is serialised on that row, and each of them
+// skips what the stored checkpoint already covers.
+
+// errResync tells a reader that the stored checkpoint is not where it
+// expected (someone else moved it): it must restart reading from the stored
+// checkpoint. Nothing of the batch was written.
+var errResync = errors.New("projections: checkpoint moved, re-reading from it")
+
+// lockKeySQL is the session advisory lock key of a projector (name in $1).
+const lockKeySQL = `hashtext('projection:' || $1)`
+
+// toDB stores a uint64 position part as its bit pattern, so that any value
+// round-trips exactly; comparisons happen in Go.
+func toDB(u uint64) int64 { return int64(u) }
+
+func fromDB(i int64) uint64 { return uint64(i) }
+
+// ensureCheckpoint creates the projector's checkpoint row at Start if absent.
+func ensureCheckpoint(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	_, err := pool.Exec(ctx,
+		`INSERT INTO projection_checkpoints (name) VALUES ($1) ON CONFLICT (name) DO NOTHING`, name)
+	return err
+}
+
+// lockCheckpoint reads the checkpoint row FOR UPDATE within tx.
+func lockCheckpoint(ctx context.Context, tx pgx.Tx, name string) (eventstore.Position, error) {
+	var c, p int64
+	err := tx.QueryRow(ctx,
+		`SELECT commit_pos, prepare_pos FROM projection_checkpoints WHERE name = $1 FOR UPDATE`, name).Scan(&c, &p)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return eventstore.Position{}, fmt.Errorf("projections: no checkpoint row for %q", name)
+	}
+	if err != nil {
+		return eventstore.Position{}, err
+	}
+	return eventstore.Position{Commit: fromDB(c), Prepare: fromDB(p)}, nil
+}
+
+func storeCheckpoint(ctx context.Context, tx pgx.Tx, name string, pos eventstore.Position) error {
+	_, err := tx.Exec(ctx,
+		`UPDATE projection_checkpoints
+		    SET commit_pos = $2, prepare_pos = $3, updated_at = now(), last_error = NULL, last_error_at = NULL
+		  WHERE name = $1`,
+		name, toDB(pos.Commit), toDB(pos.Prepare))
+	return err
+}
+
+// loadCheckpoints reads the stored checkpoints of names; absent rows are
+// missing from the map.
+func loadCheckpoints(ctx context.Context, pool *pgxpool.Pool, names []string) (map[string]eventstore.Position, error) {
+	rows, err := pool.Query(ctx,
+		`SELECT name, commit_pos, prepare_pos FROM projection_checkpoints WHERE name = ANY($1)`, names)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]eventstore.Position, len(names))
+	for rows.Next() {
+		var (
+			n    string
+			c, p int64
+		)
+		if err := rows.Scan(&n, &c, &p); err != nil {
+			return nil, err
+		}
+		out[n] = eventstore.Position{Commit: fromDB(c), Prepare: fromDB(p)}
+	}
+	return out, rows.Err()
+}
+
+// prepare makes sure the projector's tables and checkpoint row exist and
+// returns its checkpoint. The DDL runs under the checkpoint row lock so that
+// it never races a rebuild's table swap.
+func prepare(ctx context.Context, pool *pgxpool.Pool, p Projector) (eventstore.Position, error) {
+	if err := ensureCheckpoint(ctx, pool, p.Name()); err != nil {
+		return eventstore.Position{}, err
+	}
+	var pos eventstore.Position
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		if pos, err = lockCheckpoint(ctx, tx, p.Name()); err != nil {
+			return err
+		}
+		if ddl := p.Schema(); ddl != "" {
+			if _, err := tx.Exec(ctx, ddl); err != nil {
+				return fmt.Errorf("schema: %w", err)
+			}
+		}
+		return nil
+	})
+	return pos, err
+}
+
+// applyBatch applies events, which follow position expected in the log, and
+// moves the checkpoint, in one transaction. If the stored checkpoint moved
+// past expected (another applier got there first, or a rebuild swapped the
+// tables in), the events it covers are skipped; if it covers the whole batch
+// or went backwards, nothing is written and errResync is returned. It returns
+// the new checkpoint.
+func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected eventstore.Position, events []eventstore.RecordedEvent) (eventstore.Position, error) {
+	if len(events) == 0 {
+		return expected, nil
+	}
+	last := events[len(events)-1].Position
+	var next eventstore.Position
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		stored, err := lockCheckpoint(ctx, tx, p.Name())
+		if err != nil {
+			return err
+		}
+		if stored != expected {
+			if stored.Less(expected) || stored.AtLeast(last) {
+				return errResync
+			}
+			i := 0
+			for i < len(events) && stored.AtLeast(events[i].Position) {
+				i++
+			}
+			events = events[i:]
+		}
+		if err := p.Apply(ctx, tx, events); err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		if err := storeCheckpoint(ctx, tx, p.Name(), last); err != nil {
+			return err
+		}
+		next = last
+		return nil
+	})
+	if err != nil {
+		return eventstore.Position{}, err
+	}
+	return next, nil
+}
+
+// applyUpTo applies the log from the stored checkpoint until it is at or
+// after target. The caller should hold the projector's advisory lock, but
+// correctness does not depend on it (applyBatch re-syncs).
+func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, p Projector, target eventstore.Position, batch int) (eventstore.Position, error) {
+	pos, err := prepare(ctx, pool, p)
+	if err != nil {
+		return pos, err
+	}
+	for pos.Less(target) {
+		events, err := store.ReadAll(ctx, pos, batch)
+		if err != nil {
+			return pos, err
+		}
+		if len(events) == 0 {
+			// target is beyond what the log can show yet.
+			return pos, nil
+		}
+		next, err := applyBatch(ctx, pool, p, pos, events)
+		if errors.Is(err, errResync) {
+			cps, err := loadCheckpoints(ctx, pool, []string{p.Name()})
+			if err != nil {
+				return pos, err
+			}
+			pos = cps[p.Name()]
+			continue
+		}
+		if err != nil {
+			return pos, err
+		}
+		pos = next
+	}
+	return pos, nil
+}
+
+// recordError stores a projector's last failure for Status (best effort).
+func recordError(ctx context.Context, pool *pgxpool.Pool, name string, failure error) error {
+	_, err := pool.Exec(ctx,
+		`UPDATE projection_checkpoints SET last_error = $2, last_error_at = now() WHERE name = $1`,
+		name, failure.Error())
+	return err
+}
