@@ -52,9 +52,12 @@ BEGIN
             WHERE e.stream_id = p_streams[x.sidx];
             IF existing = array_length(p_ids, 1) AND matching = existing THEN
                 RETURN QUERY
-                SELECT max(e.tx_id)::text, max(e.seq),
+                -- The position of the last stored event of the append
+                -- (one row: tx id and seq of the same event).
+                SELECT e.tx_id::text, e.seq,
                        ARRAY(SELECT coalesce((SELECT s.revision FROM es_streams s WHERE s.stream_id = st), -1) FROM unnest(p_streams) st)
-                FROM es_events e WHERE e.event_id = ANY (p_ids);
+                FROM es_events e WHERE e.event_id = ANY (p_ids)
+                ORDER BY e.tx_id DESC, e.seq DESC LIMIT 1;
                 RETURN;
             END IF;
             RAISE EXCEPTION 'event id already stored' USING ERRCODE = 'ES002';

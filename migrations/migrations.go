@@ -5,6 +5,8 @@ package migrations
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"embed"
 	"fmt"
 	"io/fs"
@@ -33,10 +35,17 @@ func Names() []string {
 	return names
 }
 
-// Fingerprint identifies the schema version (used to name test templates).
+// Fingerprint identifies the schema by the contents of every migration
+// (used to name test template databases, so an edited migration never
+// reuses a stale template).
 func Fingerprint() string {
-	names := Names()
-	return fmt.Sprintf("%d_%s", len(names), strings.TrimSuffix(names[len(names)-1], ".sql"))
+	h := sha256.New()
+	for _, name := range Names() {
+		b, _ := files.ReadFile(name)
+		h.Write([]byte(name))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // Up applies every pending migration, each in its own transaction.

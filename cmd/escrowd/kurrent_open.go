@@ -4,8 +4,13 @@ import (
 	"fmt"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/kurrent"
 )
 
+// openKurrent opens the KurrentDB adapter (ESCROW_EVENT_STORE=kurrent).
 func openKurrent(cfg Config) (eventstore.Store, error) {
-	return nil, fmt.Errorf("ESCROW_EVENT_STORE=kurrent: adapter wiring pending")
+	if cfg.KurrentURL == "" {
+		return nil, fmt.Errorf("ESCROW_EVENT_STORE=kurrent needs KURRENTDB_URL")
+	}
+	return kurrent.Open(cfg.KurrentURL)
 }

@@ -1,0 +1,205 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/eventstore/storetest"
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+func newStore(t *testing.T) (*postgres.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	s := postgres.New(pool)
+	t.Cleanup(s.Close)
+	return s, pool
+}
+
+func TestConformance(t *testing.T) {
+	pgtest.ServerURL(t) // skip the whole suite without a server
+	storetest.Run(t, func(t *testing.T) eventstore.Store {
+		s, _ := newStore(t)
+		return s
+	})
+}
+
+// TestReadAllWaitsForOlderTransactions shows the visibility rule that makes
+// ReadAll gap-safe: an event committed by a younger transaction is withheld
+// while an older transaction that wrote to the log is still open, because
+// that older one will take an earlier position when it commits.
+func TestReadAllWaitsForOlderTransactions(t *testing.T) {
+	s, pool := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := "xmin-" + uuid.NewString()[:8]
+
+	// Transaction 1 appends through es_append, as the adapter does, and
+	// stays open.
+	old, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback(context.Background()) //nolint:errcheck
+	oldID := uuid.New()
+	var oldTx string
+	err = old.QueryRow(ctx,
+		`SELECT tx FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9)`,
+		[]string{p + "-old"}, []int64{-1}, []int32{1}, []string{oldID.String()},
+		[]string{"Old"}, []string{`{"n":1}`}, []*string{nil}, []int32{1}, []int32{0},
+	).Scan(&oldTx)
+	if err != nil {
+		t.Fatalf("es_append in the open transaction: %v", err)
+	}
+
+	// A subscriber follows from the start meanwhile.
+	var (
+		mu  sync.Mutex
+		got []eventstore.RecordedEvent
+	)
+	subCtx, stopSub := context.WithCancel(ctx)
+	subDone := make(chan error, 1)
+	go func() {
+		subDone <- s.Subscribe(subCtx, eventstore.Start, func(_ context.Context, evs []eventstore.RecordedEvent) error {
+			mu.Lock()
+			got = append(got, evs...)
+			mu.Unlock()
+			return nil
+		})
+	}()
+	seen := func() []eventstore.RecordedEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]eventstore.RecordedEvent(nil), got...)
+	}
+
+	// Transaction 2 (another connection) appends and commits.
+	newEv := eventstore.EventData{ID: uuid.New(), Type: "New", Data: []byte(`{"n":2}`)}
+	res, err := s.Append(ctx, eventstore.StreamAppend{Stream: p + "-new", Expected: eventstore.NoStream, Events: []eventstore.EventData{newEv}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oldTx == "" || res.Position.Commit == 0 {
+		t.Fatalf("no transaction ids: %q, %v", oldTx, res.Position)
+	}
+
+	// It is committed and visible to plain SQL ...
+	var committed int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM es_events WHERE event_id = $1`, newEv.ID).Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	if committed != 1 {
+		t.Fatalf("the younger transaction's event is not committed (count %d)", committed)
+	}
+	// ... but ReadAll, Head and Subscribe hold it back.
+	evs, err := s.ReadAll(ctx, eventstore.Start, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 0 {
+		t.Fatalf("ReadAll returned %d events while an older transaction is open; want 0", len(evs))
+	}
+	if h, err := s.Head(ctx); err != nil || h != eventstore.Start {
+		t.Fatalf("Head = %v, %v; want Start while an older transaction is open", h, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(seen()); n != 0 {
+		t.Fatalf("subscriber received %d events while an older transaction is open", n)
+	}
+
+	if err := old.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Now both come out, the older transaction's event first, although it
+	// committed last. (Other databases' transactions on a shared server can
+	// hold the horizon back a little, hence the polling.)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		evs, err = s.ReadAll(ctx, eventstore.Start, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(evs) != 2 || evs[0].ID != oldID || evs[1].ID != newEv.ID {
+		t.Fatalf("ReadAll after commit = %v; want [old, new]", evs)
+	}
+	if !evs[0].Position.Less(evs[1].Position) || evs[1].Position != res.Position {
+		t.Errorf("positions %v, %v; want old < new = %v", evs[0].Position, evs[1].Position, res.Position)
+	}
+	if h, err := s.Head(ctx); err != nil || h != res.Position {
+		t.Errorf("Head = %v, %v; want %v", h, err, res.Position)
+	}
+	for len(seen()) < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sub := seen()
+	if len(sub) != 2 || sub[0].ID != oldID || sub[1].ID != newEv.ID {
+		t.Errorf("subscriber received %d events; want [old, new]", len(sub))
+	}
+	stopSub()
+	if err := <-subDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("Subscribe returned %v; want context.Canceled", err)
+	}
+}
+
+// TestOrderIsNumericAcrossDigitBoundaries pins the global order to numeric
+// transaction ids where their decimal text sorts differently (99 < 100,
+// 999 < 1000). Ids this small are long committed on any cluster, so the
+// rows are inserted directly with explicit tx_id values.
+func TestOrderIsNumericAcrossDigitBoundaries(t *testing.T) {
+	s, pool := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	txs := []string{"9", "10", "99", "100", "101", "999"}
+	for i, tx := range txs {
+		if _, err := pool.Exec(ctx,
+			`INSERT INTO es_events (tx_id, event_id, stream_id, revision, event_type, data)
+			 VALUES ($1::text::xid8, $2, 'digits', $3, 'D', '{}')`, tx, uuid.New(), i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []uint64
+	after := eventstore.Start
+	for {
+		evs, err := s.ReadAll(ctx, after, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) == 0 {
+			break
+		}
+		for _, e := range evs {
+			got = append(got, e.Position.Commit)
+		}
+		after = evs[len(evs)-1].Position
+	}
+	want := []uint64{9, 10, 99, 100, 101, 999}
+	if len(got) != len(want) {
+		t.Fatalf("ReadAll paging returned commits %v; want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("ReadAll paging returned commits %v; want %v", got, want)
+		}
+	}
+	h, err := s.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Commit != 999 {
+		t.Errorf("Head = %v; want commit 999", h)
+	}
+}
