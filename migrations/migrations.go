@@ -6,8 +6,8 @@ package migrations
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"sort"

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -25,7 +26,32 @@ func publish(ctx context.Context, env *cliEnv, pos eventstore.Position) error {
 	if pos == (eventstore.Position{}) {
 		return nil
 	}
-	return projections.CatchUp(ctx, env.Store, env.Pool, env.Log, env.Projectors...)
+	// Catching up to the head is not enough on its own: the command's event
+	// becomes readable only once older write transactions in the cluster
+	// have ended, so repeat until every checkpoint has passed pos.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if err := projections.CatchUp(ctx, env.Store, env.Pool, env.Log, env.Projectors...); err != nil {
+			return err
+		}
+		st, err := projections.Status(ctx, env.Pool, env.Store, env.Projectors...)
+		if err != nil {
+			return err
+		}
+		done := true
+		for _, s := range st {
+			done = done && s.Checkpoint.AtLeast(pos)
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("read models did not reach the change: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 func parseEnv(s string) (domain.Environment, error) {
@@ -91,7 +117,7 @@ func cmdMerchant(ctx context.Context, cfg Config, env *cliEnv, args []string) er
 			return err
 		}
 		secret := app.NewSigningSecret()
-		if err := operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
+		if err := operatorChange(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
 			return []domain.Event{merchant.SigningSecretRotated{Environment: environment, Secret: secret}}, nil
 		}); err != nil {
 			return err
@@ -149,7 +175,17 @@ func cmdMerchant(ctx context.Context, cfg Config, env *cliEnv, args []string) er
 	return usageError("merchant: unknown subcommand " + args[0])
 }
 
+// operatorUpdate applies a merchant change and prints "ok".
 func operatorUpdate(ctx context.Context, env *cliEnv, svc *app.Service, id string, decide func(merchant.State) ([]domain.Event, error)) error {
+	if err := operatorChange(ctx, env, svc, id, decide); err != nil {
+		return err
+	}
+	fmt.Fprintln(env.Stdout, "ok")
+	return nil
+}
+
+// operatorChange applies a merchant change and publishes it to the read models.
+func operatorChange(ctx context.Context, env *cliEnv, svc *app.Service, id string, decide func(merchant.State) ([]domain.Event, error)) error {
 	if id == "" {
 		return usageError("--merchant is required")
 	}
@@ -157,11 +193,7 @@ func operatorUpdate(ctx context.Context, env *cliEnv, svc *app.Service, id strin
 	if err != nil {
 		return err
 	}
-	if err := publish(ctx, env, pos); err != nil {
-		return err
-	}
-	fmt.Fprintln(env.Stdout, "ok")
-	return nil
+	return publish(ctx, env, pos)
 }
 
 // validateCallbackURL: live callback URLs must be https and must not resolve
