@@ -1,0 +1,80 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// countingStore adds EventCounter to a store, counting in SQL.
+type countingStore struct {
+	eventstore.Store
+	pool  *pgxpool.Pool
+	calls int
+}
+
+func (s *countingStore) CountEvents(ctx context.Context, after, upTo eventstore.Position) (int64, error) {
+	s.calls++
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM es_events
+		WHERE (tx_id, seq) > ($1::text::xid8, $2) AND (tx_id, seq) <= ($3::text::xid8, $4)`,
+		fmt.Sprint(after.Commit), int64(after.Prepare), fmt.Sprint(upTo.Commit), int64(upTo.Prepare)).Scan(&n)
+	return n, err
+}
+
+func TestStatusReportsLag(t *testing.T) {
+	e := newEnv(t)
+	c, idle := newCounter("stat"), newCounter("idle")
+	last := visible(t, e.store, appendBulk(t, e.store, 1234, 4))
+
+	st, err := Status(context.Background(), e.pool, e.store, c, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st {
+		if s.Lag != 1234 || s.Active || s.UpdatedAt != nil || s.Checkpoint != eventstore.Start || s.Head != last {
+			t.Fatalf("before any run: %+v", s)
+		}
+	}
+	cs := &countingStore{Store: e.store, pool: e.pool}
+	st, err = Status(context.Background(), e.pool, cs, c)
+	if err != nil || st[0].Lag != 1234 || cs.calls != 1 {
+		t.Fatalf("with an EventCounter: %+v, %v (%d calls)", st, err, cs.calls)
+	}
+
+	r := testRunner(e.store, e.pool, e.log, c)
+	r.LagLimit = 1000
+	if n, err := r.Lag(context.Background()); err != nil || n != 1000 {
+		t.Fatalf("Lag before running = %d, %v; want 1000 (capped)", n, err)
+	}
+	start(t, r)
+	if err := r.WaitFor(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	more := visible(t, e.store, appendEvents(t, e.store, 3, 2))
+	st, err = Status(context.Background(), e.pool, e.store, c, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runner may or may not have applied the 3 new events yet.
+	if s := st[0]; !s.Active || s.UpdatedAt == nil || s.Lag > 3 || s.Checkpoint.Less(last) || s.Head != more {
+		t.Fatalf("running projector: %+v", s)
+	}
+	if s := st[1]; s.Active || s.Lag != 1237 {
+		t.Fatalf("idle projector: %+v", s)
+	}
+	if err := r.WaitFor(context.Background(), more); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.Lag(context.Background()); err != nil || n != 0 {
+		t.Fatalf("Lag when caught up = %d, %v", n, err)
+	}
+	st, err = r.Status(context.Background())
+	if err != nil || st[0].Lag != 0 || st[0].Checkpoint != more {
+		t.Fatalf("caught up: %+v, %v", st, err)
+	}
+}
