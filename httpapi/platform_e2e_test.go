@@ -1,0 +1,22 @@
+package httpapi
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPlatformEndpoints(t *testing.T) {
+	h := newHarness(t)
+	h.do(req{path: "/healthz"}).expect(t, 200, "OK")
+	ready := h.do(req{path: "/readyz"}).expect(t, 200, "Ready").obj()
+	if ready["database"] != "ok" || ready["projectionLag"] != 0.0 {
+		t.Fatalf("readyz %v", ready)
+	}
+	h.do(req{path: "/v1/customers", key: h.std()}).expect(t, 200, "")
+	m := h.do(req{path: "/metrics"})
+	if m.Status != 200 || !strings.Contains(string(m.Raw), `escrowd_http_requests_total{method="GET",route="/v1/customers",status="200"}`) {
+		t.Fatalf("metrics: %d %.400s", m.Status, m.Raw)
+	}
+	big := `{"firstname":"` + strings.Repeat("a", 2<<20) + `"}`
+	h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: big}).expect(t, 413, "Request body too large")
+}
