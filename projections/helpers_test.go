@@ -201,10 +201,14 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 	}
 }
 
-func count(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) int64 {
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func count(t *testing.T, db queryRower, sql string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	if err := pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return n
@@ -224,25 +228,35 @@ func checkpointOf(t *testing.T, pool *pgxpool.Pool, name string) eventstore.Posi
 // at least want events.
 func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, c *countProjector, want int64) {
 	t.Helper()
-	cp := checkpointOf(t, pool, c.name)
+	// One snapshot for all the checks: the runner may still be committing.
+	tx, err := pool.BeginTx(context.Background(), pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck
+	var cp eventstore.Position
+	if err := tx.QueryRow(context.Background(), `SELECT commit_pos, prepare_pos FROM projection_checkpoints WHERE name = $1`,
+		c.name).Scan(&cp.Commit, &cp.Prepare); err != nil {
+		t.Fatalf("checkpoint: %v", err)
+	}
 	upTo := `(tx_id, seq) <= ($1::text::xid8, $2)`
 	args := []any{fmt.Sprint(cp.Commit), int64(cp.Prepare)}
-	events := count(t, pool, `SELECT count(*) FROM es_events WHERE `+upTo, args...)
+	events := count(t, tx, `SELECT count(*) FROM es_events WHERE `+upTo, args...)
 	if events < want {
 		t.Fatalf("checkpoint %s covers %d events, want at least %d", cp, events, want)
 	}
-	seen := count(t, pool, `SELECT count(*) FROM `+c.prefix+`_seen`)
-	distinct := count(t, pool, `SELECT count(DISTINCT event_id) FROM `+c.prefix+`_seen`)
+	seen := count(t, tx, `SELECT count(*) FROM `+c.prefix+`_seen`)
+	distinct := count(t, tx, `SELECT count(DISTINCT event_id) FROM `+c.prefix+`_seen`)
 	if seen != events || distinct != events {
-		dumpMissing(t, pool, c, cp)
+		dumpMissing(t, tx, c, cp)
 		t.Fatalf("applied %d times (%d distinct events), want each of %d events once", seen, distinct, events)
 	}
-	missing := count(t, pool, `SELECT count(*) FROM es_events e WHERE `+upTo+`
+	missing := count(t, tx, `SELECT count(*) FROM es_events e WHERE `+upTo+`
 		AND NOT EXISTS (SELECT 1 FROM `+c.prefix+`_seen s WHERE s.event_id = e.event_id)`, args...)
 	if missing != 0 {
 		t.Fatalf("%d events not applied", missing)
 	}
-	diff := count(t, pool, `SELECT count(*) FROM (
+	diff := count(t, tx, `SELECT count(*) FROM (
 		(SELECT stream_id, count(*) FROM es_events WHERE `+upTo+` GROUP BY stream_id
 		 EXCEPT SELECT stream, n FROM `+c.prefix+`_counts)
 		UNION ALL
@@ -254,7 +268,7 @@ func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, c *countProjector, want 
 }
 
 // dumpMissing logs the events not applied and the neighbourhood, to debug.
-func dumpMissing(t *testing.T, pool *pgxpool.Pool, c *countProjector, cp eventstore.Position) {
+func dumpMissing(t *testing.T, pool pgx.Tx, c *countProjector, cp eventstore.Position) {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `
 		SELECT e.tx_id::text, e.seq, e.stream_id, e.recorded_at, s.event_id IS NOT NULL

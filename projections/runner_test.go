@@ -290,12 +290,15 @@ func TestCatchUpWhileRunnerRuns(t *testing.T) {
 	r := testRunner(e.store, e.pool, e.log, c)
 	start(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	var (
+		wg   sync.WaitGroup
+		last eventstore.Position
+	)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			appendEvents(t, e.store, 5, 3)
+			last = appendEvents(t, e.store, 5, 3)
 		}
 	}()
 	for i := 0; i < 5; i++ {
@@ -322,8 +325,7 @@ func TestCatchUpWhileRunnerRuns(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
-	head, _ := e.store.Head(context.Background())
-	if err := r.WaitFor(context.Background(), head); err != nil {
+	if err := r.WaitFor(context.Background(), last); err != nil {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, e.pool, c, 1)
