@@ -53,7 +53,7 @@ func ShadowSchema(name string) string {
 //
 // p.Schema() must create only tables and their indexes and constraints
 // (those move with their table), and p.Tables() must name them all.
-func Rebuild(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, p Projector, log *zap.Logger, progress func(done, total int64)) (err error) {
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, p Projector, log *zap.Logger, progress func(done, total int64)) error {
 	if log == nil {
 		log = zap.NewNop()
 	}
