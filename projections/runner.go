@@ -449,6 +449,14 @@ func (r *Runner) Status(ctx context.Context) ([]ProjectorStatus, error) {
 // projector's lock, CatchUp waits for that session's checkpoint to reach the
 // head instead, failing with ErrLagging if it stops moving for 30 s.
 func CatchUp(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps ...Projector) error {
+	return CatchUpTo(ctx, store, pool, log, eventstore.Start, ps...)
+}
+
+// CatchUpTo is CatchUp up to at least position at (a write's own position):
+// the log's head as of the call can still be short of a write that has just
+// committed, because an event becomes readable only when every older write
+// transaction has ended.
+func CatchUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, at eventstore.Position, ps ...Projector) error {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -456,17 +464,20 @@ func CatchUp(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, lo
 		return err
 	}
 	for _, p := range ps {
-		if err := catchUpOne(ctx, store, pool, log, p); err != nil {
+		if err := catchUpOne(ctx, store, pool, log, p, at); err != nil {
 			return fmt.Errorf("projection %s: %w", p.Name(), err)
 		}
 	}
 	return nil
 }
 
-func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, p Projector) error {
+func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, p Projector, at eventstore.Position) error {
 	head, err := store.Head(ctx)
 	if err != nil {
 		return err
+	}
+	if head.Less(at) {
+		head = at
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -682,15 +693,25 @@ func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, 
 	if err != nil {
 		return pos, err
 	}
+	var waited time.Duration
 	for pos.Less(target) {
 		events, err := store.ReadAll(ctx, pos, batch)
 		if err != nil {
 			return pos, err
 		}
 		if len(events) == 0 {
-			// target is beyond what the log can show yet.
-			return pos, nil
+			// target is not readable yet: an older write transaction is
+			// still open. Wait for it, within the stall limit.
+			if waited > catchUpStall {
+				return pos, fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, p.Name(), pos, target)
+			}
+			if !sleep(ctx, 5*time.Millisecond) {
+				return pos, ctx.Err()
+			}
+			waited += 5 * time.Millisecond
+			continue
 		}
+		waited = 0
 		next, err := applyBatch(ctx, pool, p, pos, events)
 		if errors.Is(err, errResync) {
 			cps, err := loadCheckpoints(ctx, pool, []string{p.Name()})

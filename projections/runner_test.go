@@ -338,3 +338,42 @@ func TestRunRejectsDuplicateNames(t *testing.T) {
 		t.Fatal("Run accepted two projectors with one name")
 	}
 }
+
+// TestCatchUpToWaitsForItsOwnWrite: an older write transaction that is still
+// open holds a just-committed event back from readers. CatchUpTo the
+// event's position must not return before the event is projected (CatchUp
+// to "the head as of the call" would stop short of it).
+func TestCatchUpToWaitsForItsOwnWrite(t *testing.T) {
+	e := newEnv(t)
+	c := newCounter("own")
+	ctx := context.Background()
+	blocker, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx) //nolint:errcheck
+	if _, err := blocker.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		t.Fatal(err)
+	}
+	pos := appendEvents(t, e.store, 3, 1)
+	if head, err := e.store.Head(ctx); err != nil || !head.Less(pos) {
+		t.Fatalf("the write should not be readable yet: head %s, pos %s, %v", head, pos, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- CatchUpTo(ctx, e.store, e.pool, e.log, pos, c) }()
+	select {
+	case err := <-done:
+		t.Fatalf("CatchUpTo returned while its position was unreadable: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := blocker.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := checkpointOf(t, e.pool, c.name); got.Less(pos) {
+		t.Fatalf("checkpoint %s short of %s", got, pos)
+	}
+	checkExactlyOnce(t, e.pool, c, 3)
+}

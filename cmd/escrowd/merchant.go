@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -26,32 +25,7 @@ func publish(ctx context.Context, env *cliEnv, pos eventstore.Position) error {
 	if pos == (eventstore.Position{}) {
 		return nil
 	}
-	// Catching up to the head is not enough on its own: the command's event
-	// becomes readable only once older write transactions in the cluster
-	// have ended, so repeat until every checkpoint has passed pos.
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for {
-		if err := projections.CatchUp(ctx, env.Store, env.Pool, env.Log, env.Projectors...); err != nil {
-			return err
-		}
-		st, err := projections.Status(ctx, env.Pool, env.Store, env.Projectors...)
-		if err != nil {
-			return err
-		}
-		done := true
-		for _, s := range st {
-			done = done && s.Checkpoint.AtLeast(pos)
-		}
-		if done {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("read models did not reach the change: %w", ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return projections.CatchUpTo(ctx, env.Store, env.Pool, env.Log, pos, env.Projectors...)
 }
 
 func parseEnv(s string) (domain.Environment, error) {
