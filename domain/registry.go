@@ -3,6 +3,7 @@ package domain
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 )
 
 // Registry decodes the stored events of one aggregate kind. Each aggregate
@@ -19,15 +20,17 @@ func NewRegistry(ctors ...func() Event) Registry {
 	return r
 }
 
-// Decode turns a stored event back into its Go value (dereferenced).
+// Decode turns a stored event back into its Go value. It returns the value,
+// not the pointer json filled, so an event read back has the same shape as
+// one just decided and Apply functions and projectors switch on values only.
 func (r Registry) Decode(typ string, data []byte) (Event, error) {
 	c, ok := r[typ]
 	if !ok {
 		return nil, fmt.Errorf("domain: unknown event type %q", typ)
 	}
-	ev := c()
-	if err := json.Unmarshal(data, ev); err != nil {
+	ptr := c()
+	if err := json.Unmarshal(data, ptr); err != nil {
 		return nil, fmt.Errorf("domain: decode %s: %w", typ, err)
 	}
-	return ev, nil
+	return reflect.ValueOf(ptr).Elem().Interface().(Event), nil
 }

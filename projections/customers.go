@@ -53,27 +53,24 @@ func (Customers) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 			return err
 		}
 		id := strings.TrimPrefix(re.Stream, "customer-")
-		at := re.RecordedAt
 		switch e := ev.(type) {
-		case *customer.Created:
+		case customer.Created:
 			_, err = tx.Exec(ctx, `INSERT INTO rm_customers (customer_id, merchant_id, environment, firstname, lastname, email, phone,
 				country_id, bvn, dob, created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11)
 				ON CONFLICT (customer_id) DO NOTHING`,
 				id, e.MerchantID, string(e.Environment), e.Firstname, e.Lastname, e.Email, e.Phone, e.CountryID, e.BVN, e.DOB, e.CreatedAt)
-		case *customer.ProfileUpdated:
+		case customer.ProfileUpdated:
 			_, err = tx.Exec(ctx, `UPDATE rm_customers SET firstname = coalesce($2, firstname), lastname = coalesce($3, lastname),
 				email = coalesce($4, email), updated_at = $5 WHERE customer_id = $1`, id, e.Firstname, e.Lastname, e.Email, e.UpdatedAt)
-		case *customer.PermissionsChanged:
+		case customer.PermissionsChanged:
 			_, err = tx.Exec(ctx, `UPDATE rm_customers SET can_buy = $2, can_sell = $3, can_withdraw = $4, updated_at = $5 WHERE customer_id = $1`,
 				id, e.Permissions.CanBuy, e.Permissions.CanSell, e.Permissions.CanWithdraw, e.UpdatedAt)
-		case *customer.Blocked:
+		case customer.Blocked:
 			_, err = tx.Exec(ctx, `UPDATE rm_customers SET status = 'blocked', blocked_reason = $2, blocked_at = $3, updated_at = $3 WHERE customer_id = $1`,
 				id, e.Reason, e.BlockedAt)
-		case *customer.Unblocked:
+		case customer.Unblocked:
 			_, err = tx.Exec(ctx, `UPDATE rm_customers SET status = 'active', blocked_reason = NULL, blocked_at = NULL, updated_at = $2 WHERE customer_id = $1`,
 				id, e.UnblockedAt)
-		default:
-			_ = at
 		}
 		if err != nil {
 			return err

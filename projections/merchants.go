@@ -56,24 +56,24 @@ func (Merchants) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		}
 		id := strings.TrimPrefix(re.Stream, "merchant-")
 		switch e := ev.(type) {
-		case *merchant.Created:
+		case merchant.Created:
 			fees, _ := json.Marshal(e.Fees)
 			_, err = tx.Exec(ctx, `INSERT INTO rm_merchants (merchant_id, name, business, country, fees, secret_test, secret_live, created_at)
 				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (merchant_id) DO NOTHING`,
 				id, e.Name, e.Business, e.Country, fees, e.SigningSecrets[domain.Test], e.SigningSecrets[domain.Live], e.CreatedAt)
-		case *merchant.KeyIssued:
+		case merchant.KeyIssued:
 			_, err = tx.Exec(ctx, `INSERT INTO rm_api_keys (digest, key_id, merchant_id, environment, role, hint, issued_at)
 				VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (digest) DO NOTHING`,
 				e.Digest, e.ID, id, string(e.Environment), string(e.Role), e.Hint, e.IssuedAt)
-		case *merchant.KeyRevoked:
+		case merchant.KeyRevoked:
 			_, err = tx.Exec(ctx, `UPDATE rm_api_keys SET revoked = true WHERE key_id = $1`, e.KeyID)
-		case *merchant.WebhookURLSet:
+		case merchant.WebhookURLSet:
 			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET webhook_`+envColumn(e.Environment)+` = $2 WHERE merchant_id = $1`, id, e.URL)
-		case *merchant.SigningSecretRotated:
+		case merchant.SigningSecretRotated:
 			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET secret_`+envColumn(e.Environment)+` = $2 WHERE merchant_id = $1`, id, e.Secret)
-		case *merchant.AllowlistSet:
+		case merchant.AllowlistSet:
 			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET allowlist = $2 WHERE merchant_id = $1`, id, nonNil(e.Entries))
-		case *merchant.FeesSet:
+		case merchant.FeesSet:
 			fees, _ := json.Marshal(e.Fees)
 			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET fees = $2 WHERE merchant_id = $1`, id, fees)
 		}

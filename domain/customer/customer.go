@@ -92,7 +92,7 @@ var Registry = domain.NewRegistry(
 
 // Apply folds one event.
 func Apply(s State, ev domain.Event) State {
-	switch e := Deref(ev).(type) {
+	switch e := ev.(type) {
 	case Created:
 		s = State{ID: e.CustomerID, MerchantID: e.MerchantID, Environment: e.Environment,
 			Firstname: e.Firstname, Lastname: e.Lastname, Email: e.Email, Phone: e.Phone,
@@ -116,23 +116,6 @@ func Apply(s State, ev domain.Event) State {
 		s.Blocked, s.BlockedReason = false, ""
 	}
 	return s
-}
-
-// Deref turns decoded pointers into values.
-func Deref(ev domain.Event) domain.Event {
-	switch e := ev.(type) {
-	case *Created:
-		return *e
-	case *ProfileUpdated:
-		return *e
-	case *PermissionsChanged:
-		return *e
-	case *Blocked:
-		return *e
-	case *Unblocked:
-		return *e
-	}
-	return ev
 }
 
 // NewCustomer is the validated input of Create.

@@ -90,7 +90,7 @@ func TestApplyAndUpdate(t *testing.T) {
 	if !s.Blocked || s.BlockedReason != "fraud" {
 		t.Fatal("not blocked")
 	}
-	s = Apply(s, &Unblocked{})
+	s = Apply(s, Unblocked{})
 	if s.Blocked {
 		t.Fatal("still blocked")
 	}
@@ -103,7 +103,7 @@ func TestMaskBVN(t *testing.T) {
 }
 
 func TestReservation(t *testing.T) {
-	r := ApplyReservation(Reservation{}, &ReservationClaimed{Holder: "c1"})
+	r := ApplyReservation(Reservation{}, ReservationClaimed{Holder: "c1"})
 	if r.Holder != "c1" {
 		t.Fatal(r)
 	}

@@ -33,11 +33,9 @@ var ReservationRegistry = domain.NewRegistry(
 // ApplyReservation folds a reservation event.
 func ApplyReservation(r Reservation, ev domain.Event) Reservation {
 	switch e := ev.(type) {
-	case *ReservationClaimed:
-		return Reservation{Holder: e.Holder}
 	case ReservationClaimed:
 		return Reservation{Holder: e.Holder}
-	case *ReservationReleased, ReservationReleased:
+	case ReservationReleased:
 		return Reservation{}
 	}
 	return r

@@ -118,7 +118,7 @@ var Registry = domain.NewRegistry(
 
 // Apply folds one event (copy-on-write: cached states are shared).
 func Apply(s State, ev domain.Event) State {
-	switch e := deref(ev).(type) {
+	switch e := ev.(type) {
 	case Created:
 		s = State{ID: e.MerchantID, Name: e.Name, Business: e.Business, Country: e.Country, Fees: e.Fees,
 			Keys: map[string]Key{}, Webhooks: map[domain.Environment]string{},
@@ -143,28 +143,6 @@ func Apply(s State, ev domain.Event) State {
 		s.Fees = e.Fees
 	}
 	return s
-}
-
-// deref turns the pointers the registry decodes into values, so Apply sees
-// one shape whether an event was just decided or read back.
-func deref(ev domain.Event) domain.Event {
-	switch e := ev.(type) {
-	case *Created:
-		return *e
-	case *KeyIssued:
-		return *e
-	case *KeyRevoked:
-		return *e
-	case *WebhookURLSet:
-		return *e
-	case *SigningSecretRotated:
-		return *e
-	case *AllowlistSet:
-		return *e
-	case *FeesSet:
-		return *e
-	}
-	return ev
 }
 
 // Create decides the creation of a merchant.

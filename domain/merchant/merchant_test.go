@@ -1,0 +1,133 @@
+package merchant
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+)
+
+var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+func created() Created {
+	return Created{MerchantID: "m1", Name: "Shop", Country: "NG", CreatedAt: now,
+		SigningSecrets: map[domain.Environment]string{domain.Test: "t", domain.Live: "l"}}
+}
+
+func fold(events ...domain.Event) State {
+	var s State
+	for _, e := range events {
+		s = Apply(s, e)
+	}
+	return s
+}
+
+// Events read back from the store fold to exactly the state the decided
+// events gave.
+func TestRegistryRoundTrip(t *testing.T) {
+	evs := []domain.Event{
+		created(),
+		KeyIssued{Key: Key{ID: "k1", Environment: domain.Test, Role: SuperAdmin, Digest: "d", Hint: "h"}, IssuedAt: now},
+		KeyRevoked{KeyID: "k1", RevokedAt: now},
+		WebhookURLSet{Environment: domain.Live, URL: "https://x.example/h"},
+		SigningSecretRotated{Environment: domain.Test, Secret: "t2"},
+		AllowlistSet{Entries: []string{"10.0.0.1"}},
+		FeesSet{Fees: FeePolicy{EscrowFeeBps: 300}},
+	}
+	var decoded []domain.Event
+	for _, e := range evs {
+		data, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := Registry.Decode(e.EventType(), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reflect.TypeOf(d) != reflect.TypeOf(e) {
+			t.Fatalf("decoded %T, want %T", d, e)
+		}
+		decoded = append(decoded, d)
+	}
+	want, got := fold(evs...), fold(decoded...)
+	if !reflect.DeepEqual(want, got) {
+		t.Fatalf("state from store %+v\nwant %+v", got, want)
+	}
+	if !got.Keys["k1"].Revoked || got.Webhooks[domain.Live] != "https://x.example/h" || got.SigningSecrets[domain.Test] != "t2" ||
+		got.Fees.EscrowFeeBps != 300 || len(got.Allowlist) != 1 {
+		t.Fatalf("state %+v", got)
+	}
+	if _, err := Registry.Decode("merchant.unknown", []byte(`{}`)); err == nil {
+		t.Fatal("unknown type decoded")
+	}
+}
+
+// Apply never mutates the state it is given (cached states are shared).
+func TestApplyCopiesOnWrite(t *testing.T) {
+	s := fold(created(), KeyIssued{Key: Key{ID: "k1", Environment: domain.Test, Role: Standard}})
+	_ = Apply(s, KeyRevoked{KeyID: "k1"})
+	_ = Apply(s, SigningSecretRotated{Environment: domain.Test, Secret: "new"})
+	_ = Apply(s, WebhookURLSet{Environment: domain.Test, URL: "u"})
+	if s.Keys["k1"].Revoked || s.SigningSecrets[domain.Test] != "t" || s.Webhooks[domain.Test] != "" {
+		t.Fatalf("Apply mutated its input: %+v", s)
+	}
+}
+
+func TestDecisions(t *testing.T) {
+	existing := fold(created(), KeyIssued{Key: Key{ID: "k1", Environment: domain.Test, Role: Standard}})
+	revoked := Apply(existing, KeyRevoked{KeyID: "k1"})
+	tests := []struct {
+		name    string
+		decide  func() ([]domain.Event, error)
+		want    []domain.Event
+		wantErr string
+	}{
+		{"create", func() ([]domain.Event, error) { return Create(State{}, created()) },
+			[]domain.Event{func() Created { c := created(); c.Fees = DefaultFees; return c }()}, ""},
+		{"create twice", func() ([]domain.Event, error) { return Create(existing, created()) }, nil, "Merchant already exists"},
+		{"create without name", func() ([]domain.Event, error) { c := created(); c.Name = ""; return Create(State{}, c) }, nil, "name is required"},
+		{"issue key", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{ID: "k2", Environment: domain.Live, Role: SuperAdmin}})
+		}, []domain.Event{KeyIssued{Key: Key{ID: "k2", Environment: domain.Live, Role: SuperAdmin}}}, ""},
+		{"issue key, unknown merchant", func() ([]domain.Event, error) {
+			return IssueKey(State{}, KeyIssued{Key: Key{Environment: domain.Test, Role: Standard}})
+		}, nil, "Merchant not found"},
+		{"issue key, bad environment", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{Environment: "prod", Role: Standard}})
+		}, nil, "environment must be test or live"},
+		{"issue key, bad role", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{Environment: domain.Test, Role: "root"}})
+		}, nil, "role must be standard or super_admin"},
+		{"revoke", func() ([]domain.Event, error) { return RevokeKey(existing, "k1", now) },
+			[]domain.Event{KeyRevoked{KeyID: "k1", RevokedAt: now}}, ""},
+		{"revoke again is a no-op", func() ([]domain.Event, error) { return RevokeKey(revoked, "k1", now) }, nil, ""},
+		{"revoke unknown", func() ([]domain.Event, error) { return RevokeKey(existing, "nope", now) }, nil, "Key not found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.decide()
+			if tt.wantErr != "" {
+				if domain.ErrorMessage(err) != tt.wantErr {
+					t.Fatalf("err %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("got %#v, %v; want %#v", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestValidateFees(t *testing.T) {
+	if err := ValidateFees(DefaultFees); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []FeePolicy{{EscrowFeeBps: -1}, {CommissionBps: 10001}, {VaultFeeBps: 20000}, {BankWithdrawalFee: -5}} {
+		if ValidateFees(f) == nil {
+			t.Errorf("%+v accepted", f)
+		}
+	}
+}
