@@ -94,13 +94,10 @@ func BenchmarkCustomerCreateHTTP(b *testing.B) {
 	defer store.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.Merchants{}, projections.Customers{})
+	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	go func() { _ = runner.Run(ctx) }()
-	q := projections.NewQueries(pool)
-	svc := app.NewService(app.NewEngine(store, 100_000))
-	api := httpapi.New(httpapi.Config{DefaultEnvironment: domain.Test}, httpapi.Deps{App: svc, Queries: q, Waiter: runner,
-		Limiter: httpapi.NewPGRateLimiter(pool, 0), Idem: httpapi.NewIdempotencyStore(pool), Ping: pool.Ping,
-		Directory: httpapi.QueriesDirectory{Q: q}})
+	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test}, store, pool, runner, zap.NewNop(), nil)
+	svc := api.App()
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()
 	m, err := svc.CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)

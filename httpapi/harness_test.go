@@ -43,8 +43,7 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	store := postgres.New(pool)
 	t.Cleanup(store.Close)
 	ctx, cancel := context.WithCancel(context.Background())
-	ps := []projections.Projector{projections.Merchants{}, projections.Customers{}}
-	runner := projections.NewRunner(store, pool, zap.NewNop(), ps...)
+	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -52,12 +51,8 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	q := projections.NewQueries(pool)
-	svc := app.NewService(app.NewEngine(store, 10_000))
-	api := New(cfg, Deps{Log: zap.NewNop(), App: svc, Queries: q, Waiter: runner,
-		Limiter: NewPGRateLimiter(pool, cfg.RateLimitPerMinute), Idem: NewIdempotencyStore(pool),
-		Ping: pool.Ping, Directory: QueriesDirectory{Q: q}})
-	h := &harness{t: t, api: api, svc: svc, runner: runner}
+	api := NewStack(cfg, store, pool, runner, zap.NewNop(), nil)
+	h := &harness{t: t, api: api, svc: api.App(), runner: runner}
 	h.srv = httptest.NewServer(api.Handler())
 	t.Cleanup(h.srv.Close)
 	h.m = h.newMerchant(true)

@@ -24,3 +24,9 @@ type Projector interface {
 	// unqualified so that search_path selects live or shadow tables.
 	Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error
 }
+
+// All lists every read model the service builds. Names are stored
+// checkpoints: add new projectors here, never rename one.
+func All() []Projector {
+	return []Projector{Merchants{}, Customers{}}
+}

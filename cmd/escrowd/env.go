@@ -46,11 +46,6 @@ func migrateDB(ctx context.Context, pool *pgxpool.Pool) error {
 	return migrations.Up(ctx, pool)
 }
 
-// allProjectors lists the read models. Their names are stored checkpoints.
-func allProjectors() []projections.Projector {
-	return []projections.Projector{projections.Merchants{}, projections.Customers{}}
-}
-
 // openEnv connects, migrates and opens the configured event store.
 func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io.Writer) (*cliEnv, func(), error) {
 	pool, err := openPool(ctx, cfg)
@@ -73,6 +68,6 @@ func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io
 		}
 		store = s
 	}
-	env := &cliEnv{Pool: pool, Store: store, Log: log, Projectors: allProjectors(), Stdout: stdout, Stderr: stderr}
+	env := &cliEnv{Pool: pool, Store: store, Log: log, Projectors: projections.All(), Stdout: stdout, Stderr: stderr}
 	return env, func() { store.Close(); pool.Close() }, nil
 }

@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/escrowd/escrowd/httpapi"
-	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -26,18 +25,11 @@ func httpConfig(cfg Config) httpapi.Config {
 	}
 }
 
-// newAPI assembles the API over an open environment (also used by tests).
+// newAPI assembles the API over an open environment.
 func newAPI(cfg Config, env *cliEnv, runner *projections.Runner) *httpapi.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	q := projections.NewQueries(env.Pool)
-	svc := app.NewService(app.NewEngine(env.Store, 100_000))
-	return httpapi.New(httpConfig(cfg), httpapi.Deps{
-		Log: env.Log, App: svc, Queries: q, Waiter: runner,
-		Limiter:  httpapi.NewPGRateLimiter(env.Pool, cfg.RateLimitPerMinute),
-		Idem:     httpapi.NewIdempotencyStore(env.Pool),
-		Registry: reg, Ping: env.Pool.Ping, Directory: httpapi.QueriesDirectory{Q: q},
-	})
+	return httpapi.NewStack(httpConfig(cfg), env.Store, env.Pool, runner, env.Log, reg)
 }
 
 func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
