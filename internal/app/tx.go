@@ -44,12 +44,6 @@ func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
 	return state, nil
 }
 
-// Exists reports whether the aggregate has any events (after Read).
-func (tx *Tx) Exists(stream string) bool {
-	ts, ok := tx.streams[stream]
-	return ok && ts.known && ts.rev >= 0
-}
-
 // Record appends events to aggregate id of kind k. The stream must have been
 // read in this tx (so its revision is checked); otherwise it is created and
 // must not exist yet.
@@ -79,15 +73,6 @@ func Record[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
 		} else {
 			c.evict(stream)
 		}
-	}
-}
-
-// Guard makes the append fail with a conflict if aggregate id changed after
-// it was read, without writing to it (for decisions that depend on another
-// aggregate's state, like a customer's block status).
-func Guard[S any](tx *Tx, k Kind[S], id string) {
-	if ts, ok := tx.streams[k.StreamName(id)]; ok {
-		ts.guard = true
 	}
 }
 
@@ -184,7 +169,7 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, err
 	var out []eventstore.StreamAppend
 	for _, name := range tx.order {
 		ts := tx.streams[name]
-		if len(ts.events) == 0 && !ts.guard {
+		if len(ts.events) == 0 {
 			continue
 		}
 		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream}

@@ -1,0 +1,175 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+func digest(k string) string { return "d-" + k }
+
+// twoInstances returns two services with their own caches on one store, as
+// two server processes would have.
+func twoInstances(t *testing.T) (*Service, *Service, eventstore.Store, Actor) {
+	t.Helper()
+	store := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(store.Close)
+	a, b := NewService(NewEngine(store, 100)), NewService(NewEngine(store, 100))
+	m, err := a.CreateMerchant(context.Background(), "Shop", true, "NG", digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b, store, Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+}
+
+func streamTypes(t *testing.T, store eventstore.Store, stream string) []string {
+	t.Helper()
+	evs, err := store.ReadStream(context.Background(), stream, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+// A decision taken on a stale cached state must not be appended: the
+// expected revision rejects it, the engine re-reads fresh and decides again.
+func TestStaleCacheIsDecidedAgain(t *testing.T) {
+	ctx := context.Background()
+	a, b, store, actor := twoInstances(t)
+	id, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Instance A caches the customer as active.
+	if _, err := a.SetPermissions(ctx, actor, id, nil, ptr(false), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Instance B blocks it; A's cache does not know.
+	if _, err := b.SetBlocked(ctx, actor, id, true, "fraud"); err != nil {
+		t.Fatal(err)
+	}
+	// A's cached state says "active", so it decides to block: the append
+	// conflicts, A re-reads and finds nothing to do.
+	pos, err := a.SetBlocked(ctx, actor, id, true, "again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos != (eventstore.Position{}) {
+		t.Fatalf("a second block was appended at %s", pos)
+	}
+	got := streamTypes(t, store, CustomerKind.StreamName(id))
+	want := []string{"customer.created", "customer.permissions_changed", "customer.blocked"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("stream %v, want %v", got, want)
+	}
+	// And A's cache is now current: a decision on it appends at once.
+	if _, err := a.SetBlocked(ctx, actor, id, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	st, rev, err := Load(ctx, b.Engine, CustomerKind, id)
+	if err != nil || st.Blocked || rev != 3 || st.Permissions.CanSell {
+		t.Fatalf("state %+v rev %d err %v", st, rev, err)
+	}
+}
+
+// The state the cache folds after an append equals a fresh fold from the
+// store.
+func TestCacheFoldsAppendedEvents(t *testing.T) {
+	ctx := context.Background()
+	a, _, store, actor := twoInstances(t)
+	id, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	email := "b@x.co"
+	if _, err := a.UpdateCustomer(ctx, actor, id, customer.Update{Email: &email}); err != nil {
+		t.Fatal(err)
+	}
+	cached, ok := a.Engine.cache.get(CustomerKind.StreamName(id))
+	if !ok {
+		t.Fatal("not cached after append")
+	}
+	fresh, rev, err := load(ctx, store, newCache(1), CustomerKind, CustomerKind.StreamName(id), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cached.rev != rev || cached.state.(customer.State) != fresh {
+		t.Fatalf("cached %+v@%d, fresh %+v@%d", cached.state, cached.rev, fresh, rev)
+	}
+	// The old email was released and the new one claimed, in the same append.
+	old, _, _ := Load(ctx, a.Engine, ReservationKind, customer.EmailKey(actor.MerchantID, actor.Environment, "a@x.co"))
+	cur, _, _ := Load(ctx, a.Engine, ReservationKind, customer.EmailKey(actor.MerchantID, actor.Environment, "b@x.co"))
+	if old.Holder != "" || cur.Holder != id {
+		t.Fatalf("reservations old=%q new=%q", old.Holder, cur.Holder)
+	}
+}
+
+// Two instances racing to give one email to different customers: exactly
+// one wins, the other gets the uniqueness error, whatever their caches say.
+func TestEmailRaceAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, actor := twoInstances(t)
+	const n = 10
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		wins int
+	)
+	for i := 0; i < n; i++ {
+		svc := a
+		if i%2 == 1 {
+			svc = b
+		}
+		wg.Add(1)
+		go func(i int, svc *Service) {
+			defer wg.Done()
+			_, _, err := svc.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B",
+				Email: "same@x.co", Phone: fmt.Sprintf("080312345%02d", i)})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				wins++
+			case domain.ErrorMessage(err) == "A customer with this email already exists":
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}(i, svc)
+	}
+	wg.Wait()
+	if wins != 1 {
+		t.Fatalf("%d customers got one email", wins)
+	}
+}
+
+// A decision error is returned as is and nothing is appended.
+func TestDecisionErrorAppendsNothing(t *testing.T) {
+	ctx := context.Background()
+	a, _, store, actor := twoInstances(t)
+	_, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "bad", Phone: "08031234567"})
+	var de *domain.Error
+	if !errors.As(err, &de) || de.Message != "email must be a valid email address" {
+		t.Fatalf("err %v", err)
+	}
+	// Committed rows, whatever the readers' visibility horizon: only the
+	// merchant's own events exist.
+	var others int
+	if err := store.(*postgres.Store).Pool().QueryRow(ctx,
+		`SELECT count(*) FROM es_events WHERE stream_id NOT LIKE 'merchant-%'`).Scan(&others); err != nil || others != 0 {
+		t.Fatalf("%d non-merchant events (%v)", others, err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
