@@ -301,3 +301,6 @@ func dumpMissing(t *testing.T, pool pgx.Tx, c *countProjector, cp eventstore.Pos
 		}
 	}
 }
+
+// The PostgreSQL store counts lag with SQL, never by reading events.
+var _ EventCounter = (*postgres.Store)(nil)

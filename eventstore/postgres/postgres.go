@@ -439,3 +439,18 @@ func (b *broadcaster) wait(ctx context.Context, gen uint64, timeout time.Duratio
 		return false, nil
 	}
 }
+
+// CountEvents counts the events in (after, upTo] with one index range scan,
+// so lag reporting (readiness, status) never reads the events themselves.
+func (s *Store) CountEvents(ctx context.Context, after, upTo eventstore.Position) (int64, error) {
+	if !after.Less(upTo) {
+		return 0, nil
+	}
+	var n int64
+	err := s.pool.QueryRow(ctx,
+		`SELECT count(*) FROM es_events
+		 WHERE (tx_id, seq) > ($1::text::xid8, $2) AND (tx_id, seq) <= ($3::text::xid8, $4)`,
+		strconv.FormatUint(after.Commit, 10), int64(after.Prepare),
+		strconv.FormatUint(upTo.Commit, 10), int64(upTo.Prepare)).Scan(&n)
+	return n, err
+}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -201,5 +202,36 @@ func TestOrderIsNumericAcrossDigitBoundaries(t *testing.T) {
 	}
 	if h.Commit != 999 {
 		t.Errorf("Head = %v; want commit 999", h)
+	}
+}
+
+// CountEvents agrees with reading the range, at its edges too.
+func TestCountEventsMatchesReadAll(t *testing.T) {
+	ctx := context.Background()
+	s := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(s.Close)
+	for i := 0; i < 25; i++ {
+		evs := []eventstore.EventData{{ID: uuid.New(), Type: "t", Data: []byte(`{}`)}, {ID: uuid.New(), Type: "t", Data: []byte(`{}`)}}
+		if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: fmt.Sprintf("c-%d", i%4), Expected: eventstore.Any, Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var all []eventstore.RecordedEvent
+	deadline := time.Now().Add(10 * time.Second)
+	for len(all) < 50 && time.Now().Before(deadline) {
+		all, _ = s.ReadAll(ctx, eventstore.Start, 1000)
+	}
+	if len(all) != 50 {
+		t.Fatalf("read %d events", len(all))
+	}
+	for _, c := range []struct{ from, to int }{{-1, 49}, {-1, 0}, {0, 0}, {3, 17}, {10, 49}, {49, 49}, {20, 10}} {
+		after := eventstore.Start
+		if c.from >= 0 {
+			after = all[c.from].Position
+		}
+		want := int64(max(0, c.to-c.from))
+		if n, err := s.CountEvents(ctx, after, all[c.to].Position); err != nil || n != want {
+			t.Errorf("count (%d, %d] = %d, %v; want %d", c.from, c.to, n, err, want)
+		}
 	}
 }
