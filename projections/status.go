@@ -33,14 +33,18 @@ type EventCounter interface {
 	CountEvents(ctx context.Context, after, upTo eventstore.Position) (int64, error)
 }
 
-// countEvents counts events in (after, upTo]; with limit > 0 it may stop
-// counting at limit.
+// countEvents counts events in (after, upTo]; with limit > 0 the count is
+// capped at limit, whichever way the store counts.
 func countEvents(ctx context.Context, store eventstore.Store, after, upTo eventstore.Position, limit int64) (int64, error) {
 	if after.AtLeast(upTo) {
 		return 0, nil
 	}
 	if c, ok := store.(EventCounter); ok {
-		return c.CountEvents(ctx, after, upTo)
+		n, err := c.CountEvents(ctx, after, upTo)
+		if limit > 0 && n > limit {
+			n = limit
+		}
+		return n, err
 	}
 	const page = 1000
 	var n int64
