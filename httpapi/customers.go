@@ -9,6 +9,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -154,7 +155,7 @@ func (s *Server) updateCustomer(c echo.Context) error {
 	return s.respondCustomer(c, id, pos, "Customer updated successfully")
 }
 
-func (s *Server) respondCustomer(c echo.Context, id string, pos positionLike, msg string) error {
+func (s *Server) respondCustomer(c echo.Context, id string, pos eventstore.Position, msg string) error {
 	if err := s.settle(c, pos); err != nil {
 		return err
 	}

@@ -82,16 +82,7 @@ func newEnv(t *testing.T) *env {
 // process would.
 func openStore(t *testing.T, url string) (*pgxpool.Pool, *postgres.Store) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 20
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := pgtest.OpenPool(t, url)
 	store := postgres.New(pool)
 	store.PollInterval = 50 * time.Millisecond
 	t.Cleanup(store.Close)

@@ -78,7 +78,14 @@ func NewURL(tb testing.TB) string {
 // NewPool is NewURL plus a pool closed at the end of the test.
 func NewPool(tb testing.TB) *pgxpool.Pool {
 	tb.Helper()
-	cfg, err := pgxpool.ParseConfig(NewURL(tb))
+	return OpenPool(tb, NewURL(tb))
+}
+
+// OpenPool opens another pool on an existing test database (as a second
+// process would), closed at the end of the test.
+func OpenPool(tb testing.TB, url string) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
