@@ -3,4 +3,6 @@ package httpapi
 // routes registers every API route; each area has its own file.
 func (s *Server) routes() {
 	s.customerRoutes()
+	s.cryptoRoutes()
+	s.paymentRoutes()
 }

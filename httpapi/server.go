@@ -34,6 +34,9 @@ type Config struct {
 	MultipartBodyLimit int64
 	// MaxReadyLag is the projection lag (events) above which /readyz fails.
 	MaxReadyLag int64
+	// BSCMasterAddress is the platform's BSC deposit address per
+	// environment; an environment without one has crypto disabled.
+	BSCMasterAddress map[domain.Environment]string
 }
 
 // Waiter lets a write wait until the read models include it.

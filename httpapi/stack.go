@@ -18,9 +18,15 @@ const aggregateCacheSize = 100_000
 // the tests and the benchmarks share. reg may be nil.
 func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Waiter, log *zap.Logger, reg *prometheus.Registry) *Server {
 	q := projections.NewQueries(pool)
+	svc := app.NewService(app.NewEngine(store, aggregateCacheSize))
+	for env, addr := range cfg.BSCMasterAddress {
+		if addr != "" {
+			svc.CryptoMaster[env] = addr
+		}
+	}
 	return New(cfg, Deps{
 		Log:       log,
-		App:       app.NewService(app.NewEngine(store, aggregateCacheSize)),
+		App:       svc,
 		Queries:   q,
 		Waiter:    waiter,
 		Limiter:   NewPGRateLimiter(pool, cfg.RateLimitPerMinute),

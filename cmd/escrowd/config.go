@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/whitelist"
 )
 
 // Config is read from environment variables (api-decisions §6).
@@ -64,6 +65,11 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("ESCROW_RATE_LIMIT_PER_MINUTE must be a non-negative integer")
 	}
 	c.RateLimitPerMinute = rl
+	for name, v := range map[string]string{"ESCROW_BSC_MASTER_ADDRESS_TEST": c.BSCMasterTest, "ESCROW_BSC_MASTER_ADDRESS_LIVE": c.BSCMasterLive} {
+		if v != "" && !whitelist.ValidAddress(v) {
+			return c, fmt.Errorf("%s must be 0x followed by 40 hexadecimal characters", name)
+		}
+	}
 	c.WebhookAllowPriv, _ = strconv.ParseBool(getenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false"))
 	if hosts := os.Getenv("ESCROW_HOSTS"); hosts != "" {
 		for _, pair := range strings.Split(hosts, ",") {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -22,6 +23,7 @@ func httpConfig(cfg Config) httpapi.Config {
 	return httpapi.Config{
 		Hosts: cfg.Hosts, DefaultEnvironment: cfg.DefaultEnvironment,
 		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
+		BSCMasterAddress: map[domain.Environment]string{domain.Test: cfg.BSCMasterTest, domain.Live: cfg.BSCMasterLive},
 	}
 }
 

@@ -2,15 +2,25 @@ package app
 
 import (
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/gateway"
 )
 
 // Service is the application: one method per use case.
 type Service struct {
 	Engine *Engine
+	// Gateways per environment; an environment without an entry has no
+	// deposits or payouts. NewService configures the test gateways on test.
+	Gateways map[domain.Environment]gateway.Set
+	// CryptoMaster is the BSC master wallet address per environment; crypto
+	// payouts are configured only where it is set.
+	CryptoMaster map[domain.Environment]string
 }
 
 // NewService returns the application over engine.
-func NewService(engine *Engine) *Service { return &Service{Engine: engine} }
+func NewService(engine *Engine) *Service {
+	return &Service{Engine: engine, Gateways: map[domain.Environment]gateway.Set{domain.Test: gateway.Test()},
+		CryptoMaster: map[domain.Environment]string{}}
+}
 
 // Actor identifies who issues a command (for event metadata).
 type Actor struct {

@@ -25,11 +25,13 @@ type Tx struct {
 }
 
 type txStream struct {
-	rev    int64 // revision the decision was based on; -1 no stream
-	known  bool  // rev was read (else the stream is append-only: Any)
-	guard  bool  // include as a zero-event revision check
-	events []domain.Event
-	after  func(int64) // refreshes the cache after the append
+	rev   int64 // revision the decision was based on; -1 no stream
+	known bool  // rev was read (else the stream is append-only: Any)
+	guard bool  // include as a zero-event revision check
+	// unchecked appends with eventstore.Any (see Append).
+	unchecked bool
+	events    []domain.Event
+	after     func(int64) // refreshes the cache after the append
 }
 
 // Read loads aggregate id of kind k within tx.
@@ -48,10 +50,22 @@ func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
 // read in this tx (so its revision is checked); otherwise it is created and
 // must not exist yet.
 func Record[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
+	record(tx, k, id, false, events)
+}
+
+// Append appends events to aggregate id without checking its revision
+// (unless the stream was read in this tx). Only for events whose validity
+// cannot depend on the stream's state, such as a credit to a wallet: it can
+// never overdraw, so it need not conflict with concurrent debits or credits.
+func Append[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
+	record(tx, k, id, true, events)
+}
+
+func record[S any](tx *Tx, k Kind[S], id string, unchecked bool, events []domain.Event) {
 	stream := k.StreamName(id)
 	ts := tx.stream(stream)
 	if !ts.known {
-		ts.rev, ts.known = -1, true
+		ts.rev, ts.known, ts.unchecked = -1, true, unchecked
 	}
 	ts.events = append(ts.events, events...)
 	c := tx.engine.cache
@@ -121,6 +135,13 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 	for attempt := 0; attempt < e.MaxAttempts; attempt++ {
 		tx := &Tx{ctx: ctx, engine: e, streams: map[string]*txStream{}, fresh: attempt > 0}
 		if err := decide(tx); err != nil {
+			// A refusal or a "nothing to do" appends nothing, so no expected
+			// revision proves the cached state it was decided on: another
+			// instance may have credited the wallet or unblocked the customer.
+			// Only a decision on fresh state is final.
+			if !tx.fresh && len(tx.order) > 0 {
+				continue
+			}
 			if errors.Is(err, ErrNothingToDo) {
 				return eventstore.AppendResult{}, nil
 			}
@@ -173,7 +194,10 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, err
 			continue
 		}
 		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream}
-		if ts.rev >= 0 {
+		switch {
+		case ts.unchecked:
+			sa.Expected = eventstore.Any
+		case ts.rev >= 0:
 			sa.Expected = eventstore.Exact(uint64(ts.rev))
 		}
 		for _, ev := range ts.events {

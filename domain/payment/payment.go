@@ -1,0 +1,139 @@
+// Package payment is a payment intent: a deposit, a withdrawal or a wallet
+// transfer a customer stages with create-intent and executes with verify.
+// One stream per (merchant, environment, reference), so a reference can
+// name only one intent and executing it twice is impossible: the second
+// verify finds the intent settled and returns the stored outcome.
+package payment
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+)
+
+// StreamID is the payment stream id of a reference. The reference is hashed
+// so any client string makes a well-formed stream name.
+func StreamID(merchantID string, env domain.Environment, reference string) string {
+	sum := sha256.Sum256([]byte(reference))
+	return merchantID + "." + string(env) + "." + hex.EncodeToString(sum[:16])
+}
+
+// Phase is where an intent is in its life.
+type Phase string
+
+const (
+	Staged    Phase = "staged"     // created, nothing moved
+	PayingOut Phase = "paying_out" // withdrawal debited, payout in flight
+	Done      Phase = "done"       // settled: success, failed or reversed
+)
+
+// TestAccount is where a test deposit is to be paid.
+type TestAccount struct {
+	BankName      string       `json:"bankName"`
+	AccountNumber string       `json:"accountNumber"`
+	AccountName   string       `json:"accountName"`
+	Amount        money.Amount `json:"amount"`
+}
+
+// State is an intent.
+type State struct {
+	Phase        Phase
+	Record       ledger.Record    // the payer's record, as it stands
+	Counterparty *ledger.Record   // a transfer's receiving record, once settled
+	Movement     *ledger.Movement // what executing it moved
+	TestAccount  *TestAccount
+}
+
+// Exists reports whether the intent has been created.
+func (s State) Exists() bool { return s.Phase != "" }
+
+// Events.
+type (
+	// IntentCreated stages a payment; nothing moves.
+	IntentCreated struct {
+		Record      ledger.Record `json:"record"`
+		TestAccount *TestAccount  `json:"testAccount,omitempty"`
+	}
+	// Settled executes a deposit or a transfer (or records a failed
+	// deposit, without a movement).
+	Settled struct {
+		Movement *ledger.Movement `json:"movement,omitempty"`
+		Records  []ledger.Record  `json:"records"`
+	}
+	// PayoutStarted debits a withdrawal (amount to clearing, fee to the
+	// platform) before the provider is asked to pay it out.
+	PayoutStarted struct {
+		Movement ledger.Movement `json:"movement"`
+		Record   ledger.Record   `json:"record"`
+	}
+	// PayoutCompleted records the provider's payout.
+	PayoutCompleted struct {
+		Record ledger.Record `json:"record"`
+	}
+	// PayoutReversed returns a failed payout's whole debit to main.
+	PayoutReversed struct {
+		Movement ledger.Movement `json:"movement"`
+		Record   ledger.Record   `json:"record"`
+		Reason   string          `json:"reason,omitempty"`
+	}
+)
+
+func (IntentCreated) EventType() string   { return "payment.intent_created" }
+func (Settled) EventType() string         { return "payment.settled" }
+func (PayoutStarted) EventType() string   { return "payment.payout_started" }
+func (PayoutCompleted) EventType() string { return "payment.payout_completed" }
+func (PayoutReversed) EventType() string  { return "payment.payout_reversed" }
+
+func (e IntentCreated) Ledger() ledger.Effect {
+	return ledger.Effect{Records: []ledger.Record{e.Record}}
+}
+func (e Settled) Ledger() ledger.Effect {
+	return ledger.Effect{Movement: e.Movement, Records: e.Records}
+}
+func (e PayoutStarted) Ledger() ledger.Effect {
+	return ledger.Effect{Movement: &e.Movement, Records: []ledger.Record{e.Record}}
+}
+func (e PayoutCompleted) Ledger() ledger.Effect {
+	return ledger.Effect{Records: []ledger.Record{e.Record}}
+}
+func (e PayoutReversed) Ledger() ledger.Effect {
+	return ledger.Effect{Movement: &e.Movement, Records: []ledger.Record{e.Record}}
+}
+
+// Registry decodes payment events.
+var Registry = domain.NewRegistry(
+	func() domain.Event { return &IntentCreated{} },
+	func() domain.Event { return &Settled{} },
+	func() domain.Event { return &PayoutStarted{} },
+	func() domain.Event { return &PayoutCompleted{} },
+	func() domain.Event { return &PayoutReversed{} },
+)
+
+// Apply folds a payment event.
+func Apply(s State, ev domain.Event) State {
+	switch e := ev.(type) {
+	case IntentCreated:
+		s = State{Phase: Staged, Record: e.Record, TestAccount: e.TestAccount}
+	case Settled:
+		s.Phase, s.Movement = Done, e.Movement
+		for i := range e.Records {
+			r := e.Records[i]
+			if r.ID == s.Record.ID {
+				s.Record = r
+			} else {
+				s.Counterparty = &r
+			}
+		}
+	case PayoutStarted:
+		m := e.Movement
+		s.Phase, s.Movement, s.Record = PayingOut, &m, e.Record
+	case PayoutCompleted:
+		s.Phase, s.Record = Done, e.Record
+	case PayoutReversed:
+		s.Phase, s.Record = Done, e.Record
+	}
+	return s
+}

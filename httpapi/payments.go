@@ -1,0 +1,390 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// historyCeiling is the page-size ceiling of payment history and the
+// merchant ledger.
+const historyCeiling = 100
+
+func (s *Server) paymentRoutes() {
+	cid := Policy{CID: CIDRequired}
+	sa := Policy{CID: CIDForbidden, SuperAdmin: true}
+	s.handle(http.MethodGet, "/v1/wallet", cid, s.getWallet)
+	s.handle(http.MethodPost, "/v1/payment/topup", cid, s.topUp)
+	s.handle(http.MethodPost, "/v1/payment/create-intent", cid, s.createIntent)
+	s.handle(http.MethodPost, "/v1/payment/verify", cid, s.verifyPayments)
+	s.handle(http.MethodPost, "/v1/payment/verify-account", cid, s.verifyAccount)
+	s.handle(http.MethodGet, "/v1/payment/history", cid, s.paymentHistory)
+	s.handle(http.MethodGet, "/v1/merchant/balance", sa, s.merchantBalance)
+	s.handle(http.MethodGet, "/v1/merchant/transactions", sa, s.merchantTransactions)
+}
+
+// amountOf parses a decimal money field with a message naming the rule
+// that failed.
+func amountOf(field string, in money.Input) (money.Amount, error) {
+	if !in.Present() {
+		return 0, domain.Invalidf("%s is required", field)
+	}
+	a, err := in.Decimal()
+	switch {
+	case errors.Is(err, money.ErrPrecision):
+		return 0, domain.Invalidf("%s must have at most 2 decimal places", field)
+	case errors.Is(err, money.ErrRange):
+		return 0, domain.Invalidf("%s is too large", field)
+	case err != nil:
+		return 0, domain.Invalidf("%s must be a number", field)
+	}
+	return a, nil
+}
+
+func (s *Server) getWallet(c echo.Context) error {
+	p, _ := PrincipalFrom(c)
+	cu, _ := CustomerFrom(c)
+	b, err := s.rm.Balances(c.Request().Context(), p.MerchantID, p.Environment, ledger.HolderCustomer, cu.ID)
+	if err != nil {
+		return err
+	}
+	return respond(c, http.StatusOK, "Wallet fetched successfully", map[string]any{
+		"customerId": cu.ID, "mainBalance": b.Main, "escrowBalance": b.Escrow, "currency": ledger.Currency})
+}
+
+func (s *Server) topUp(c echo.Context) error {
+	var body struct {
+		Amount money.Input `json:"amount"`
+	}
+	if err := decodeJSON(c, &body); err != nil {
+		return err
+	}
+	p, _ := PrincipalFrom(c)
+	if p.Environment != domain.Test {
+		return domain.Errorf(domain.Forbidden, "This route is only available on staging environment")
+	}
+	amount, err := amountOf("amount", body.Amount)
+	if err != nil {
+		return err
+	}
+	cu, _ := CustomerFrom(c)
+	rec, pos, err := s.app.TopUp(c.Request().Context(), actor(c), cu.ID, amount)
+	if err != nil {
+		return err
+	}
+	return s.settleAndRespond(c, pos, http.StatusOK, "Wallet topped up successfully", rec)
+}
+
+// settleAndRespond waits for the read models to include pos, then answers.
+func (s *Server) settleAndRespond(c echo.Context, pos eventstore.Position, status int, msg string, data any) error {
+	if err := s.settle(c, pos); err != nil {
+		return err
+	}
+	return respond(c, status, msg, data)
+}
+
+type intentBody struct {
+	Amount            money.Input               `json:"amount"`
+	Reference         string                    `json:"reference"`
+	TransactionType   string                    `json:"transactionType"`
+	Currency          *string                   `json:"currency"`
+	Narration         string                    `json:"narration"`
+	DepositDetails    json.RawMessage           `json:"depositDetails"`
+	WithdrawalDetails *ledger.WithdrawalDetails `json:"withdrawalDetails"`
+	BlockchainDetails *ledger.BlockchainDetails `json:"blockchainDetails"`
+	WalletDetails     *struct {
+		Phone     string `json:"phone"`
+		Narration string `json:"narration"`
+	} `json:"walletDetails"`
+	EscrowDetails json.RawMessage `json:"escrowDetails"`
+}
+
+// intentResponse is a transaction record, with a deposit's payment
+// instructions on test.
+type intentResponse struct {
+	ledger.Record
+	TestAccount *payment.TestAccount `json:"testAccount,omitempty"`
+}
+
+func (b intentBody) request() (app.IntentRequest, error) {
+	var r app.IntentRequest
+	if strings.TrimSpace(b.TransactionType) == "" {
+		return r, domain.Invalidf("transactionType is required")
+	}
+	r.Type = ledger.Type(b.TransactionType)
+	switch r.Type {
+	case ledger.Deposit, ledger.Withdrawal, ledger.WalletTransfer:
+	case ledger.EscrowPayment:
+		return r, domain.Invalidf("Escrow payments through create-intent are not available yet")
+	default:
+		return r, domain.Invalidf("transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")
+	}
+	if err := ledger.ValidReference(b.Reference); err != nil {
+		return r, err
+	}
+	r.Reference = b.Reference
+	amount, err := amountOf("amount", b.Amount)
+	if err != nil {
+		return r, err
+	}
+	if amount < payment.MinAmount {
+		return r, domain.Invalidf("amount must be at least %s", payment.MinAmount)
+	}
+	r.Amount = amount
+	if b.Currency != nil && *b.Currency != ledger.Currency {
+		return r, domain.Invalidf("currency must be NGN")
+	}
+	if len(b.Narration) > 200 {
+		return r, domain.Invalidf("narration must be at most 200 characters")
+	}
+	r.Narration = b.Narration
+	switch r.Type {
+	case ledger.Withdrawal:
+		if w := b.WithdrawalDetails; w != nil {
+			if w.AccountNumber == "" {
+				return r, domain.Invalidf("withdrawalDetails.accountNumber is required")
+			}
+			if w.BankCode == "" {
+				return r, domain.Invalidf("withdrawalDetails.bankCode is required")
+			}
+			if len(w.Narration) > 200 || len(w.AccountName) > 200 {
+				return r, domain.Invalidf("withdrawalDetails fields must be at most 200 characters")
+			}
+			r.Withdrawal = &ledger.WithdrawalDetails{AccountName: w.AccountName, AccountNumber: w.AccountNumber,
+				BankCode: w.BankCode, BankName: w.BankName, Narration: w.Narration}
+		}
+		if bc := b.BlockchainDetails; bc != nil {
+			r.Blockchain = &ledger.BlockchainDetails{ToAddress: bc.ToAddress, Network: bc.Network}
+		}
+	case ledger.WalletTransfer:
+		if b.WalletDetails == nil || strings.TrimSpace(b.WalletDetails.Phone) == "" {
+			return r, domain.Invalidf("walletDetails.phone is required")
+		}
+		if len(b.WalletDetails.Narration) > 200 {
+			return r, domain.Invalidf("walletDetails.narration must be at most 200 characters")
+		}
+		r.Wallet = &ledger.WalletDetails{Phone: b.WalletDetails.Phone, Narration: b.WalletDetails.Narration}
+		if r.Narration == "" {
+			r.Narration = b.WalletDetails.Narration
+		}
+	}
+	return r, nil
+}
+
+func (s *Server) createIntent(c echo.Context) error {
+	var body intentBody
+	if err := decodeJSON(c, &body); err != nil {
+		return err
+	}
+	req, err := body.request()
+	if err != nil {
+		return err
+	}
+	cu, _ := CustomerFrom(c)
+	res, err := s.app.CreateIntent(c.Request().Context(), actor(c), cu.ID, cu.Permissions, req)
+	if err != nil {
+		return err
+	}
+	return s.settleAndRespond(c, res.Position, http.StatusCreated, "Payment intent created successfully",
+		intentResponse{Record: res.Record, TestAccount: res.TestAccount})
+}
+
+// maxBatchVerify bounds one verify call's references.
+const maxBatchVerify = 50
+
+func (s *Server) verifyPayments(c echo.Context) error {
+	var body struct {
+		Reference  *string   `json:"reference"`
+		References *[]string `json:"references"`
+		OTP        any       `json:"otp"` // accepted; no OTP step on this service
+	}
+	if err := decodeJSON(c, &body); err != nil {
+		return err
+	}
+	var refs []string
+	switch {
+	case body.Reference != nil && body.References != nil:
+		return domain.Invalidf("Send either reference or references, not both")
+	case body.Reference != nil:
+		if strings.TrimSpace(*body.Reference) == "" {
+			return domain.Invalidf("reference is required")
+		}
+		refs = []string{*body.Reference}
+	case body.References != nil:
+		refs = *body.References
+		if len(refs) == 0 {
+			return domain.Invalidf("references must be a non-empty array of strings")
+		}
+		if len(refs) > maxBatchVerify {
+			return domain.Invalidf("references must hold at most %d references", maxBatchVerify)
+		}
+	default:
+		return domain.Invalidf("reference is required")
+	}
+	ctx := c.Request().Context()
+	a := actor(c)
+	cu, _ := CustomerFrom(c)
+	// Every reference must name one of this customer's intents before any
+	// is executed, so a typo in a batch executes nothing.
+	seen := map[string]bool{}
+	for _, ref := range refs {
+		if seen[ref] {
+			return domain.Invalidf("references must not repeat a reference")
+		}
+		seen[ref] = true
+		if _, err := s.app.Intent(ctx, a, cu.ID, ref); err != nil {
+			return err
+		}
+	}
+	records := make([]ledger.Record, 0, len(refs))
+	var last eventstore.Position
+	for _, ref := range refs {
+		rec, pos, err := s.app.Verify(ctx, a, cu.ID, cu.Permissions, ref)
+		if pos != (eventstore.Position{}) {
+			last = pos
+		}
+		if err != nil {
+			// Earlier references stay executed; verifying them again
+			// returns their stored outcome.
+			if serr := s.settle(c, last); serr != nil {
+				return serr
+			}
+			return err
+		}
+		records = append(records, rec)
+	}
+	if body.Reference != nil {
+		return s.settleAndRespond(c, last, http.StatusOK, "Payment verified successfully", records[0])
+	}
+	return s.settleAndRespond(c, last, http.StatusOK, "Payments verified successfully", records)
+}
+
+func (s *Server) verifyAccount(c echo.Context) error {
+	var body struct {
+		AccountNumber string `json:"accountNumber"`
+		BankCode      string `json:"bankCode"`
+		BankName      string `json:"bankName"`
+	}
+	if err := decodeJSON(c, &body); err != nil {
+		return err
+	}
+	if body.AccountNumber == "" {
+		return domain.Invalidf("accountNumber is required")
+	}
+	if body.BankCode == "" {
+		return domain.Invalidf("bankCode is required")
+	}
+	p, _ := PrincipalFrom(c)
+	if p.Environment != domain.Test {
+		// Name resolution needs a bank-data provider; none is built in.
+		return app.ErrPaymentsNotConfigured
+	}
+	if !reference.ValidNUBAN(body.BankCode, body.AccountNumber) {
+		return domain.Invalidf("Could not resolve account name")
+	}
+	return respond(c, http.StatusOK, "Account details retrieved successfully", map[string]string{
+		"accountName":   reference.TestAccountName(body.BankCode, body.AccountNumber),
+		"accountNumber": body.AccountNumber, "bankCode": body.BankCode})
+}
+
+// transactionFilter reads the history query; flat reports whether the
+// caller asked for an unpaged array (reference, fromDate or toDate given).
+func transactionFilter(c echo.Context, f projections.TransactionFilter) (projections.TransactionFilter, bool, error) {
+	if t := strings.TrimSpace(c.QueryParam("type")); t != "" {
+		for _, v := range strings.Split(t, ",") {
+			if v = strings.TrimSpace(v); v != "" {
+				f.Types = append(f.Types, v)
+			}
+		}
+	}
+	f.Reference = c.QueryParam("reference")
+	flat := f.Reference != ""
+	for _, d := range []struct {
+		name string
+		dst  **time.Time
+		end  bool
+	}{{"fromDate", &f.From, false}, {"toDate", &f.To, true}} {
+		raw := c.QueryParam(d.name)
+		if raw == "" {
+			continue
+		}
+		flat = true
+		t, err := parseDateBound(raw, d.end)
+		if err != nil {
+			return f, false, domain.Invalidf("%s must be a date (YYYY-MM-DD) or an RFC 3339 time", d.name)
+		}
+		*d.dst = &t
+	}
+	return f, flat, nil
+}
+
+// parseDateBound reads YYYY-MM-DD or RFC 3339. As an end bound, a date is
+// inclusive: the bound is the next midnight (UTC).
+func parseDateBound(raw string, end bool) (time.Time, error) {
+	if t, err := time.Parse("2006-01-02", raw); err == nil {
+		if end {
+			t = t.AddDate(0, 0, 1)
+		}
+		return t, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		return t, err
+	}
+	if end {
+		// An instant is an inclusive end: include records at that instant.
+		t = t.Add(time.Nanosecond)
+	}
+	return t.UTC(), nil
+}
+
+func (s *Server) listTransactions(c echo.Context, f projections.TransactionFilter, msg string) error {
+	f, flat, err := transactionFilter(c, f)
+	if err != nil {
+		return err
+	}
+	rows, pg, err := s.rm.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling), flat)
+	if err != nil {
+		return err
+	}
+	if flat {
+		return respond(c, http.StatusOK, msg, rows)
+	}
+	return respond(c, http.StatusOK, msg, map[string]any{"data": rows, "pagination": pg})
+}
+
+func (s *Server) paymentHistory(c echo.Context) error {
+	p, _ := PrincipalFrom(c)
+	cu, _ := CustomerFrom(c)
+	return s.listTransactions(c, projections.TransactionFilter{MerchantID: p.MerchantID, Environment: p.Environment, CustomerID: cu.ID},
+		"Transaction history fetched successfully")
+}
+
+func (s *Server) merchantTransactions(c echo.Context) error {
+	p, _ := PrincipalFrom(c)
+	return s.listTransactions(c, projections.TransactionFilter{MerchantID: p.MerchantID, Environment: p.Environment},
+		"Merchant transactions fetched successfully")
+}
+
+func (s *Server) merchantBalance(c echo.Context) error {
+	p, _ := PrincipalFrom(c)
+	b, err := s.rm.Balances(c.Request().Context(), p.MerchantID, p.Environment, ledger.HolderMerchant, p.MerchantID)
+	if err != nil {
+		return err
+	}
+	return respond(c, http.StatusOK, "Merchant balance fetched successfully", map[string]any{
+		"mainBalance": b.Main, "escrowBalance": b.Escrow, "currency": ledger.Currency})
+}

@@ -1,0 +1,403 @@
+package app
+
+import (
+	"context"
+	"strings"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/domain/wallet"
+	"github.com/escrowd/escrowd/domain/whitelist"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/gateway"
+)
+
+// Errors of the payment use cases.
+var (
+	ErrPaymentsNotConfigured = domain.Invalidf("Payments are not configured for this environment")
+	ErrCryptoNotConfigured   = domain.Invalidf("Crypto is not configured for this environment")
+	ErrAccessDenied          = domain.Errorf(domain.Unauthenticated, "Access denied")
+)
+
+// IntentRequest is a create-intent after decoding.
+type IntentRequest struct {
+	Reference  string
+	Type       ledger.Type
+	Amount     money.Amount
+	Narration  string
+	Withdrawal *ledger.WithdrawalDetails
+	Blockchain *ledger.BlockchainDetails
+	Wallet     *ledger.WalletDetails // Phone and Narration as sent
+}
+
+// IntentResult is a staged intent.
+type IntentResult struct {
+	Record      ledger.Record
+	TestAccount *payment.TestAccount
+	Position    eventstore.Position
+}
+
+// gateways returns the environment's gateways (test ones on test unless
+// configured otherwise; none on live unless configured).
+func (s *Service) gateways(env domain.Environment) gateway.Set {
+	if set, ok := s.Gateways[env]; ok {
+		return set
+	}
+	return gateway.Set{}
+}
+
+// cryptoConfigured reports whether crypto payouts are set up for env.
+func (s *Service) cryptoConfigured(env domain.Environment) bool {
+	return s.CryptoMaster[env] != "" && s.gateways(env).Payouts != nil
+}
+
+// CreateIntent stages a deposit, withdrawal or wallet transfer for the
+// acting customer. Nothing moves until Verify.
+func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, perms customer.Permissions, in IntentRequest) (IntentResult, error) {
+	var out IntentResult
+	if err := ledger.ValidReference(in.Reference); err != nil {
+		return out, err
+	}
+	set := s.gateways(a.Environment)
+	switch in.Type {
+	case ledger.Deposit:
+		if set.Collection == nil {
+			return out, ErrPaymentsNotConfigured
+		}
+	case ledger.Withdrawal, ledger.WalletTransfer:
+		if !perms.CanWithdraw {
+			return out, ErrAccessDenied
+		}
+	}
+	if in.Type == ledger.Withdrawal {
+		if err := s.checkPayoutDestination(a.Environment, &in); err != nil {
+			return out, err
+		}
+	}
+	id := s.newID()
+	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		m, err := Read(tx, MerchantKind, a.MerchantID)
+		if err != nil {
+			return err
+		}
+		if _, err := loadOwnCustomer(tx, a, customerID, domain.Errorf(domain.NotFound, "Customer not found")); err != nil {
+			return err
+		}
+		intent := payment.Intent{ID: id, Reference: in.Reference, Type: in.Type, Amount: in.Amount, CustomerID: customerID,
+			MerchantID: a.MerchantID, Environment: a.Environment, Narration: in.Narration,
+			Withdrawal: in.Withdrawal, Blockchain: in.Blockchain, At: s.Engine.Now()}
+		switch {
+		case in.Withdrawal != nil:
+			intent.Fee = money.Amount(m.Fees.BankWithdrawalFee)
+		case in.Blockchain != nil:
+			intent.Fee = money.Amount(m.Fees.CryptoWithdrawalFee)
+			wl, err := Read(tx, WhitelistKind, customerID)
+			if err != nil {
+				return err
+			}
+			if !wl.Has(in.Blockchain.ToAddress) {
+				return domain.Invalidf("Address is not whitelisted")
+			}
+			if !s.cryptoConfigured(a.Environment) {
+				return ErrCryptoNotConfigured
+			}
+		case in.Wallet != nil:
+			to, err := s.findReceiver(tx, a, m.Country, in.Wallet.Phone)
+			if err != nil {
+				return err
+			}
+			intent.Wallet = &ledger.WalletDetails{Phone: to.Phone, Narration: in.Wallet.Narration, CustomerID: to.ID,
+				CustomerName: strings.TrimSpace(to.Firstname + " " + to.Lastname)}
+		}
+		if in.Type == ledger.Deposit {
+			ta, err := set.Collection.Instructions(tx.ctx, ledger.Record{MerchantID: a.MerchantID, Reference: in.Reference, Amount: in.Amount})
+			if err != nil {
+				return err
+			}
+			intent.TestAccount = ta
+		}
+		p, err := Read(tx, PaymentKind, stream)
+		if err != nil {
+			return err
+		}
+		ev, err := payment.Stage(p, intent)
+		if err != nil {
+			return err
+		}
+		if ev == nil { // the same request again: answer with the intent as it stands
+			out.Record, out.TestAccount = p.Record, p.TestAccount
+			return ErrNothingToDo
+		}
+		if in.Type != ledger.Deposit {
+			// Refuse early what verify would refuse; verify checks again
+			// atomically with the debit.
+			w, err := Read(tx, WalletKind, customerID)
+			if err != nil {
+				return err
+			}
+			if w.Main < ev.Record.Amount+ev.Record.Fee {
+				return wallet.ErrInsufficient
+			}
+		}
+		Record(tx, PaymentKind, stream, *ev)
+		out.Record, out.TestAccount = ev.Record, ev.TestAccount
+		return nil
+	})
+	out.Position = res.Position
+	return out, err
+}
+
+// checkPayoutDestination validates a withdrawal's destination (the checks
+// that need no stored state) and fills the bank's name and the resolved
+// account name.
+func (s *Service) checkPayoutDestination(env domain.Environment, in *IntentRequest) error {
+	switch {
+	case in.Withdrawal != nil && in.Blockchain != nil, in.Withdrawal == nil && in.Blockchain == nil:
+		return domain.Invalidf("A withdrawal needs exactly one of withdrawalDetails or blockchainDetails")
+	case in.Withdrawal != nil:
+		w := in.Withdrawal
+		if s.gateways(env).Payouts == nil {
+			return ErrPaymentsNotConfigured
+		}
+		bank, ok := reference.FindBank(w.BankCode)
+		if !ok {
+			return domain.Invalidf("bankCode is not a supported bank")
+		}
+		if !reference.ValidNUBAN(w.BankCode, w.AccountNumber) {
+			return domain.Invalidf("Could not resolve account name")
+		}
+		w.BankName = bank.Name
+		if strings.TrimSpace(w.AccountName) == "" {
+			w.AccountName = reference.TestAccountName(w.BankCode, w.AccountNumber)
+		}
+		if in.Narration == "" {
+			in.Narration = w.Narration
+		}
+	default:
+		b := in.Blockchain
+		if !whitelist.ValidAddress(b.ToAddress) {
+			return domain.Invalidf("toAddress must be 0x followed by 40 hexadecimal characters")
+		}
+		if b.Network == "" {
+			b.Network = "BSC"
+		}
+		if b.Network != "BSC" {
+			return domain.Invalidf("network must be BSC")
+		}
+	}
+	return nil
+}
+
+// findReceiver resolves a transfer's receiver by phone in any spelling,
+// among the merchant's customers of the environment.
+func (s *Service) findReceiver(tx *Tx, a Actor, merchantCountry, phone string) (customer.State, error) {
+	pref, ok := reference.FindCountry(merchantCountry)
+	if !ok {
+		pref = reference.Countries[0]
+	}
+	for _, p := range reference.PhoneCandidates(pref, phone) {
+		r, err := Read(tx, ReservationKind, customer.PhoneKey(a.MerchantID, a.Environment, p))
+		if err != nil {
+			return customer.State{}, err
+		}
+		if r.Holder == "" {
+			continue
+		}
+		c, err := loadOwnCustomer(tx, a, r.Holder, domain.Invalidf("No customer found with the provided phone"))
+		if err != nil {
+			return c, err
+		}
+		if c.Blocked {
+			return c, domain.Invalidf("The recipient's account is disabled")
+		}
+		return c, nil
+	}
+	return customer.State{}, domain.Invalidf("No customer found with the provided phone")
+}
+
+// Intent returns the acting customer's intent named by reference.
+func (s *Service) Intent(ctx context.Context, a Actor, customerID, ref string) (payment.State, error) {
+	st, _, err := Load(ctx, s.Engine, PaymentKind, payment.StreamID(a.MerchantID, a.Environment, ref))
+	if err != nil {
+		return st, err
+	}
+	if !st.Exists() || st.Record.CustomerID != customerID {
+		return st, payment.ErrNotFound
+	}
+	return st, nil
+}
+
+// Verify executes the acting customer's intent exactly once and returns its
+// record: a deposit the gateway confirmed is credited, a transfer moves, a
+// withdrawal is debited and paid out (or reversed when the payout fails).
+// Verifying a settled intent returns the stored outcome; verifying a
+// withdrawal interrupted after its debit resumes the payout.
+func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms customer.Permissions, ref string) (ledger.Record, eventstore.Position, error) {
+	st, err := s.Intent(ctx, a, customerID, ref)
+	if err != nil {
+		return ledger.Record{}, eventstore.Position{}, err
+	}
+	if st.Phase == payment.Done {
+		return st.Record, eventstore.Position{}, nil
+	}
+	typ := st.Record.Type
+	if (typ == ledger.Withdrawal || typ == ledger.WalletTransfer) && !perms.CanWithdraw {
+		return ledger.Record{}, eventstore.Position{}, ErrAccessDenied
+	}
+	set := s.gateways(a.Environment)
+	stream := payment.StreamID(a.MerchantID, a.Environment, ref)
+	var pos eventstore.Position
+	if st.Phase == payment.Staged {
+		var deposit payment.Outcome
+		if typ == ledger.Deposit {
+			if set.Collection == nil {
+				return ledger.Record{}, pos, ErrPaymentsNotConfigured
+			}
+			if deposit, err = set.Collection.Confirm(ctx, st.Record); err != nil {
+				return ledger.Record{}, pos, err
+			}
+		}
+		receiverID := s.newID()
+		res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+			p, err := Read(tx, PaymentKind, stream)
+			if err != nil {
+				return err
+			}
+			ev, err := payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
+			if err != nil {
+				return err
+			}
+			if ev == nil {
+				st = p
+				return ErrNothingToDo
+			}
+			if err := s.postEffect(tx, ev.(ledger.Entry)); err != nil {
+				return err
+			}
+			Record(tx, PaymentKind, stream, ev)
+			st = payment.Apply(p, ev)
+			return nil
+		})
+		if err != nil {
+			return ledger.Record{}, pos, err
+		}
+		pos = res.Position
+	}
+	if st.Phase == payment.PayingOut {
+		if set.Payouts == nil {
+			return st.Record, pos, ErrPaymentsNotConfigured
+		}
+		out, err := set.Payouts.Pay(ctx, st.Record)
+		if err != nil {
+			// The debit stands and the payout is unknown: the intent stays
+			// pending and verifying again asks the provider again.
+			return st.Record, pos, domain.Errorf(domain.Unavailable, "The payout provider did not answer; verify again later")
+		}
+		res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+			p, err := Read(tx, PaymentKind, stream)
+			if err != nil {
+				return err
+			}
+			ev := payment.FinishPayout(p, out, s.Engine.Now())
+			if ev == nil {
+				st = p
+				return ErrNothingToDo
+			}
+			if err := s.postEffect(tx, ev.(ledger.Entry)); err != nil {
+				return err
+			}
+			Record(tx, PaymentKind, stream, ev)
+			st = payment.Apply(p, ev)
+			return nil
+		})
+		if err != nil {
+			return st.Record, pos, err
+		}
+		if res.Position != (eventstore.Position{}) {
+			pos = res.Position
+		}
+	}
+	return st.Record, pos, nil
+}
+
+// TopUp credits a test wallet (once a day per customer) as a settled
+// deposit.
+func (s *Service) TopUp(ctx context.Context, a Actor, customerID string, amount money.Amount) (ledger.Record, eventstore.Position, error) {
+	if a.Environment != domain.Test {
+		return ledger.Record{}, eventstore.Position{}, domain.Errorf(domain.Forbidden, "This route is only available on staging environment")
+	}
+	id := s.newID()
+	ref := "TOPUP-" + id
+	created, settled, err := payment.TopUp(payment.Intent{ID: id, Reference: ref, Amount: amount, CustomerID: customerID,
+		MerchantID: a.MerchantID, Environment: a.Environment, At: s.Engine.Now()})
+	if err != nil {
+		return ledger.Record{}, eventstore.Position{}, err
+	}
+	stream := payment.StreamID(a.MerchantID, a.Environment, ref)
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		if _, err := loadOwnCustomer(tx, a, customerID, domain.Errorf(domain.NotFound, "Customer not found")); err != nil {
+			return err
+		}
+		w, err := Read(tx, WalletKind, customerID)
+		if err != nil {
+			return err
+		}
+		posted, err := wallet.Post(w, customerID, *settled.Movement, wallet.Posting{TransactionID: id, Reference: ref, TopUp: true, At: created.Record.CreatedAt})
+		if err != nil {
+			return err
+		}
+		Record(tx, WalletKind, customerID, *posted)
+		Record(tx, PaymentKind, stream, created, settled)
+		return nil
+	})
+	return settled.Records[0], res.Position, err
+}
+
+// postEffect mirrors an entry's movement into every customer wallet it
+// touches, in the same append: a debit is checked against the wallet's
+// revision-proven balance; a pure credit is appended unchecked, so payments
+// into a popular wallet never conflict with each other.
+func (s *Service) postEffect(tx *Tx, e ledger.Entry) error {
+	eff := e.Ledger()
+	if eff.Movement == nil {
+		return nil
+	}
+	m := *eff.Movement
+	if err := m.Validate(); err != nil {
+		return err
+	}
+	p := wallet.Posting{At: s.Engine.Now()}
+	if len(eff.Records) > 0 {
+		p.TransactionID, p.Reference = eff.Records[0].ID, eff.Records[0].Reference
+	}
+	d := m.Deltas()
+	for _, cid := range m.Customers() {
+		if d[ledger.CustomerMain(cid)] >= 0 && d[ledger.CustomerEscrow(cid)] >= 0 {
+			posted, err := wallet.Post(wallet.State{}, cid, m, p)
+			if err != nil {
+				return err
+			}
+			if posted != nil {
+				Append(tx, WalletKind, cid, *posted)
+			}
+			continue
+		}
+		w, err := Read(tx, WalletKind, cid)
+		if err != nil {
+			return err
+		}
+		posted, err := wallet.Post(w, cid, m, p)
+		if err != nil {
+			return err
+		}
+		if posted != nil {
+			Record(tx, WalletKind, cid, *posted)
+		}
+	}
+	return nil
+}

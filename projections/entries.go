@@ -1,0 +1,33 @@
+package projections
+
+import (
+	"strings"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// entryRegistries are the aggregates whose events move money or write
+// transaction records (ledger.Entry), by stream prefix. An aggregate that
+// moves money is added here and every reader of money (the ledger read
+// model, the audit, the webhook subscriber) follows.
+var entryRegistries = map[string]domain.Registry{
+	"payment": payment.Registry,
+}
+
+// DecodeEntry returns the ledger entry a recorded event is, if it is one.
+func DecodeEntry(re eventstore.RecordedEvent) (ledger.Entry, bool, error) {
+	prefix, _, _ := strings.Cut(re.Stream, "-")
+	reg, ok := entryRegistries[prefix]
+	if !ok {
+		return nil, false, nil
+	}
+	ev, err := reg.Decode(re.Type, re.Data)
+	if err != nil {
+		return nil, false, err
+	}
+	e, ok := ev.(ledger.Entry)
+	return e, ok, nil
+}
