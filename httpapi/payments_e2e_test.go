@@ -541,3 +541,109 @@ func (h *harness) assertZeroSum() {
 		h.t.Errorf("%d accounts below zero", negative)
 	}
 }
+
+func TestCryptoWithdrawal(t *testing.T) {
+	master := "0x" + strings.Repeat("9", 40)
+	h := newHarness(t, func(c *Config) { c.BSCMasterAddress = map[domain.Environment]string{domain.Test: master} })
+	cid := h.funded("k@x.com", "08031110020", 5000)
+	addr := "0xAbCdEf0123456789aBcDeF0123456789AbCdEf01"
+	h.do(req{method: "POST", path: "/v1/whitelist-address", key: h.std(), cid: cid,
+		body: map[string]any{"walletAddress": addr, "network": "BSC", "label": "cold"}}).expect(t, 201, "Wallet address whitelisted successfully")
+	crypto := func(ref, to string, amount any) map[string]any {
+		return map[string]any{"reference": ref, "amount": amount, "transactionType": "withdrawal",
+			"blockchainDetails": map[string]any{"toAddress": to, "network": "BSC"}}
+	}
+	// The checks run in the order api-decisions gives: format, whitelist,
+	// configuration.
+	h.intent(cid, crypto("c-0", "0x123", 1000)).expect(t, 400, "toAddress must be 0x followed by 40 hexadecimal characters")
+	h.intent(cid, crypto("c-1", "0x"+strings.Repeat("1", 40), 1000)).expect(t, 400, "Address is not whitelisted")
+
+	rec := h.intent(cid, crypto("c-2", strings.ToLower(addr), 1000)).expect(t, 201, "").obj()
+	if rec["fee"] != 0.0 || rec["blockchainDetails"].(map[string]any)["network"] != "BSC" || rec["withdrawalDetails"] != nil {
+		t.Fatalf("crypto intent %v", rec)
+	}
+	if got := h.verify(cid, "c-2").expect(t, 200, "").obj(); got["status"] != "success" {
+		t.Fatalf("crypto payout %v", got)
+	}
+	h.expectWallet(cid, 4000, 0)
+
+	// Removing the address after staging stops the payout.
+	h.intent(cid, crypto("c-3", addr, 500)).expect(t, 201, "")
+	list := h.do(req{path: "/v1/whitelist-address", key: h.std(), cid: cid}).expect(t, 200, "").Data.([]any)
+	id := list[0].(map[string]any)["id"].(string)
+	h.do(req{method: "DELETE", path: "/v1/whitelist-address/" + id, key: h.std(), cid: cid}).expect(t, 200, "")
+	h.verify(cid, "c-3").expect(t, 400, "Address is not whitelisted")
+	h.expectWallet(cid, 4000, 0)
+
+	// Without a master address the environment has no crypto.
+	bare := newHarness(t)
+	c2 := bare.funded("k2@x.com", "08031110021", 5000)
+	bare.do(req{method: "POST", path: "/v1/whitelist-address", key: bare.std(), cid: c2,
+		body: map[string]any{"walletAddress": addr, "network": "BSC"}}).expect(t, 201, "")
+	bare.intent(c2, crypto("c-4", "0x"+strings.Repeat("1", 40), 1000)).expect(t, 400, "Address is not whitelisted")
+	bare.intent(c2, crypto("c-5", addr, 1000)).expect(t, 400, "Crypto is not configured for this environment")
+}
+
+// TestMixedWorkloadZeroSum runs every kind of movement from many clients at
+// once and checks the ledger's invariants and the customers' totals.
+func TestMixedWorkloadZeroSum(t *testing.T) {
+	h := newHarness(t)
+	const n = 6
+	var cids, phones []string
+	for i := 0; i < n; i++ {
+		phone := fmt.Sprintf("0803222%04d", i)
+		cids = append(cids, h.funded(fmt.Sprintf("m%d@x.com", i), phone, 20000))
+		phones = append(phones, phone)
+	}
+	good, failing := nuban(t, "058", "7", false), nuban(t, "058", "8", true)
+	var mu sync.Mutex
+	withdrawn := 0.0 // successful bank payouts incl. fee
+	deposited := 0.0
+	parallel(n, func(i int) bool {
+		cid := cids[i]
+		for j := 0; j < 6; j++ {
+			ref := fmt.Sprintf("mx-%d-%d", i, j)
+			var body map[string]any
+			switch j % 3 {
+			case 0:
+				body = map[string]any{"reference": ref, "amount": 1500.25, "transactionType": "deposit"}
+			case 1:
+				body = map[string]any{"reference": ref, "amount": 700, "transactionType": "wallet_transfer",
+					"walletDetails": map[string]any{"phone": phones[(i+1)%n]}}
+			case 2:
+				acct := good
+				if j == 5 {
+					acct = failing
+				}
+				body = bankWithdrawal(ref, 900, acct)
+			}
+			if r := h.intent(cid, body); r.Status != 201 {
+				t.Errorf("intent %s: %d %s", ref, r.Status, r.Raw)
+				continue
+			}
+			r := h.verify(cid, ref)
+			if r.Status != 200 {
+				t.Errorf("verify %s: %d %s", ref, r.Status, r.Raw)
+				continue
+			}
+			mu.Lock()
+			switch rec := r.obj(); {
+			case rec["transactionType"] == "deposit":
+				deposited += 1500.25
+			case rec["transactionType"] == "withdrawal" && rec["status"] == "success":
+				withdrawn += 950
+			}
+			mu.Unlock()
+		}
+		return true
+	})
+	total := 0.0
+	for _, cid := range cids {
+		m, e := h.wallet(cid)
+		total += m + e
+	}
+	if want := n*20000 + deposited - withdrawn; total != want {
+		t.Fatalf("customers hold %v, want %v", total, want)
+	}
+	h.assertZeroSum()
+}

@@ -268,6 +268,17 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			if err != nil {
 				return err
 			}
+			if bc := p.Record.BlockchainDetails; bc != nil && p.Phase == payment.Staged {
+				// The address may have been removed since staging; the append
+				// proves it is still whitelisted when the money leaves.
+				wl, err := Guard(tx, WhitelistKind, customerID)
+				if err != nil {
+					return err
+				}
+				if !wl.Has(bc.ToAddress) {
+					return domain.Invalidf("Address is not whitelisted")
+				}
+			}
 			ev, err := payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
 			if err != nil {
 				return err

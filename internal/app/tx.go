@@ -53,6 +53,19 @@ func Record[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
 	record(tx, k, id, false, events)
 }
 
+// Guard makes the append also prove that aggregate id, read in this tx, is
+// still at the revision read: for a decision that depends on an aggregate
+// it does not write to (a payout allowed by a whitelist entry must not race
+// the entry's removal).
+func Guard[S any](tx *Tx, k Kind[S], id string) (S, error) {
+	state, err := Read(tx, k, id)
+	if err != nil {
+		return state, err
+	}
+	tx.stream(k.StreamName(id)).guard = true
+	return state, nil
+}
+
 // Append appends events to aggregate id without checking its revision
 // (unless the stream was read in this tx). Only for events whose validity
 // cannot depend on the stream's state, such as a credit to a wallet: it can
@@ -190,7 +203,7 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, err
 	var out []eventstore.StreamAppend
 	for _, name := range tx.order {
 		ts := tx.streams[name]
-		if len(ts.events) == 0 {
+		if len(ts.events) == 0 && !ts.guard {
 			continue
 		}
 		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream}
