@@ -23,12 +23,18 @@ test:
 	  $(GO) vet ./... && \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
+# BENCH selects benchmarks (default all); the pgbench baseline needs the
+# pgbench binary (postgresql-client) and is skipped without it.
 bench:
 	@export DATABASE_URL="$(DBURL)" && \
-	  $(GO) test -run '^$$' -bench . $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 30m ./bench/
+	  $(GO) test -run '^$$' -bench "$${BENCH:-.}" $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 30m ./bench/
 
+# Go fuzzes one target per invocation, so each runs for $(FUZZTIME) in turn.
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzNormalizePhone -fuzztime 30s ./domain/reference/
+	$(GO) test -run '^$$' -fuzz '^FuzzNormalizePhone$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
+	  $(GO) test -run '^$$' -fuzz '^FuzzValidNUBAN$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
+	  $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./domain/money/
 
 db-start:
 	@scripts/pg.sh start

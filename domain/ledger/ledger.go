@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/money"
@@ -95,6 +96,9 @@ func (m Movement) Validate() error {
 			return fmt.Errorf("%w: %s to itself", ErrUnbalanced, p.From)
 		}
 		for _, a := range []Account{p.From, p.To} {
+			if a.ID == "" {
+				return fmt.Errorf("%w: account %s has no id", ErrUnbalanced, a)
+			}
 			if a.Holder != HolderCustomer && a.ID != m.MerchantID {
 				return fmt.Errorf("%w: %s outside merchant %s", ErrUnbalanced, a, m.MerchantID)
 			}
@@ -264,7 +268,7 @@ func ValidReference(ref string) error {
 	if strings.TrimSpace(ref) == "" {
 		return domain.Invalidf("reference is required")
 	}
-	if len(ref) > 100 {
+	if utf8.RuneCountInString(ref) > 100 {
 		return domain.Invalidf("reference must be at most 100 characters")
 	}
 	for _, r := range ref {
