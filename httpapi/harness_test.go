@@ -47,13 +47,20 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DefaultEnvironment: domain.Test}
+	// The listener comes first so uploaded files get URLs on this server.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DefaultEnvironment: domain.Test,
+		DataDir: t.TempDir(), PublicURL: "http://" + l.Addr().String()}
 	for _, m := range mutate {
 		m(&cfg)
 	}
 	api := NewStack(cfg, store, pool, runner, zap.NewNop(), nil)
 	h := &harness{t: t, api: api, svc: api.App(), runner: runner}
-	h.srv = httptest.NewServer(api.Handler())
+	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
+	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	h.m = h.newMerchant(true)
 	return h

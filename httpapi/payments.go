@@ -128,7 +128,11 @@ func (b intentBody) request() (app.IntentRequest, error) {
 	switch r.Type {
 	case ledger.Deposit, ledger.Withdrawal, ledger.WalletTransfer:
 	case ledger.EscrowPayment:
-		return r, domain.Invalidf("Escrow payments through create-intent are not available yet")
+		ids, err := escrowIDsOf(b.EscrowDetails)
+		if err != nil {
+			return r, err
+		}
+		r.EscrowIDs = ids
 	default:
 		return r, domain.Invalidf("transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")
 	}
@@ -140,7 +144,7 @@ func (b intentBody) request() (app.IntentRequest, error) {
 	if err != nil {
 		return r, err
 	}
-	if amount < payment.MinAmount {
+	if amount < payment.MinAmount && r.Type != ledger.EscrowPayment {
 		return r, domain.Invalidf("amount must be at least %s", payment.MinAmount)
 	}
 	r.Amount = amount
@@ -387,4 +391,23 @@ func (s *Server) merchantBalance(c echo.Context) error {
 	}
 	return respond(c, http.StatusOK, "Merchant balance fetched successfully", map[string]any{
 		"mainBalance": b.Main, "escrowBalance": b.Escrow, "currency": ledger.Currency})
+}
+
+// escrowIDsOf reads escrowDetails.escrowId: one id or an array of ids.
+func escrowIDsOf(raw json.RawMessage) ([]string, error) {
+	var d struct {
+		EscrowID json.RawMessage `json:"escrowId"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &d) != nil || len(d.EscrowID) == 0 || string(d.EscrowID) == "null" {
+		return nil, domain.Invalidf("escrowDetails.escrowId is required")
+	}
+	var one string
+	if json.Unmarshal(d.EscrowID, &one) == nil {
+		return []string{one}, nil
+	}
+	var many []string
+	if json.Unmarshal(d.EscrowID, &many) != nil || len(many) == 0 {
+		return nil, domain.Invalidf("escrowDetails.escrowId must be an escrow id or an array of escrow ids")
+	}
+	return many, nil
 }

@@ -5,4 +5,7 @@ func (s *Server) routes() {
 	s.customerRoutes()
 	s.cryptoRoutes()
 	s.paymentRoutes()
+	s.escrowRoutes()
+	s.categoryRoutes()
+	s.fileRoutes()
 }

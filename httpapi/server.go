@@ -37,6 +37,11 @@ type Config struct {
 	// BSCMasterAddress is the platform's BSC deposit address per
 	// environment; an environment without one has crypto disabled.
 	BSCMasterAddress map[domain.Environment]string
+	// PublicURL is the base of uploaded files' URLs (default
+	// http://localhost:8080); DataDir holds them under files/ (default
+	// ./.data).
+	PublicURL string
+	DataDir   string
 }
 
 // Waiter lets a write wait until the read models include it.
@@ -58,6 +63,7 @@ type Server struct {
 	idem    *IdempotencyStore
 	metrics *Metrics
 	ping    func(context.Context) error
+	files   *fileStore
 }
 
 // Deps are the server's collaborators.
@@ -87,8 +93,15 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.MaxReadyLag == 0 {
 		cfg.MaxReadyLag = 10000
 	}
+	if cfg.PublicURL == "" {
+		cfg.PublicURL = "http://localhost:8080"
+	}
+	if cfg.DataDir == "" {
+		cfg.DataDir = "./.data"
+	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, rm: d.Queries, waiter: d.Waiter,
 		limiter: d.Limiter, idem: d.Idem, ping: d.Ping}
+	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
@@ -15,6 +16,7 @@ import (
 // model, the audit, the webhook subscriber) follows.
 var entryRegistries = map[string]domain.Registry{
 	"payment": payment.Registry,
+	"escrow":  escrow.Registry,
 }
 
 // DecodeEntry returns the ledger entry a recorded event is, if it is one.

@@ -28,5 +28,5 @@ type Projector interface {
 // All lists every read model the service builds. Names are stored
 // checkpoints: add new projectors here, never rename one.
 func All() []Projector {
-	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}}
+	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, Escrows{}}
 }

@@ -28,6 +28,7 @@ type Intent struct {
 	Withdrawal  *ledger.WithdrawalDetails
 	Blockchain  *ledger.BlockchainDetails
 	Wallet      *ledger.WalletDetails
+	Escrow      *ledger.EscrowDetails
 	TestAccount *TestAccount
 	At          time.Time
 }
@@ -54,26 +55,33 @@ func Stage(s State, in Intent) (*IntentCreated, error) {
 		return nil, domain.Invalidf("fee must not be negative")
 	}
 	details := 0
-	for _, set := range []bool{in.Withdrawal != nil, in.Blockchain != nil, in.Wallet != nil} {
+	for _, set := range []bool{in.Withdrawal != nil, in.Blockchain != nil, in.Wallet != nil, in.Escrow != nil} {
 		if set {
 			details++
 		}
 	}
 	switch in.Type {
 	case ledger.Deposit:
-		if details != 0 {
+		if details != 0 || in.Fee != 0 {
 			return nil, domain.Invalidf("A deposit takes no withdrawal, blockchain or wallet details")
 		}
 	case ledger.Withdrawal:
-		if details != 1 || in.Wallet != nil {
+		if details != 1 || in.Wallet != nil || in.Escrow != nil {
 			return nil, domain.Invalidf("A withdrawal needs exactly one of withdrawalDetails or blockchainDetails")
 		}
 	case ledger.WalletTransfer:
-		if in.Wallet == nil || details != 1 {
+		if in.Wallet == nil || details != 1 || in.Wallet.CustomerID == "" {
 			return nil, domain.Invalidf("walletDetails is required for a wallet_transfer")
+		}
+		if in.Fee != 0 {
+			return nil, domain.Invalidf("A wallet transfer is free")
 		}
 		if in.Wallet.CustomerID == in.CustomerID {
 			return nil, domain.Invalidf("You cannot transfer to yourself")
+		}
+	case ledger.EscrowPayment:
+		if in.Escrow == nil || len(in.Escrow.EscrowIDs) == 0 || details != 1 {
+			return nil, domain.Invalidf("escrowDetails.escrowId is required for an escrow payment")
 		}
 	default:
 		return nil, domain.Invalidf("transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")
@@ -83,7 +91,7 @@ func Stage(s State, in Intent) (*IntentCreated, error) {
 		Status: ledger.Pending, Type: in.Type, CreditType: ledger.Debit, CustomerID: in.CustomerID,
 		MerchantID: in.MerchantID, Environment: in.Environment, Narration: in.Narration,
 		WithdrawalDetails: in.Withdrawal, BlockchainDetails: in.Blockchain, WalletDetails: in.Wallet,
-		CreatedAt: in.At, UpdatedAt: in.At,
+		EscrowDetails: in.Escrow, CreatedAt: in.At, UpdatedAt: in.At,
 	}
 	if in.Type == ledger.Deposit {
 		rec.CreditType = ledger.Credit
@@ -150,6 +158,20 @@ func Execute(s State, deposit Outcome, receiverRecordID, receiverRef string, at 
 		return PayoutStarted{Movement: m, Record: r}, nil
 	}
 	return nil, domain.Errorf(domain.Internal, "payment: cannot execute %s", r.Type)
+}
+
+// PayEscrows settles a staged escrow payment with the funding movement the
+// escrows decided (the caller checked the amount against what they are
+// due). paymentTokens completes the record's escrow details, clones
+// included.
+func PayEscrows(s State, m ledger.Movement, escrowIDs, paymentTokens []string, at time.Time) (Settled, error) {
+	if s.Phase != Staged || s.Record.Type != ledger.EscrowPayment {
+		return Settled{}, domain.Errorf(domain.Internal, "payment: %s is not a staged escrow payment", s.Record.Reference)
+	}
+	r := s.Record
+	r.Status, r.UpdatedAt = ledger.Success, at
+	r.EscrowDetails = &ledger.EscrowDetails{EscrowIDs: escrowIDs, PaymentTokens: paymentTokens}
+	return Settled{Movement: &m, Records: []ledger.Record{r}}, nil
 }
 
 // FinishPayout settles a withdrawal whose payout the provider answered:

@@ -1,7 +1,9 @@
 package app
 
 import (
+	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/wallet"
@@ -16,4 +18,6 @@ var (
 	WhitelistKind   = Kind[whitelist.State]{Name: "whitelist", Registry: whitelist.Registry, Apply: whitelist.Apply}
 	WalletKind      = Kind[wallet.State]{Name: "wallet", Registry: wallet.Registry, Apply: wallet.Apply}
 	PaymentKind     = Kind[payment.State]{Name: "payment", Registry: payment.Registry, Apply: payment.Apply}
+	EscrowKind      = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply}
+	CategoryKind    = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
 )

@@ -32,6 +32,7 @@ type IntentRequest struct {
 	Withdrawal *ledger.WithdrawalDetails
 	Blockchain *ledger.BlockchainDetails
 	Wallet     *ledger.WalletDetails // Phone and Narration as sent
+	EscrowIDs  []string              // an escrow payment's escrows
 }
 
 // IntentResult is a staged intent.
@@ -71,6 +72,13 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 	case ledger.Withdrawal, ledger.WalletTransfer:
 		if !perms.CanWithdraw {
 			return out, ErrAccessDenied
+		}
+	case ledger.EscrowPayment:
+		if !perms.CanBuy {
+			return out, ErrAccessDenied
+		}
+		if err := checkEscrowIDs(in.EscrowIDs); err != nil {
+			return out, err
 		}
 	}
 	if in.Type == ledger.Withdrawal {
@@ -125,7 +133,12 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		if err != nil {
 			return err
 		}
-		ev, err := payment.Stage(p, intent)
+		var ev *payment.IntentCreated
+		if in.Type == ledger.EscrowPayment {
+			ev, err = s.stageEscrowIntent(tx, a, customerID, EscrowPayment{Reference: in.Reference, Amount: in.Amount, EscrowIDs: in.EscrowIDs}, p, id)
+		} else {
+			ev, err = payment.Stage(p, intent)
+		}
 		if err != nil {
 			return err
 		}
@@ -133,7 +146,7 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 			out.Record, out.TestAccount = p.Record, p.TestAccount
 			return ErrNothingToDo
 		}
-		if in.Type != ledger.Deposit {
+		if in.Type == ledger.Withdrawal || in.Type == ledger.WalletTransfer {
 			// Refuse early what verify would refuse; verify checks again
 			// atomically with the debit.
 			w, err := Read(tx, WalletKind, customerID)
@@ -252,6 +265,24 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 	set := s.gateways(a.Environment)
 	stream := payment.StreamID(a.MerchantID, a.Environment, ref)
 	var pos eventstore.Position
+	if st.Phase == payment.Staged && typ == ledger.EscrowPayment {
+		if !perms.CanBuy {
+			return ledger.Record{}, pos, ErrAccessDenied
+		}
+		res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+			p, err := Read(tx, PaymentKind, stream)
+			if err != nil {
+				return err
+			}
+			if p.Phase != payment.Staged {
+				st = p
+				return ErrNothingToDo
+			}
+			st, _, err = s.fundEscrows(tx, a, stream, p)
+			return err
+		})
+		return st.Record, res.Position, err
+	}
 	if st.Phase == payment.Staged {
 		var deposit payment.Outcome
 		if typ == ledger.Deposit {

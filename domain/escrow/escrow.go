@@ -1,0 +1,262 @@
+// Package escrow is the standard escrow: a seller's payment link a buyer
+// funds, held until the buyer confirms or the seller claims after the
+// delivery window. The aggregate decides every transition; settlements are
+// events carrying balanced postings (ledger.Entry), so the merchant's and
+// the platform's credits are derived from them, never appended to a
+// shared stream.
+package escrow
+
+import (
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+)
+
+// Status and state values of the spec.
+type (
+	Status string
+	Phase  string
+)
+
+const (
+	Pending       Status = "PENDING"
+	Ongoing       Status = "ONGOING"
+	Completed     Status = "COMPLETED"
+	Refunded      Status = "REFUNDED"
+	Claimed       Status = "CLAIMED"
+	Disputed      Status = "DISPUTED"
+	Investigating Status = "INVESTIGATING"
+	Split         Status = "SPLIT"
+
+	AwaitingPayment Phase = "AWAITING_PAYMENT"
+	Opened          Phase = "OPENED"
+	Closed          Phase = "CLOSED"
+)
+
+// Terminal reports whether s ends the escrow (state CLOSED).
+func (s Status) Terminal() bool {
+	return s == Completed || s == Claimed || s == Refunded || s == Split
+}
+
+// WhoPays says who bears the escrow fee.
+type WhoPays string
+
+const (
+	Buyer  WhoPays = "buyer"
+	Seller WhoPays = "seller"
+	Both   WhoPays = "both"
+)
+
+// Delivery timeline units.
+var timelineUnits = map[string]time.Duration{"minutes": time.Minute, "hours": time.Hour, "days": 24 * time.Hour}
+
+// Terms are what a seller sets on a link (and edits while unpaid).
+type Terms struct {
+	Amount           money.Amount `json:"amount"`
+	Purpose          string       `json:"purpose"`
+	Description      string       `json:"description"`
+	WhoPays          WhoPays      `json:"whoPays"`
+	MaxDelivery      int          `json:"maxDelivery"`
+	DeliveryTimeline string       `json:"deliveryTimeline"`
+	CategoryID       string       `json:"categoryId,omitempty"`
+}
+
+// FeeTerms freeze the merchant's fee policy at creation (an edit
+// recomputes the fee with the same rates).
+type FeeTerms struct {
+	EscrowFeeBps  int64 `json:"escrowFeeBps"`
+	CommissionBps int64 `json:"commissionBps"`
+}
+
+// State is the folded escrow.
+type State struct {
+	ID                      string             `json:"id"`
+	PaymentToken            string             `json:"paymentToken"`
+	MerchantID              string             `json:"merchantId"`
+	Environment             domain.Environment `json:"environment"`
+	SellerID                string             `json:"sellerId,omitempty"` // "" when the merchant sells as itself
+	BuyerID                 string             `json:"buyerId,omitempty"`
+	Terms                   Terms              `json:"terms"`
+	FeeTerms                FeeTerms           `json:"feeTerms"`
+	Fee                     money.Amount       `json:"fee"`
+	AdditionalFee           money.Amount       `json:"additionalFee"`
+	AdditionalFeeRefundable bool               `json:"additionalFeeRefundable"`
+	ImageURLs               []string           `json:"imageUrl"`
+	TotalQuantity           int                `json:"totalQuantity"`
+	MultiUnit               bool               `json:"multiUnit,omitempty"` // a link whose purchases are clones
+	ParentID                string             `json:"parentId,omitempty"`
+	Channel                 string             `json:"channel"`
+	Status                  Status             `json:"status"`
+	Phase                   Phase              `json:"state"`
+	Logs                    []string           `json:"logs"`
+	PaymentID               string             `json:"paymentId,omitempty"`
+	PaidAt                  time.Time          `json:"paidAt,omitempty"`
+	CompletedAt             time.Time          `json:"completedAt,omitempty"`
+	Deleted                 bool               `json:"deleted,omitempty"`
+	CreatedAt               time.Time          `json:"createdAt"`
+	UpdatedAt               time.Time          `json:"updatedAt"`
+}
+
+// Exists reports whether the escrow was created and not deleted.
+func (s State) Exists() bool { return s.ID != "" && !s.Deleted }
+
+// IsMerchantSale reports whether the merchant sells as itself.
+func (s State) IsMerchantSale() bool { return s.SellerID == "" }
+
+// Shares is how an escrow's fee divides between buyer and seller.
+type Shares struct {
+	Buyer, Seller money.Amount
+}
+
+// FeeShares divides the fee by whoPays: the buyer's half of "both" is
+// rounded half-up to the kobo and the seller bears the rest.
+func FeeShares(fee money.Amount, who WhoPays) Shares {
+	switch who {
+	case Buyer:
+		return Shares{Buyer: fee}
+	case Seller:
+		return Shares{Seller: fee}
+	}
+	b := fee.Percent(5000, 1)
+	return Shares{Buyer: b, Seller: fee - b}
+}
+
+// Fee is the escrow fee of amount: bps of it, rounded half-up to a whole
+// naira.
+func Fee(amount money.Amount, bps int64) money.Amount { return amount.Percent(bps, 100) }
+
+// Commission is the merchant's share of fee, rounded down to the kobo.
+func Commission(fee money.Amount, bps int64) money.Amount {
+	return money.Amount(fee.Kobo() * bps / 10_000)
+}
+
+// Due is what the buyer pays: amount + buyer's fee share + additionalFee.
+func (s State) Due() money.Amount {
+	return s.Terms.Amount + FeeShares(s.Fee, s.Terms.WhoPays).Buyer + s.AdditionalFee
+}
+
+// Held is what the buyer's escrow balance holds for this escrow once paid.
+func (s State) Held() money.Amount { return s.Terms.Amount + FeeShares(s.Fee, s.Terms.WhoPays).Buyer }
+
+// ClaimableAt is when the seller may claim: maxDelivery × deliveryTimeline
+// after payment.
+func (s State) ClaimableAt() time.Time {
+	return s.PaidAt.Add(time.Duration(s.Terms.MaxDelivery) * timelineUnits[s.Terms.DeliveryTimeline])
+}
+
+// Events.
+type (
+	Created struct {
+		ID                      string             `json:"id"`
+		PaymentToken            string             `json:"paymentToken"`
+		MerchantID              string             `json:"merchantId"`
+		Environment             domain.Environment `json:"environment"`
+		SellerID                string             `json:"sellerId,omitempty"`
+		Terms                   Terms              `json:"terms"`
+		FeeTerms                FeeTerms           `json:"feeTerms"`
+		Fee                     money.Amount       `json:"fee"`
+		AdditionalFee           money.Amount       `json:"additionalFee"`
+		AdditionalFeeRefundable bool               `json:"additionalFeeRefundable"`
+		ImageURLs               []string           `json:"imageUrl"`
+		TotalQuantity           int                `json:"totalQuantity"`
+		ParentID                string             `json:"parentId,omitempty"`
+		Channel                 string             `json:"channel"`
+		At                      time.Time          `json:"at"`
+	}
+	Edited struct {
+		Terms     Terms        `json:"terms"`
+		Fee       money.Amount `json:"fee"`
+		AddImages []string     `json:"addImages,omitempty"`
+		Quantity  int          `json:"totalQuantity"`
+		At        time.Time    `json:"at"`
+	}
+	AdditionalFeeSet struct {
+		AdditionalFee money.Amount `json:"additionalFee"`
+		Refundable    bool         `json:"additionalFeeRefundable"`
+		At            time.Time    `json:"at"`
+	}
+	Deleted struct {
+		At time.Time `json:"at"`
+	}
+	// UnitSold takes one unit of a multi-unit link for a clone.
+	UnitSold struct {
+		CloneID   string    `json:"cloneId"`
+		Remaining int       `json:"remaining"`
+		At        time.Time `json:"at"`
+	}
+	// Funded records the buyer's payment (the money moved in the payment's
+	// own event, which covers every escrow it paid).
+	Funded struct {
+		BuyerID   string       `json:"buyerId"`
+		PaymentID string       `json:"paymentId"`
+		Paid      money.Amount `json:"paid"`
+		At        time.Time    `json:"at"`
+	}
+	// Released settles the escrow to the seller (COMPLETED on the buyer's
+	// confirmation, CLAIMED on the seller's claim).
+	Released struct {
+		Status   Status          `json:"status"`
+		Movement ledger.Movement `json:"movement"`
+		Records  []ledger.Record `json:"records"`
+		At       time.Time       `json:"at"`
+	}
+)
+
+func (Created) EventType() string          { return "escrow.created" }
+func (Edited) EventType() string           { return "escrow.edited" }
+func (AdditionalFeeSet) EventType() string { return "escrow.additional_fee_set" }
+func (Deleted) EventType() string          { return "escrow.deleted" }
+func (UnitSold) EventType() string         { return "escrow.unit_sold" }
+func (Funded) EventType() string           { return "escrow.funded" }
+func (Released) EventType() string         { return "escrow.released" }
+
+func (e Released) Ledger() ledger.Effect {
+	return ledger.Effect{Movement: &e.Movement, Records: e.Records}
+}
+
+// Registry decodes escrow events.
+var Registry = domain.NewRegistry(
+	func() domain.Event { return &Created{} },
+	func() domain.Event { return &Edited{} },
+	func() domain.Event { return &AdditionalFeeSet{} },
+	func() domain.Event { return &Deleted{} },
+	func() domain.Event { return &UnitSold{} },
+	func() domain.Event { return &Funded{} },
+	func() domain.Event { return &Released{} },
+)
+
+// Apply folds an escrow event. It copies slices before changing them.
+func Apply(s State, ev domain.Event) State {
+	switch e := ev.(type) {
+	case Created:
+		s = State{ID: e.ID, PaymentToken: e.PaymentToken, MerchantID: e.MerchantID, Environment: e.Environment,
+			SellerID: e.SellerID, Terms: e.Terms, FeeTerms: e.FeeTerms, Fee: e.Fee, AdditionalFee: e.AdditionalFee,
+			AdditionalFeeRefundable: e.AdditionalFeeRefundable, ImageURLs: append([]string{}, e.ImageURLs...),
+			TotalQuantity: e.TotalQuantity, MultiUnit: e.ParentID == "" && e.TotalQuantity > 1, ParentID: e.ParentID,
+			Channel: e.Channel, Status: Pending, Phase: AwaitingPayment, Logs: []string{string(Pending)},
+			CreatedAt: e.At, UpdatedAt: e.At}
+	case Edited:
+		s.Terms, s.Fee, s.TotalQuantity, s.UpdatedAt = e.Terms, e.Fee, e.Quantity, e.At
+		// A multi-unit link stays one (its last unit is sold as a clone too).
+		s.MultiUnit = s.MultiUnit || s.ParentID == "" && e.Quantity > 1
+		if len(e.AddImages) > 0 {
+			s.ImageURLs = append(append([]string{}, s.ImageURLs...), e.AddImages...)
+		}
+	case AdditionalFeeSet:
+		s.AdditionalFee, s.AdditionalFeeRefundable, s.UpdatedAt = e.AdditionalFee, e.Refundable, e.At
+	case Deleted:
+		s.Deleted, s.UpdatedAt = true, e.At
+	case UnitSold:
+		s.TotalQuantity, s.UpdatedAt = e.Remaining, e.At
+	case Funded:
+		s.BuyerID, s.PaymentID, s.PaidAt, s.UpdatedAt = e.BuyerID, e.PaymentID, e.At, e.At
+		s.Status, s.Phase = Ongoing, Opened
+		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
+	case Released:
+		s.Status, s.Phase, s.CompletedAt, s.UpdatedAt = e.Status, Closed, e.At, e.At
+		s.Logs = append(append([]string{}, s.Logs...), string(e.Status))
+	}
+	return s
+}

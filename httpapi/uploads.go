@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/files"
+)
+
+// imageField is the multipart field escrow images arrive under.
+const imageField = "imageUrl"
+
+// multipartMemory is how much of a multipart body is held in memory; the
+// rest of the files spill to temporary files (removed by net/http after the
+// request).
+const multipartMemory = 8 << 20
+
+const ctxMultipartErr = "httpapi.multipartErr"
+
+// fileRoutes serves uploaded files back without a key: the unguessable name
+// is the capability. Only the global middleware (recover, request log,
+// metrics) applies.
+func (s *Server) fileRoutes() {
+	s.e.GET("/files/:name", s.serveFile)
+	s.e.HEAD("/files/:name", s.serveFile)
+}
+
+func (s *Server) serveFile(c echo.Context) error {
+	f, contentType, modTime, err := s.files.Open(c.Param("name"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, contentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	h.Set("ETag", `"`+c.Param("name")+`"`)
+	http.ServeContent(c.Response(), c.Request(), "", modTime, f)
+	return nil
+}
+
+// saveImages stores the imageUrl files of a multipart request (at most max)
+// and returns their public URLs; a JSON request has none (nil). If the
+// command then fails, the caller removes them with s.files.Remove(urls).
+func (s *Server) saveImages(c echo.Context, max int) ([]string, error) {
+	form, err := multipartForm(c)
+	if err != nil || form == nil {
+		return nil, err
+	}
+	headers, err := files.ImagesFrom(form, imageField, max)
+	if err != nil || len(headers) == 0 {
+		return nil, err
+	}
+	return s.files.SaveImages(headers)
+}
+
+// formValues returns the non-file fields of a multipart/form-data request
+// (first value of each) and true; false for any other request, which the
+// handler decodes as JSON. A body that fails to parse gives an empty map:
+// call multipartForm first to report that error.
+func formValues(c echo.Context) (map[string]string, bool) {
+	if !isMultipart(c.Request()) {
+		return nil, false
+	}
+	out := map[string]string{}
+	form, err := multipartForm(c)
+	if err != nil || form == nil {
+		return out, true
+	}
+	for k, vs := range form.Value {
+		if len(vs) > 0 {
+			out[k] = vs[0]
+		}
+	}
+	return out, true
+}
+
+// multipartForm parses a multipart/form-data body once (within the route's
+// body limit) and returns it; nil without error for other requests. Over
+// the limit is 413, a malformed body 400.
+func multipartForm(c echo.Context) (*multipart.Form, error) {
+	r := c.Request()
+	if !isMultipart(r) {
+		return nil, nil
+	}
+	if err, ok := c.Get(ctxMultipartErr).(error); ok {
+		return nil, err
+	}
+	if r.MultipartForm != nil {
+		return r.MultipartForm, nil
+	}
+	if err := r.ParseMultipartForm(multipartMemory); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = &domain.Error{Code: domain.TooLarge, Message: "Request body too large"}
+		} else {
+			err = domain.Invalidf("Invalid multipart body")
+		}
+		c.Set(ctxMultipartErr, err)
+		return nil, err
+	}
+	return r.MultipartForm, nil
+}
+
+func isMultipart(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get(echo.HeaderContentType))
+	return err == nil && mt == echo.MIMEMultipartForm
+}
+
+// fileStore opens the files store on first use, so a server that never
+// stores or serves a file never touches the data directory; a failure is
+// returned (a logged 500) and retried on the next request.
+type fileStore struct {
+	dataDir, publicURL string
+	mu                 sync.Mutex
+	st                 *files.Store
+}
+
+func newFileStore(dataDir, publicURL string) *fileStore {
+	return &fileStore{dataDir: dataDir, publicURL: publicURL}
+}
+
+func (f *fileStore) store() (*files.Store, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.st == nil {
+		st, err := files.New(f.dataDir, f.publicURL)
+		if err != nil {
+			return nil, err
+		}
+		f.st = st
+	}
+	return f.st, nil
+}
+
+// SaveImages is files.Store.SaveImages.
+func (f *fileStore) SaveImages(headers []*multipart.FileHeader) ([]string, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, err
+	}
+	return st.SaveImages(headers)
+}
+
+// Open is files.Store.Open.
+func (f *fileStore) Open(name string) (io.ReadSeekCloser, string, time.Time, error) {
+	st, err := f.store()
+	if err != nil {
+		return nil, "", time.Time{}, err
+	}
+	return st.Open(name)
+}
+
+// Remove is files.Store.Remove.
+func (f *fileStore) Remove(urls []string) {
+	if st, err := f.store(); err == nil {
+		st.Remove(urls)
+	}
+}

@@ -1,0 +1,231 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	"image/gif"
+	"image/png"
+	"io"
+	"mime/multipart"
+	"net/http"
+	"net/textproto"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+)
+
+const uploadsPublicURL = "https://cdn.escrowd.test"
+
+type uploadPart struct {
+	field, filename, contentType string
+	data                         []byte
+}
+
+// uploadForm builds a real multipart/form-data body: form fields, then
+// file parts whose filename and Content-Type are whatever the test claims.
+func uploadForm(t *testing.T, fields map[string]string, parts ...uploadPart) ([]byte, string) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	for k, v := range fields {
+		if err := w.WriteField(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range parts {
+		h := textproto.MIMEHeader{}
+		h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, p.field, p.filename))
+		h.Set("Content-Type", p.contentType)
+		pw, err := w.CreatePart(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw.Write(p.data)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes(), w.FormDataContentType()
+}
+
+func uploadImage(t *testing.T, enc func(io.Writer, image.Image) error) []byte {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, 3, 3))
+	img.Set(1, 1, color.RGBA{G: 200, A: 255})
+	var b bytes.Buffer
+	if err := enc(&b, img); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func uploadPNG(t *testing.T) []byte { return uploadImage(t, png.Encode) }
+func uploadGIF(t *testing.T) []byte {
+	return uploadImage(t, func(w io.Writer, m image.Image) error { return gif.Encode(w, m, nil) })
+}
+
+// uploadDo sends a request with an arbitrary body (a nil length forces
+// chunked encoding) and decodes the envelope if there is one.
+func (h *harness) uploadDo(method, path, key, contentType string, body io.Reader, headers map[string]string) resp {
+	h.t.Helper()
+	hr, err := http.NewRequest(method, h.srv.URL+path, body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if key != "" {
+		hr.Header.Set("Authorization", "Bearer "+key)
+	}
+	if contentType != "" {
+		hr.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range headers {
+		hr.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := resp{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if err := json.Unmarshal(raw, &out.Env); err == nil {
+		out.Message, _ = out.Env["message"].(string)
+		out.Data = out.Env["data"]
+	}
+	return out
+}
+
+// uploadProbe registers a multipart route that saves up to 5 images and
+// echoes the URLs and the form fields, the way escrow handlers use them.
+func (h *harness) uploadProbe(path string, multipartLimit bool) {
+	s := h.api
+	s.handle(http.MethodPost, path, Policy{CID: CIDOptional}, func(c echo.Context) error {
+		if _, err := multipartForm(c); err != nil {
+			return err
+		}
+		vals, isMultipart := formValues(c)
+		urls, err := s.saveImages(c, 5)
+		if err != nil {
+			return err
+		}
+		return respond(c, http.StatusOK, "ok", map[string]any{"urls": urls, "fields": vals, "multipart": isMultipart})
+	}, multipartLimit)
+}
+
+func TestUploadsEndToEnd(t *testing.T) {
+	dataDir := t.TempDir()
+	h := newHarness(t, func(c *Config) { c.DataDir = dataDir; c.PublicURL = uploadsPublicURL + "/" })
+	h.uploadProbe("/v1/probe/upload", true)
+	filesDir := filepath.Join(dataDir, "files")
+	pngData, gifData := uploadPNG(t), uploadGIF(t)
+
+	// Two images with lying names and types, plus the escrow fields.
+	body, ct := uploadForm(t,
+		map[string]string{"amount": "5000", "purpose": "Phone", "whoPays": "buyer"},
+		uploadPart{"imageUrl", "photo.jpg", "image/jpeg", pngData},
+		uploadPart{"imageUrl[]", "anim.exe", "application/octet-stream", gifData},
+	)
+	r := h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).expect(t, 200, "ok")
+	d := r.obj()
+	if d["multipart"] != true {
+		t.Fatalf("not seen as multipart: %s", r.Raw)
+	}
+	fields, _ := d["fields"].(map[string]any)
+	if fields["amount"] != "5000" || fields["purpose"] != "Phone" || fields["whoPays"] != "buyer" || len(fields) != 3 {
+		t.Fatalf("fields %v", fields)
+	}
+	urls, _ := d["urls"].([]any)
+	if len(urls) != 2 {
+		t.Fatalf("urls %s", r.Raw)
+	}
+	want := []struct {
+		data []byte
+		typ  string
+	}{{pngData, "image/png"}, {gifData, "image/gif"}}
+	for i, u := range urls {
+		url := u.(string)
+		path, ok := strings.CutPrefix(url, uploadsPublicURL+"/files/")
+		if !ok || len(path) != 32+1+len(strings.TrimPrefix(want[i].typ, "image/")) {
+			t.Fatalf("url %q", url)
+		}
+		// No key: the unguessable name is the capability.
+		g := h.uploadDo("GET", "/files/"+path, "", "", nil, nil)
+		if g.Status != 200 || !bytes.Equal(g.Raw, want[i].data) {
+			t.Fatalf("GET %s: %d, %d bytes", url, g.Status, len(g.Raw))
+		}
+		if got := g.Header.Get("Content-Type"); got != want[i].typ {
+			t.Fatalf("content type %q, want %q", got, want[i].typ)
+		}
+		if g.Header.Get("X-Content-Type-Options") != "nosniff" || g.Header.Get("Cache-Control") != "public, max-age=31536000, immutable" {
+			t.Fatalf("headers %v", g.Header)
+		}
+		// Conditional and range requests come from http.ServeContent.
+		if c := h.uploadDo("GET", "/files/"+path, "", "", nil, map[string]string{"If-None-Match": g.Header.Get("ETag")}); c.Status != 304 {
+			t.Fatalf("If-None-Match: %d", c.Status)
+		}
+		if c := h.uploadDo("GET", "/files/"+path, "", "", nil, map[string]string{"Range": "bytes=0-3"}); c.Status != 206 || !bytes.Equal(c.Raw, want[i].data[:4]) {
+			t.Fatalf("Range: %d %q", c.Status, c.Raw)
+		}
+		if c := h.uploadDo("HEAD", "/files/"+path, "", "", nil, nil); c.Status != 200 || c.Header.Get("Content-Type") != want[i].typ {
+			t.Fatalf("HEAD: %d %v", c.Status, c.Header)
+		}
+	}
+
+	// JSON requests carry no images and no form fields.
+	j := h.do(req{method: "POST", path: "/v1/probe/upload", key: h.std(), body: map[string]any{"amount": 5000}}).expect(t, 200, "ok")
+	if j.obj()["multipart"] != false || j.obj()["urls"] != nil {
+		t.Fatalf("json: %s", j.Raw)
+	}
+
+	for _, p := range []string{"/files/nonexistent", "/files/" + strings.Repeat("0", 32) + ".png",
+		"/files/..%2F..%2Fgo.mod", "/files/" + strings.ToUpper(strings.Repeat("a", 32)) + ".png"} {
+		h.do(req{method: "GET", path: p}).expect(t, 404, "File not found")
+	}
+
+	var six []uploadPart
+	for range 6 {
+		six = append(six, uploadPart{"imageUrl", "a.png", "image/png", pngData})
+	}
+	body, ct = uploadForm(t, nil, six...)
+	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).expect(t, 400, "imageUrl accepts at most 5 images")
+
+	big := make([]byte, 5<<20+1)
+	copy(big, pngData)
+	body, ct = uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", pngData}, uploadPart{"imageUrl", "big.png", "image/png", big})
+	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).expect(t, 413, "Each image must be at most 5 MB")
+
+	body, ct = uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", []byte("<svg xmlns='http://www.w3.org/2000/svg'/>")})
+	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).expect(t, 400, "imageUrl must be PNG, JPEG, WebP or GIF images")
+
+	// Refused requests stored nothing: only the first two files exist.
+	ents, err := os.ReadDir(filesDir)
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("files dir: %v %v", ents, err)
+	}
+
+	// No key on the upload route itself is still refused.
+	h.uploadDo("POST", "/v1/probe/upload", "", ct, bytes.NewReader(body), nil).expect(t, 401, "No token provided")
+
+	h.uploadDo("POST", "/v1/probe/upload", h.std(), "multipart/form-data; boundary=nope", strings.NewReader("garbage"), nil).
+		expect(t, 400, "Invalid multipart body")
+}
+
+// A chunked body (no Content-Length) over the route's limit is cut off
+// while the form is parsed: 413, not a parse error.
+func TestUploadsBodyLimitWhileParsing(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.DataDir = t.TempDir(); c.MultipartBodyLimit = 1 << 20 })
+	h.uploadProbe("/v1/probe/upload", true)
+	big := make([]byte, 2<<20)
+	copy(big, uploadPNG(t))
+	body, ct := uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", big})
+	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, io.NopCloser(bytes.NewReader(body)), nil).
+		expect(t, 413, "Request body too large")
+	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).
+		expect(t, 413, "Request body too large")
+}

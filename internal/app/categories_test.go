@@ -1,0 +1,226 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/category"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// Concurrent creates of one name (in any case) on two instances make one
+// category; a rename or a delete frees the name for the other instance,
+// whose cached reservation is stale.
+func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	a, b, store, actor := twoInstances(t)
+	const n = 10
+	var (
+		wg         sync.WaitGroup
+		mu         sync.Mutex
+		ids        []string
+		duplicates int
+	)
+	for i := 0; i < n; i++ {
+		svc := a
+		if i%2 == 1 {
+			svc = b
+		}
+		wg.Add(1)
+		go func(i int, svc *Service) {
+			defer wg.Done()
+			name := "Food"
+			if i%3 == 1 {
+				name = " FOOD "
+			}
+			id, _, err := svc.CreateCategory(ctx, actor, category.New{Name: name})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				ids = append(ids, id)
+			case domain.ErrorMessage(err) == "A category with this name already exists" && domain.ErrorCode(err) == domain.Invalid:
+				duplicates++
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}(i, svc)
+	}
+	wg.Wait()
+	if len(ids) != 1 || duplicates != n-1 {
+		t.Fatalf("%d created, %d duplicates", len(ids), duplicates)
+	}
+	food := ids[0]
+	foodKey := category.NameKey(actor.MerchantID, actor.Environment, "food")
+	if got := streamTypes(t, store, ReservationKind.StreamName(foodKey)); fmt.Sprint(got) != "[reservation.claimed]" {
+		t.Fatalf("reservation %v", got)
+	}
+
+	// A change of case keeps the reservation.
+	if _, err := b.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("fOOD")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := streamTypes(t, store, ReservationKind.StreamName(foodKey)); fmt.Sprint(got) != "[reservation.claimed]" {
+		t.Fatalf("reservation after a change of case %v", got)
+	}
+	// Both instances still refuse the name (a's cache saw only the claim).
+	for _, svc := range []*Service{a, b} {
+		if _, _, err := svc.CreateCategory(ctx, actor, category.New{Name: "food"}); domain.ErrorMessage(err) != "A category with this name already exists" {
+			t.Fatalf("duplicate after a change of case: %v", err)
+		}
+	}
+
+	// Renamed on b: a takes the old name at once.
+	if _, err := b.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("Drinks"), Description: ptr("Cold")}); err != nil {
+		t.Fatal(err)
+	}
+	food2, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food"})
+	if err != nil {
+		t.Fatalf("old name not freed by the rename: %v", err)
+	}
+	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: "DRINKS"}); domain.ErrorMessage(err) != "A category with this name already exists" {
+		t.Fatalf("new name not claimed: %v", err)
+	}
+	// Renaming onto a taken name is refused and changes nothing.
+	if _, err := a.UpdateCategory(ctx, actor, food2, category.Edit{Name: ptr("drinks"), Description: ptr("x")}); domain.ErrorMessage(err) != "A category with this name already exists" {
+		t.Fatalf("rename onto a taken name: %v", err)
+	}
+	st, _, err := Load(ctx, b.Engine, CategoryKind, food)
+	if err != nil || st.Name != "Drinks" || st.Description != "Cold" || !st.Exists() {
+		t.Fatalf("renamed state %+v %v", st, err)
+	}
+	if st, _, _ := Load(ctx, b.Engine, CategoryKind, food2); st.Description != "" {
+		t.Fatalf("refused edit applied: %+v", st)
+	}
+
+	// An edit that changes nothing appends nothing.
+	pos, err := a.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("Drinks ")})
+	if err != nil || pos != (eventstore.Position{}) {
+		t.Fatalf("no-op edit: %v %v", pos, err)
+	}
+
+	// Deleted on a: b (which cached "Drinks" as held) takes the name.
+	if _, err := a.DeleteCategory(ctx, actor, food); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.CreateCategory(ctx, actor, category.New{Name: "drinks"}); err != nil {
+		t.Fatalf("name not freed by the delete: %v", err)
+	}
+	want := "[category.created category.updated category.updated category.deleted]"
+	if got := streamTypes(t, store, CategoryKind.StreamName(food)); fmt.Sprint(got) != want {
+		t.Fatalf("stream %v, want %s", got, want)
+	}
+	for _, svc := range []*Service{a, b} {
+		if _, err := svc.DeleteCategory(ctx, actor, food); domain.ErrorCode(err) != domain.NotFound || domain.ErrorMessage(err) != "Category not found" {
+			t.Fatalf("delete twice: %v", err)
+		}
+		if _, err := svc.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("x")}); domain.ErrorCode(err) != domain.NotFound {
+			t.Fatalf("edit deleted: %v", err)
+		}
+	}
+}
+
+// Another merchant's or environment's category is not found, and nothing
+// is appended for it.
+func TestCategoryOfForeignTenant(t *testing.T) {
+	ctx := context.Background()
+	a, _, store, actor := twoInstances(t)
+	id, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := actor
+	live.Environment = domain.Live
+	other := Actor{MerchantID: "someone-else", Environment: domain.Test, KeyID: "k"}
+	for _, who := range []Actor{live, other} {
+		if _, err := a.UpdateCategory(ctx, who, id, category.Edit{Name: ptr("x")}); domain.ErrorCode(err) != domain.NotFound ||
+			domain.ErrorMessage(err) != "Category not found" {
+			t.Fatalf("%+v edit: %v", who, err)
+		}
+		if _, err := a.DeleteCategory(ctx, who, id); domain.ErrorMessage(err) != "Category not found" {
+			t.Fatalf("%+v delete: %v", who, err)
+		}
+		_, err := a.Engine.Do(ctx, who.meta(), func(tx *Tx) error {
+			_, err := a.OwnCategory(tx, who, id)
+			return err
+		})
+		if domain.ErrorMessage(err) != "Category not found" {
+			t.Fatalf("%+v OwnCategory: %v", who, err)
+		}
+		// The same name is free for them.
+		if _, _, err := a.CreateCategory(ctx, who, category.New{Name: "FOOD"}); err != nil {
+			t.Fatalf("%+v create: %v", who, err)
+		}
+	}
+	if got := streamTypes(t, store, CategoryKind.StreamName(id)); fmt.Sprint(got) != "[category.created]" {
+		t.Fatalf("stream %v", got)
+	}
+	// Validation comes before any read.
+	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: strings.Repeat("x", 101)}); domain.ErrorMessage(err) != "name must be at most 100 characters" {
+		t.Fatalf("long name: %v", err)
+	}
+	if _, err := a.UpdateCategory(ctx, actor, id, category.Edit{}); domain.ErrorMessage(err) != "Provide name or description" {
+		t.Fatalf("empty edit: %v", err)
+	}
+}
+
+// OwnCategory inside another command: a deletion racing the command makes
+// its append conflict, and the retry, on fresh state, refuses.
+func TestOwnCategoryGuardsTheCommand(t *testing.T) {
+	ctx := context.Background()
+	a, b, store, actor := twoInstances(t)
+	id, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food", Description: "Groceries"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"", "unknown"} {
+		_, err := a.Engine.Do(ctx, actor.meta(), func(tx *Tx) error { _, err := a.OwnCategory(tx, actor, bad); return err })
+		if domain.ErrorCode(err) != domain.NotFound || domain.ErrorMessage(err) != "Category not found" {
+			t.Fatalf("OwnCategory(%q): %v", bad, err)
+		}
+	}
+	// A command that only references the category appends nothing to it.
+	const marker = "marker"
+	_, err = a.Engine.Do(ctx, actor.meta(), func(tx *Tx) error {
+		c, err := a.OwnCategory(tx, actor, id)
+		if err != nil {
+			return err
+		}
+		if c.Name != "Food" || c.Description != "Groceries" || c.MerchantID != actor.MerchantID {
+			t.Errorf("state %+v", c)
+		}
+		Record(tx, ReservationKind, marker+"-1", customer.ReservationClaimed{Holder: c.ID})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := streamTypes(t, store, CategoryKind.StreamName(id)); fmt.Sprint(got) != "[category.created]" {
+		t.Fatalf("category stream %v", got)
+	}
+	attempts := 0
+	_, err = a.Engine.Do(ctx, actor.meta(), func(tx *Tx) error {
+		attempts++
+		if _, err := a.OwnCategory(tx, actor, id); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			if _, err := b.DeleteCategory(ctx, actor, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		Record(tx, ReservationKind, marker+"-2", customer.ReservationClaimed{Holder: id})
+		return nil
+	})
+	if domain.ErrorMessage(err) != "Category not found" || attempts != 2 {
+		t.Fatalf("after a racing delete: %v (%d attempts)", err, attempts)
+	}
+	if got := streamTypes(t, store, ReservationKind.StreamName(marker+"-2")); len(got) != 0 {
+		t.Fatalf("command appended %v", got)
+	}
+}

@@ -1,0 +1,366 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"slices"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// ErrMerchantCannotSell refuses a non-business merchant selling as itself.
+var ErrMerchantCannotSell = domain.Errorf(domain.Unauthenticated, "Merchant cannot create escrow for itself via API")
+
+// NewPaymentToken returns "PT_" and 20 random characters of [A-Z0-9].
+func NewPaymentToken() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)] // 256 % 36 bias is negligible for an identifier
+	}
+	return "PT_" + string(b)
+}
+
+// readEscrow reads an escrow of the actor's merchant and environment.
+func readEscrow(tx *Tx, a Actor, id string) (escrow.State, error) {
+	e, err := Read(tx, EscrowKind, id)
+	if err != nil {
+		return e, err
+	}
+	if !e.Exists() || e.Environment != a.Environment {
+		return e, escrow.ErrNotFound
+	}
+	if e.MerchantID != a.MerchantID {
+		return e, escrow.ErrOtherMerchant
+	}
+	return e, nil
+}
+
+// EscrowResult is an escrow after a command, with the append's position.
+type EscrowResult struct {
+	Escrow   escrow.State
+	Position eventstore.Position
+}
+
+// CreateEscrow creates a payment link sold by sellerID ("" = the merchant
+// itself, allowed for business merchants only).
+func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d escrow.Draft) (EscrowResult, error) {
+	id := s.newID()
+	var out EscrowResult
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		m, err := Read(tx, MerchantKind, a.MerchantID)
+		if err != nil {
+			return err
+		}
+		if sellerID == "" && !m.Business {
+			return ErrMerchantCannotSell
+		}
+		if sellerID != "" {
+			if _, err := loadOwnCustomer(tx, a, sellerID, domain.Errorf(domain.NotFound, "Customer not found")); err != nil {
+				return err
+			}
+		}
+		if err := s.checkCategory(tx, a, d.CategoryID); err != nil {
+			return err
+		}
+		ev, err := escrow.Create(id, NewPaymentToken(), a.MerchantID, a.Environment, sellerID,
+			escrow.FeeTerms{EscrowFeeBps: m.Fees.EscrowFeeBps, CommissionBps: m.Fees.CommissionBps}, d, s.Engine.Now())
+		if err != nil {
+			return err
+		}
+		Record(tx, EscrowKind, id, ev)
+		out.Escrow = escrow.Apply(escrow.State{}, ev)
+		return nil
+	})
+	out.Position = res.Position
+	return out, err
+}
+
+// EditEscrow applies the seller's edit of an unpaid link.
+func (s *Service) EditEscrow(ctx context.Context, a Actor, seller, id string, p escrow.Patch) (EscrowResult, error) {
+	var out EscrowResult
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		e, err := readEscrow(tx, a, id)
+		if err != nil {
+			return err
+		}
+		if p.CategoryID != nil {
+			if err := s.checkCategory(tx, a, *p.CategoryID); err != nil {
+				return err
+			}
+		}
+		ev, err := escrow.Edit(e, seller, p, s.Engine.Now())
+		if err != nil {
+			return err
+		}
+		Record(tx, EscrowKind, id, ev)
+		out.Escrow = escrow.Apply(e, ev)
+		return nil
+	})
+	out.Position = res.Position
+	return out, err
+}
+
+// DeleteEscrow removes the seller's unpaid link.
+func (s *Service) DeleteEscrow(ctx context.Context, a Actor, seller, id string) (eventstore.Position, error) {
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		e, err := readEscrow(tx, a, id)
+		if err != nil {
+			return err
+		}
+		ev, err := escrow.Delete(e, seller, s.Engine.Now())
+		if err != nil {
+			return err
+		}
+		Record(tx, EscrowKind, id, ev)
+		return nil
+	})
+	return res.Position, err
+}
+
+// SetAdditionalFee sets the merchant's additional fee on an unpaid escrow.
+func (s *Service) SetAdditionalFee(ctx context.Context, a Actor, id string, fee money.Amount, refundable *bool) (EscrowResult, error) {
+	var out EscrowResult
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		e, err := readEscrow(tx, a, id)
+		if err != nil {
+			return err
+		}
+		ev, err := escrow.SetAdditionalFee(e, fee, refundable, s.Engine.Now())
+		if err != nil {
+			return err
+		}
+		Record(tx, EscrowKind, id, ev)
+		out.Escrow = escrow.Apply(e, ev)
+		return nil
+	})
+	out.Position = res.Position
+	return out, err
+}
+
+// EscrowPayment is a buyer's payment for one or more escrows.
+type EscrowPayment struct {
+	Reference string
+	Amount    money.Amount
+	EscrowIDs []string
+}
+
+// PaymentResult is a settled escrow payment: the buyer's record and the
+// funded escrows (clones included).
+type PaymentResult struct {
+	Record   ledger.Record
+	Escrows  []escrow.State
+	Position eventstore.Position
+}
+
+func checkEscrowIDs(ids []string) error {
+	if len(ids) == 0 {
+		return domain.Invalidf("escrowDetails.escrowId is required")
+	}
+	if len(ids) > 50 {
+		return domain.Invalidf("escrowDetails.escrowId must name at most 50 escrows")
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if id == "" {
+			return domain.Invalidf("escrowDetails.escrowId must not be empty")
+		}
+		if seen[id] {
+			return domain.Invalidf("escrowDetails.escrowId must not repeat an escrow")
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// stageEscrowIntent decides the intent of an escrow payment, checking every
+// escrow may be bought and the amount is what they are due.
+func (s *Service) stageEscrowIntent(tx *Tx, a Actor, buyerID string, in EscrowPayment, p payment.State, recordID string) (*payment.IntentCreated, error) {
+	var due, fees money.Amount
+	for _, id := range in.EscrowIDs {
+		e, err := readEscrow(tx, a, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := escrow.CheckCheckout(e, buyerID); err != nil {
+			return nil, err
+		}
+		due += e.Due()
+		fees += escrow.FeeShares(e.Fee, e.Terms.WhoPays).Buyer
+	}
+	if in.Amount != due {
+		return nil, escrow.ErrAmountMismatch
+	}
+	return payment.Stage(p, payment.Intent{ID: recordID, Reference: in.Reference, Type: ledger.EscrowPayment, Amount: in.Amount,
+		Fee: fees, CustomerID: buyerID, MerchantID: a.MerchantID, Environment: a.Environment,
+		Escrow: &ledger.EscrowDetails{EscrowIDs: in.EscrowIDs}, At: s.Engine.Now()})
+}
+
+// fundEscrows executes a staged escrow payment: each escrow (or a clone of
+// a multi-unit link) is funded, the buyer's main balance is debited
+// (checked) and the payment settles, all in the tx's one append.
+func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (payment.State, []escrow.State, error) {
+	buyerID := p.Record.CustomerID
+	now := s.Engine.Now()
+	var funded []escrow.State
+	var ids, tokens []string
+	var due money.Amount
+	for _, id := range p.Record.EscrowDetails.EscrowIDs {
+		e, err := readEscrow(tx, a, id)
+		if err != nil {
+			return p, nil, err
+		}
+		buy, err := escrow.Buy(e, buyerID, p.Record.ID, s.newID(), NewPaymentToken(), now)
+		if err != nil {
+			return p, nil, err
+		}
+		Record(tx, EscrowKind, id, buy.Link...)
+		if buy.Clone != nil {
+			Record(tx, EscrowKind, buy.Clone.ID, buy.Events...)
+		}
+		funded = append(funded, buy.Funded)
+		ids, tokens = append(ids, buy.Funded.ID), append(tokens, buy.Funded.PaymentToken)
+		due += buy.Funded.Due()
+	}
+	if due != p.Record.Amount {
+		// The terms changed since staging (an edit or a new additional fee).
+		return p, nil, escrow.ErrAmountMismatch
+	}
+	settled, err := payment.PayEscrows(p, escrow.FundingMovement(a.MerchantID, a.Environment, buyerID, funded), ids, tokens, now)
+	if err != nil {
+		return p, nil, err
+	}
+	if err := s.postEffect(tx, settled); err != nil {
+		return p, nil, err
+	}
+	Record(tx, PaymentKind, stream, settled)
+	return payment.Apply(p, settled), funded, nil
+}
+
+// PayEscrows pays one or more escrows from the buyer's main balance, all or
+// none. A repeated request with the same reference returns the stored
+// outcome and moves nothing.
+func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms customer.Permissions, in EscrowPayment) (PaymentResult, error) {
+	var out PaymentResult
+	if !perms.CanBuy {
+		return out, ErrAccessDenied
+	}
+	if err := ledger.ValidReference(in.Reference); err != nil {
+		return out, err
+	}
+	if err := checkEscrowIDs(in.EscrowIDs); err != nil {
+		return out, err
+	}
+	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
+	recordID := s.newID()
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		p, err := Read(tx, PaymentKind, stream)
+		if err != nil {
+			return err
+		}
+		if p.Exists() && (p.Record.CustomerID != buyerID || p.Record.Type != ledger.EscrowPayment ||
+			p.Record.Amount != in.Amount || !slices.Equal(p.Record.EscrowDetails.EscrowIDs, in.EscrowIDs)) {
+			return payment.ErrReferenceReused
+		}
+		if p.Phase == payment.Done {
+			out.Record = p.Record
+			return ErrNothingToDo
+		}
+		if !p.Exists() {
+			ev, err := s.stageEscrowIntent(tx, a, buyerID, in, p, recordID)
+			if err != nil {
+				return err
+			}
+			Record(tx, PaymentKind, stream, *ev)
+			p = payment.Apply(p, *ev)
+		}
+		p, out.Escrows, err = s.fundEscrows(tx, a, stream, p)
+		out.Record = p.Record
+		return err
+	})
+	if err != nil {
+		return out, err
+	}
+	out.Position = res.Position
+	if out.Escrows == nil { // a repeat: read the escrows it funded
+		for _, id := range out.Record.EscrowDetails.EscrowIDs {
+			e, _, err := Load(ctx, s.Engine, EscrowKind, id)
+			if err != nil {
+				return out, err
+			}
+			out.Escrows = append(out.Escrows, e)
+		}
+	}
+	return out, nil
+}
+
+// settleEscrow appends a release decided by decide on escrow id.
+func (s *Service) settleEscrow(ctx context.Context, a Actor, id string, decide func(escrow.State) (escrow.Released, error)) (EscrowResult, error) {
+	var out EscrowResult
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		e, err := readEscrow(tx, a, id)
+		if err != nil {
+			return err
+		}
+		ev, err := decide(e)
+		if err != nil {
+			return err
+		}
+		if err := s.postEffect(tx, ev); err != nil {
+			return err
+		}
+		Record(tx, EscrowKind, id, ev)
+		out.Escrow = escrow.Apply(e, ev)
+		return nil
+	})
+	out.Position = res.Position
+	return out, err
+}
+
+// ConfirmEscrow is the buyer's confirmation: the seller is paid, the
+// merchant earns its commission and the additional fee, exactly once.
+func (s *Service) ConfirmEscrow(ctx context.Context, a Actor, buyerID, id string) (EscrowResult, error) {
+	return s.settleEscrow(ctx, a, id, func(e escrow.State) (escrow.Released, error) {
+		return escrow.Confirm(e, buyerID, s.Engine.Now())
+	})
+}
+
+// ClaimEscrow is the seller's claim after the delivery window.
+func (s *Service) ClaimEscrow(ctx context.Context, a Actor, seller, id string) (EscrowResult, error) {
+	return s.settleEscrow(ctx, a, id, func(e escrow.State) (escrow.Released, error) {
+		return escrow.Claim(e, seller, s.Engine.Now())
+	})
+}
+
+// LoadEscrow reads an escrow of the actor's merchant and environment.
+func (s *Service) LoadEscrow(ctx context.Context, a Actor, id string) (escrow.State, error) {
+	e, _, err := Load(ctx, s.Engine, EscrowKind, id)
+	if err != nil {
+		return e, err
+	}
+	if !e.Exists() || e.Environment != a.Environment {
+		return e, escrow.ErrNotFound
+	}
+	if e.MerchantID != a.MerchantID {
+		return e, escrow.ErrOtherMerchant
+	}
+	return e, nil
+}
+
+// checkCategory validates an escrow's category ("" = none).
+func (s *Service) checkCategory(tx *Tx, a Actor, id string) error {
+	if id == "" {
+		return nil
+	}
+	_, err := s.OwnCategory(tx, a, id)
+	return err
+}

@@ -1,0 +1,181 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// Escrows keeps every escrow's folded state (the domain's own Apply, so the
+// read model cannot disagree with the aggregate) with the columns listings
+// filter on.
+type Escrows struct{}
+
+func (Escrows) Name() string     { return "escrows" }
+func (Escrows) Tables() []string { return []string{"rm_escrows"} }
+func (Escrows) Schema() string {
+	return `
+CREATE TABLE IF NOT EXISTS rm_escrows (
+    id            text PRIMARY KEY,
+    payment_token text NOT NULL UNIQUE,
+    merchant_id   text NOT NULL,
+    environment   text NOT NULL,
+    seller_id     text NOT NULL,
+    buyer_id      text NOT NULL DEFAULT '',
+    status        text NOT NULL,
+    category_id   text NOT NULL DEFAULT '',
+    deleted       boolean NOT NULL DEFAULT false,
+    state         json NOT NULL,
+    created_at    timestamptz NOT NULL,
+    seq           bigserial
+);
+CREATE INDEX IF NOT EXISTS rm_escrows_merchant ON rm_escrows (merchant_id, environment, created_at DESC, seq DESC);
+CREATE INDEX IF NOT EXISTS rm_escrows_seller ON rm_escrows (seller_id, created_at DESC) WHERE seller_id <> '';
+CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at DESC) WHERE buyer_id <> '';`
+}
+
+func (Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	// Fold consecutive events of one escrow in memory and write once.
+	pending := map[string]escrow.State{}
+	var order []string
+	load := func(id string) (escrow.State, error) {
+		if s, ok := pending[id]; ok {
+			return s, nil
+		}
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT state FROM rm_escrows WHERE id = $1`, id).Scan(&doc)
+		var s escrow.State
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s, nil
+		}
+		if err != nil {
+			return s, err
+		}
+		return s, json.Unmarshal(doc, &s)
+	}
+	for _, re := range events {
+		id, ok := strings.CutPrefix(re.Stream, "escrow-")
+		if !ok {
+			continue
+		}
+		ev, err := escrow.Registry.Decode(re.Type, re.Data)
+		if err != nil {
+			return err
+		}
+		s, err := load(id)
+		if err != nil {
+			return err
+		}
+		if _, seen := pending[id]; !seen {
+			order = append(order, id)
+		}
+		pending[id] = escrow.Apply(s, ev)
+	}
+	for _, id := range order {
+		s := pending[id]
+		doc, err := json.Marshal(s)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
+			category_id, deleted, state, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
+			ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
+			deleted = excluded.deleted, state = excluded.state`,
+			s.ID, s.PaymentToken, s.MerchantID, string(s.Environment), s.SellerID, s.BuyerID, string(s.Status),
+			s.Terms.CategoryID, s.Deleted, doc, s.CreatedAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// EscrowIDByToken resolves a payment token (deleted escrows included; the
+// aggregate decides what a deleted escrow allows).
+func (q *Queries) EscrowIDByToken(ctx context.Context, token string) (string, bool, error) {
+	var id string
+	err := q.pool.QueryRow(ctx, `SELECT id FROM rm_escrows WHERE payment_token = $1`, token).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return id, err == nil, err
+}
+
+// EscrowFilter selects escrows of a merchant and environment.
+type EscrowFilter struct {
+	MerchantID   string
+	Environment  domain.Environment
+	SellerID     *string // "" = the merchant's own sales
+	BuyerID      *string
+	PartyID      string // seller or buyer
+	Status       string
+	CategoryID   string
+	PaymentToken string
+	From, To     *time.Time
+}
+
+// Escrows pages escrows newest first.
+func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow.State, Pagination, error) {
+	where := ` WHERE merchant_id = $1 AND environment = $2 AND NOT deleted`
+	args := []any{f.MerchantID, string(f.Environment)}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.SellerID != nil {
+		where += ` AND seller_id = ` + arg(*f.SellerID)
+	}
+	if f.BuyerID != nil {
+		where += ` AND buyer_id = ` + arg(*f.BuyerID)
+	}
+	if f.PartyID != "" {
+		a := arg(f.PartyID)
+		where += ` AND (seller_id = ` + a + ` OR buyer_id = ` + a + `)`
+	}
+	if f.Status != "" {
+		where += ` AND status = ` + arg(f.Status)
+	}
+	if f.CategoryID != "" {
+		where += ` AND category_id = ` + arg(f.CategoryID)
+	}
+	if f.PaymentToken != "" {
+		where += ` AND payment_token = ` + arg(f.PaymentToken)
+	}
+	if f.From != nil {
+		where += ` AND created_at >= ` + arg(*f.From)
+	}
+	if f.To != nil {
+		where += ` AND created_at < ` + arg(*f.To)
+	}
+	var count int64
+	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_escrows`+where, args...).Scan(&count); err != nil {
+		return nil, Pagination{}, err
+	}
+	rows, err := q.pool.Query(ctx, `SELECT state FROM rm_escrows`+where+` ORDER BY created_at DESC, seq DESC LIMIT `+
+		arg(p.Limit)+` OFFSET `+arg((p.Page-1)*p.Limit), args...)
+	if err != nil {
+		return nil, Pagination{}, err
+	}
+	defer rows.Close()
+	out := []escrow.State{}
+	for rows.Next() {
+		var doc []byte
+		if err := rows.Scan(&doc); err != nil {
+			return nil, Pagination{}, err
+		}
+		var s escrow.State
+		if err := json.Unmarshal(doc, &s); err != nil {
+			return nil, Pagination{}, err
+		}
+		out = append(out, s)
+	}
+	return out, NewPagination(p, count), rows.Err()
+}
