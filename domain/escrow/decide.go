@@ -132,7 +132,11 @@ func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
 		qty = *p.TotalQuantity
 	}
 	t.Purpose = strings.TrimSpace(t.Purpose)
-	if err := checkTerms(t, qty); err != nil {
+	check := qty
+	if p.TotalQuantity == nil && s.MultiUnit {
+		check = max(qty, 1) // a sold-out link may still be edited (or restocked)
+	}
+	if err := checkTerms(t, check); err != nil {
 		return Edited{}, err
 	}
 	if len(s.ImageURLs)+len(p.AddImages) > MaxImages {
@@ -152,6 +156,9 @@ func Delete(s State, seller string, at time.Time) (Deleted, error) {
 // SetAdditionalFee decides the merchant's additional fee on an unpaid
 // standard escrow; refundable nil keeps the current setting.
 func SetAdditionalFee(s State, fee money.Amount, refundable *bool, at time.Time) (AdditionalFeeSet, error) {
+	if !s.Exists() {
+		return AdditionalFeeSet{}, ErrNotFound
+	}
 	if fee < 0 {
 		return AdditionalFeeSet{}, ErrNegativeFee
 	}
