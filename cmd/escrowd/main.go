@@ -42,6 +42,8 @@ Usage:
   escrowd key revoke --merchant M --key-id K
   escrowd projections status [--json]
   escrowd projections rebuild [NAME]
+  escrowd audit --merchant M [--json]               replay and check a merchant's money (exit 1 on any difference)
+  escrowd events export --merchant M [--from T] [--to T] [--type T]   the merchant's events as JSON lines
   escrowd demo                                      create (once) and print a demo merchant
 
 Configuration comes from environment variables (see README): DATABASE_URL,
@@ -103,6 +105,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdKey(ctx, cfg, env, args[1:])
 	case "projections":
 		return cmdProjections(ctx, env, args[1:])
+	case "audit":
+		return cmdAudit(ctx, env, args[1:])
+	case "events":
+		return cmdEvents(ctx, env, args[1:])
 	case "demo":
 		return cmdDemo(ctx, cfg, env, args[1:])
 	default:

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/escrowd/escrowd/internal/audit"
+)
+
+// cmdAudit implements `escrowd audit --merchant M [--json]`: it replays the
+// log, checks the merchant's money and compares it with the read models.
+// It returns an error (exit code 1) when there is any difference; the
+// report is printed either way.
+func cmdAudit(ctx context.Context, env *cliEnv, args []string) error {
+	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
+	fs.SetOutput(env.Stderr)
+	id := fs.String("merchant", "", "merchant id")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if err := fs.Parse(args); err != nil {
+		return usageError(err.Error())
+	}
+	if fs.NArg() > 0 {
+		return usageError("audit: unexpected argument " + fs.Arg(0))
+	}
+	if *id == "" {
+		return usageError("audit: --merchant is required")
+	}
+	opts := audit.Options{Log: env.Log}
+	var bar *progressbar.ProgressBar
+	if isTerminal(env.Stderr) {
+		opts.Progress = func(done, total int64) {
+			if bar == nil {
+				limit := total
+				if limit <= 0 {
+					limit = -1 // unknown: a spinner
+				}
+				bar = progressbar.NewOptions64(limit,
+					progressbar.OptionSetWriter(env.Stderr),
+					progressbar.OptionSetDescription("audit replay"),
+					progressbar.OptionShowCount(),
+					progressbar.OptionShowIts(),
+					progressbar.OptionSetItsString("events"),
+					progressbar.OptionSetPredictTime(true),
+					progressbar.OptionThrottle(100*time.Millisecond),
+					progressbar.OptionOnCompletion(func() { fmt.Fprintln(env.Stderr) }),
+				)
+			}
+			if total > 0 {
+				_ = bar.Set64(min(done, bar.GetMax64()-1))
+			} else {
+				_ = bar.Set64(done)
+			}
+		}
+	}
+	rep, err := audit.RunWith(ctx, env.Store, env.Pool, *id, opts)
+	if bar != nil {
+		if err == nil {
+			_ = bar.Finish()
+		} else {
+			_ = bar.Exit()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(env.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else if err := printAudit(env.Stdout, rep); err != nil {
+		return err
+	}
+	if !rep.Clean() {
+		return fmt.Errorf("audit: %d difference(s) for merchant %s", len(rep.Differences), rep.MerchantID)
+	}
+	return nil
+}
+
+func printAudit(w io.Writer, rep audit.Report) error {
+	fmt.Fprintf(w, "audit of merchant %s, log replayed up to %s (amounts in naira)\n", rep.MerchantID, rep.Position)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, row := range []struct {
+		name string
+		n    int64
+	}{
+		{"events replayed", rep.Events},
+		{"ledger entries", rep.Entries},
+		{"movements", rep.Movements},
+		{"records", int64(rep.Records)},
+		{"accounts", int64(rep.Accounts)},
+		{"wallets", int64(rep.Wallets)},
+		{"differences", int64(len(rep.Differences))},
+	} {
+		fmt.Fprintf(tw, "  %s\t%d\n", row.name, row.n)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if rep.Clean() {
+		_, err := fmt.Fprintln(w, "clean: the log, the read models and the wallets agree")
+		return err
+	}
+	for _, d := range rep.Differences {
+		if _, err := fmt.Fprintln(w, d.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal (progress bars only go there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
