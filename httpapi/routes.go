@@ -8,4 +8,5 @@ func (s *Server) routes() {
 	s.escrowRoutes()
 	s.categoryRoutes()
 	s.fileRoutes()
+	s.webhookRoutes()
 }

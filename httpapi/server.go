@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/webhooks"
 )
 
 // Config is the HTTP layer's configuration.
@@ -42,6 +43,9 @@ type Config struct {
 	// ./.data).
 	PublicURL string
 	DataDir   string
+	// WebhookAllowPrivate lets live callback URLs resolve to private or
+	// loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
+	WebhookAllowPrivate bool
 }
 
 // Waiter lets a write wait until the read models include it.
@@ -64,6 +68,7 @@ type Server struct {
 	metrics *Metrics
 	ping    func(context.Context) error
 	files   *fileStore
+	hooks   *webhooks.Outbox
 }
 
 // Deps are the server's collaborators.
@@ -77,6 +82,7 @@ type Deps struct {
 	Registry  *prometheus.Registry
 	Ping      func(context.Context) error
 	Directory Directory
+	Webhooks  *webhooks.Outbox
 }
 
 // New builds the API.
@@ -100,7 +106,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.DataDir = "./.data"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, rm: d.Queries, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, ping: d.Ping}
+		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
 	if s.log == nil {
 		s.log = zap.NewNop()

@@ -8,6 +8,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/webhooks"
 )
 
 // aggregateCacheSize bounds the command engine's aggregate cache.
@@ -34,6 +35,7 @@ func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Wai
 		Registry:  reg,
 		Ping:      pool.Ping,
 		Directory: QueriesDirectory{Q: q},
+		Webhooks:  webhooks.NewOutbox(pool),
 	})
 }
 

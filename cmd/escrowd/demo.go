@@ -61,6 +61,15 @@ Try it:
     -d '{"firstname":"Ada","lastname":"Obi","email":"ada@example.com","phone":"08031234567"}'
   curl -s %s/v1/customers -H 'Authorization: Bearer %s'
 
-`, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test], base, sa, base, std)
+Webhooks: run a local receiver in another terminal, then point the demo merchant at it:
+  ./bin/escrowd webhooks listen --port 9000 --secret %s
+  curl -s -X PUT %s/v1/merchant/webhook \
+    -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \
+    -d '{"url":"http://127.0.0.1:9000/"}'
+  (or: ./bin/escrowd merchant set-webhook --merchant %s --env test --url http://127.0.0.1:9000/)
+  Deliveries and retries: curl -s %s/v1/merchant/webhook/deliveries -H 'Authorization: Bearer %s'
+
+`, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test], base, sa, base, std,
+		out.SigningSecrets[domain.Test], base, sa, out.MerchantID, base, sa)
 	return nil
 }

@@ -45,6 +45,7 @@ Usage:
   escrowd audit --merchant M [--json]               replay and check a merchant's money (exit 1 on any difference)
   escrowd events export --merchant M [--from T] [--to T] [--type T]   the merchant's events as JSON lines
   escrowd demo                                      create (once) and print a demo merchant
+  escrowd webhooks listen [--port 9000] [--secret S] [--body]   a local receiver that verifies and prints webhooks
 
 Configuration comes from environment variables (see README): DATABASE_URL,
 ESCROW_ADDR, ESCROW_HOSTS, ESCROW_DEFAULT_ENVIRONMENT, ESCROW_RATE_LIMIT_PER_MINUTE, ...
@@ -73,6 +74,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stdout, usage)
 		return nil
+	}
+	if args[0] == "webhooks" { // needs no database
+		return cmdWebhooks(ctx, args[1:], stdout, stderr)
 	}
 	cfg, err := LoadConfig()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/url"
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
@@ -15,6 +14,7 @@ import (
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/webhooks"
 )
 
 func service(env *cliEnv) *app.Service { return app.NewService(app.NewEngine(env.Store, 1000)) }
@@ -74,7 +74,7 @@ func cmdMerchant(ctx context.Context, cfg Config, env *cliEnv, args []string) er
 		if err != nil {
 			return err
 		}
-		if err := validateCallbackURL(*u, environment, cfg.WebhookAllowPriv); err != nil {
+		if err := webhooks.ValidateCallbackURL(ctx, *u, environment, cfg.WebhookAllowPriv, nil); err != nil {
 			return err
 		}
 		return operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
@@ -168,35 +168,6 @@ func operatorChange(ctx context.Context, env *cliEnv, svc *app.Service, id strin
 		return err
 	}
 	return publish(ctx, env, pos)
-}
-
-// validateCallbackURL: live callback URLs must be https and must not resolve
-// to private or loopback addresses unless allowed.
-func validateCallbackURL(raw string, env domain.Environment, allowPrivate bool) error {
-	if raw == "" {
-		return nil
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return domain.Invalidf("url must be an absolute http(s) URL")
-	}
-	if env == domain.Live {
-		if u.Scheme != "https" {
-			return domain.Invalidf("A live callback URL must use https")
-		}
-		if !allowPrivate {
-			addrs, err := net.LookupIP(u.Hostname())
-			if err != nil {
-				return domain.Invalidf("url host cannot be resolved")
-			}
-			for _, a := range addrs {
-				if a.IsLoopback() || a.IsPrivate() || a.IsLinkLocalUnicast() || a.IsUnspecified() {
-					return domain.Invalidf("A live callback URL may not point to a private or loopback address")
-				}
-			}
-		}
-	}
-	return nil
 }
 
 func printMerchant(env *cliEnv, out app.CreatedMerchant, asJSON bool) error {

@@ -25,6 +25,7 @@ func httpConfig(cfg Config) httpapi.Config {
 		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
 		BSCMasterAddress: map[domain.Environment]string{domain.Test: cfg.BSCMasterTest, domain.Live: cfg.BSCMasterLive},
 		PublicURL:        cfg.PublicURL, DataDir: cfg.DataDir,
+		WebhookAllowPrivate: cfg.WebhookAllowPriv,
 	}
 }
 
@@ -56,6 +57,9 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 			}
 			return err
 		})
+	}
+	if want["webhooks"] {
+		g.Go(func() error { return runWebhooks(ctx, cfg, env) })
 	}
 	if want["api"] {
 		api := newAPI(cfg, env, runner)

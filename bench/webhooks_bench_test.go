@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/webhooks"
+)
+
+// BenchmarkWebhookDelivery measures the webhook pipeline end to end: settled
+// top-ups are committed to the event log, the subscriber maps them into the
+// outbox, the dispatcher signs and POSTs them to a local receiver. One
+// iteration is one delivered message. It reports deliveries/s (first commit
+// to last delivery) and the commit-to-delivery latency p50/p99, measured at
+// the receiver as arrival time minus the message's timestamp (the event's
+// recorded time, i.e. the start of its append transaction, so the figure
+// includes the commit itself).
+//
+//   - paced: commits at WEBHOOK_BENCH_RATE messages/s (default 2,000), the
+//     load the latency goal is stated at;
+//   - burst: commits as fast as the writers can, for the throughput ceiling
+//     (latency then includes queueing behind the backlog).
+//
+// The writers append 10 top-ups (10 payment streams, 20 events) per
+// transaction, spread over 8 merchants: committing 2,000 single-event
+// transactions a second would measure the event store's append path
+// (BenchmarkAppend16Writers) rather than webhooks.
+func BenchmarkWebhookDelivery(b *testing.B) {
+	rate := 2000
+	if v, err := strconv.Atoi(os.Getenv("WEBHOOK_BENCH_RATE")); err == nil && v > 0 {
+		rate = v
+	}
+	b.Run(fmt.Sprintf("paced-%d", rate), func(b *testing.B) { benchWebhooks(b, rate) })
+	b.Run("burst", func(b *testing.B) { benchWebhooks(b, 0) })
+}
+
+const (
+	benchMerchants = 8
+	topUpsPerTx    = 10
+	benchWriters   = 8
+)
+
+func benchWebhooks(b *testing.B, rate int) {
+	pool := pgtest.NewPool(b)
+	store := postgres.New(pool)
+	defer store.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	// The receiver: latency of each message, once per id.
+	var (
+		mu    sync.Mutex
+		seen  = make(map[string]bool, b.N)
+		lat   = make([]time.Duration, 0, b.N)
+		last  time.Time
+		count atomic.Int64
+		done  = make(chan struct{})
+	)
+	idKey, tsKey := []byte(`"id":"`), []byte(`"timestamp":"`)
+	field := func(body, key []byte) string {
+		i := bytes.Index(body, key)
+		if i < 0 {
+			return ""
+		}
+		rest := body[i+len(key):]
+		j := bytes.IndexByte(rest, '"')
+		if j < 0 {
+			return ""
+		}
+		return string(rest[:j])
+	}
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		now := time.Now()
+		id := field(body, idKey)
+		ts, err := time.Parse(webhooks.TimestampFormat, field(body, tsKey))
+		if err != nil {
+			w.WriteHeader(400)
+			return
+		}
+		mu.Lock()
+		if !seen[id] {
+			seen[id] = true
+			lat = append(lat, now.Sub(ts))
+			last = now
+			if count.Add(1) == int64(b.N) {
+				close(done)
+			}
+		}
+		mu.Unlock()
+		w.WriteHeader(200)
+	}))
+	defer rcv.Close()
+
+	svc := app.NewService(app.NewEngine(store, 1000))
+	var merchants []string
+	for i := 0; i < benchMerchants; i++ {
+		m, err := svc.CreateMerchant(ctx, fmt.Sprintf("bench %d", i), true, "NG", func(k string) string { return k })
+		if err != nil {
+			b.Fatal(err)
+		}
+		url := fmt.Sprintf("%s/m%d", rcv.URL, i)
+		if _, err := svc.UpdateMerchant(ctx, m.MerchantID, func(merchant.State) ([]domain.Event, error) {
+			return []domain.Event{merchant.WebhookURLSet{Environment: domain.Test, URL: url}}, nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		merchants = append(merchants, m.MerchantID)
+	}
+	runner, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store}}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = runner.Run(ctx) }()
+	go func() { defer wg.Done(); _ = d.Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	time.Sleep(200 * time.Millisecond) // runner active, dispatcher listening
+
+	batches := (b.N + topUpsPerTx - 1) / topUpsPerTx
+	var next atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	var wwg sync.WaitGroup
+	for w := 0; w < benchWriters; w++ {
+		wwg.Add(1)
+		go func() {
+			defer wwg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= batches {
+					return
+				}
+				if rate > 0 {
+					// Open loop: batch i is due at its place in the schedule.
+					due := start.Add(time.Duration(float64(i*topUpsPerTx) / float64(rate) * float64(time.Second)))
+					time.Sleep(time.Until(due))
+				}
+				n := min(topUpsPerTx, b.N-i*topUpsPerTx)
+				appends := make([]eventstore.StreamAppend, 0, n)
+				for k := 0; k < n; k++ {
+					appends = append(appends, benchTopUp(merchants[(i*topUpsPerTx+k)%len(merchants)]))
+				}
+				if _, err := store.Append(ctx, appends...); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wwg.Wait()
+	select {
+	case <-done:
+	case <-time.After(2*time.Minute + time.Duration(b.N)*time.Millisecond):
+		b.Fatalf("only %d of %d messages delivered", count.Load(), b.N)
+	}
+	b.StopTimer()
+	mu.Lock()
+	defer mu.Unlock()
+	elapsed := last.Sub(start)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "deliveries/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+}
+
+// benchTopUp is one settled top-up as the service writes it: its payment
+// stream with the pending record, then the settled one.
+func benchTopUp(merchantID string) eventstore.StreamAppend {
+	id := uuid.Must(uuid.NewV7()).String()
+	ref := "TOPUP-" + id
+	created, settled, err := payment.TopUp(payment.Intent{ID: id, Reference: ref, Amount: money.Naira(5000),
+		CustomerID: "cus-" + id, MerchantID: merchantID, Environment: domain.Test, At: time.Now().UTC()})
+	if err != nil {
+		panic(err)
+	}
+	c, _ := json.Marshal(created)
+	s, _ := json.Marshal(settled)
+	return eventstore.StreamAppend{Stream: "payment-" + payment.StreamID(merchantID, domain.Test, ref), Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: created.EventType(), Data: c}, {ID: uuid.New(), Type: settled.EventType(), Data: s}}}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/escrowd/escrowd/webhooks"
+)
+
+// runWebhooks is the webhooks role of serve: the subscriber that fills the
+// outbox (active in one process at a time) and a dispatcher (every process
+// running the role shares the deliveries).
+func runWebhooks(ctx context.Context, cfg Config, env *cliEnv) error {
+	runner, err := webhooks.NewRunner(ctx, env.Store, env.Pool, env.Log, webhooks.NewSubscriber(env.Store, env.Pool))
+	if err != nil {
+		return err
+	}
+	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: &webhooks.StoreEndpoints{Store: env.Store}, Log: env.Log,
+		AllowPrivate: cfg.WebhookAllowPriv}
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ignoreCanceled(runner.Run(ctx)) })
+	g.Go(func() error { return ignoreCanceled(d.Run(ctx)) })
+	return g.Wait()
+}
+
+func ignoreCanceled(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// cmdWebhooks holds the webhook tools that need no database.
+func cmdWebhooks(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "listen" {
+		return usageError("webhooks: the only subcommand is listen")
+	}
+	fs := flag.NewFlagSet("webhooks listen", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	port := fs.Int("port", 9000, "port to listen on")
+	host := fs.String("host", "127.0.0.1", "address to listen on")
+	secret := fs.String("secret", os.Getenv("ESCROW_WEBHOOK_SECRET"), "signing secret to verify with (ESCROW_WEBHOOK_SECRET)")
+	body := fs.Bool("body", false, "print each payload too")
+	if err := fs.Parse(args[1:]); err != nil {
+		return usageError(err.Error())
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
+	if err != nil {
+		return err
+	}
+	check := "signatures checked"
+	if *secret == "" {
+		check = "no secret: signatures not checked (--secret or ESCROW_WEBHOOK_SECRET)"
+	}
+	fmt.Fprintf(stdout, "listening on http://%s/ (%s); Ctrl-C stops\n", l.Addr(), check)
+	srv := &http.Server{Handler: listenHandler(*secret, *body, stdout), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// listenHandler prints one line per webhook: time, event, id, attempt and
+// whether the signature verifies. A bad signature is answered 401, so the
+// delivery log shows it; everything else 200.
+func listenHandler(secret string, showBody bool, out io.Writer) http.Handler {
+	var mu sync.Mutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil || r.Method != http.MethodPost {
+			http.Error(w, "POST a webhook", http.StatusBadRequest)
+			return
+		}
+		var env webhooks.Envelope
+		_ = json.Unmarshal(raw, &env)
+		sig, status := "signature unchecked", http.StatusOK
+		if secret != "" {
+			if webhooks.Verify(secret, raw, r.Header.Get(webhooks.SignatureHeader)) {
+				sig = "signature ok"
+			} else {
+				sig, status = "signature BAD", http.StatusUnauthorized
+			}
+		}
+		mu.Lock()
+		fmt.Fprintf(out, "%s  %-28s id=%s attempt=%s  %s\n", time.Now().UTC().Format(webhooks.TimestampFormat),
+			env.Event, env.ID, r.Header.Get(webhooks.AttemptHeader), sig)
+		if showBody {
+			fmt.Fprintf(out, "  %s\n", raw)
+		}
+		mu.Unlock()
+		w.WriteHeader(status)
+	})
+}

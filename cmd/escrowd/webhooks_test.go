@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/webhooks"
+)
+
+func TestListenHandler(t *testing.T) {
+	var out bytes.Buffer
+	h := listenHandler("whsec_x", true, &out)
+	body := []byte(`{"id":"m1","event":"escrow.created","data":{},"timestamp":"2026-01-01T00:00:00.000Z"}`)
+	for _, tc := range []struct {
+		sig    string
+		status int
+		line   string
+	}{
+		{webhooks.Sign("whsec_x", body), 200, "signature ok"},
+		{webhooks.Sign("whsec_other", body), 401, "signature BAD"},
+	} {
+		out.Reset()
+		r := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		r.Header.Set(webhooks.SignatureHeader, tc.sig)
+		r.Header.Set(webhooks.AttemptHeader, "2")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != tc.status || !strings.Contains(out.String(), "escrow.created") || !strings.Contains(out.String(), "id=m1 attempt=2") ||
+			!strings.Contains(out.String(), tc.line) || !strings.Contains(out.String(), `"data":{}`) {
+			t.Fatalf("%d %q", w.Code, out.String())
+		}
+	}
+	out.Reset()
+	w := httptest.NewRecorder()
+	listenHandler("", false, &out).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body)))
+	if w.Code != 200 || !strings.Contains(out.String(), "signature unchecked") {
+		t.Fatalf("%d %q", w.Code, out.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServeWebhooksRole drives the operator path end to end: merchant
+// create, set-webhook to `escrowd webhooks listen`, rotate-secret, `serve
+// --role webhooks`; a top-up then reaches the listener signed with the
+// rotated secret.
+func TestServeWebhooksRole(t *testing.T) {
+	db := pgtest.NewURL(t)
+	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m app.CreatedMerchant
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	if _, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "test",
+		"--url", fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := cli(t, db, "merchant", "rotate-secret", "--merchant", m.MerchantID, "--env", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret = strings.TrimSpace(secret)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var listened syncBuffer
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := run(ctx, []string{"webhooks", "listen", "--port", fmt.Sprint(port), "--secret", secret}, &listened, io.Discard); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Setenv("ESCROW_LOG_FORMAT", "console")
+	go func() {
+		defer wg.Done()
+		if err := run(ctx, []string{"serve", "--role", "webhooks"}, io.Discard, io.Discard); err != nil {
+			t.Error(err)
+		}
+	}()
+	env, closeEnv, err := openEnv(context.Background(), mustConfig(t, db), nopLogger(), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeEnv()
+	// The subscriber starts at the head of the log when first installed:
+	// write only once it is.
+	waitUntil(t, "the webhook subscriber", func() bool {
+		var n int
+		_ = env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM projection_checkpoints WHERE name = 'webhooks'`).Scan(&n)
+		return n == 1
+	})
+	svc := service(env)
+	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test}
+	cid, _, err := svc.CreateCustomer(context.Background(), a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
+		Email: "ada@example.com", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.TopUp(context.Background(), a, cid, money.Naira(5000)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the listener to print the deposit", func() bool {
+		return strings.Contains(listened.String(), "payment.deposit.success")
+	})
+	if s := listened.String(); !strings.Contains(s, "signature ok") || strings.Contains(s, "BAD") {
+		t.Fatalf("listener output:\n%s", s)
+	}
+}

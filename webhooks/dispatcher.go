@@ -1,0 +1,469 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+)
+
+// Dispatcher delivers the outbox. Any number of dispatchers (in one process
+// or many) share the work: each attempt is leased to one of them by the
+// claim (FOR UPDATE SKIP LOCKED), numbered, and its outcome is stored only
+// while that lease holds. Deliveries run on a bounded pool of workers with a
+// cap per merchant, so a slow or dead receiver holds at most PerMerchant
+// workers and never delays other merchants; nothing of it touches the API's
+// request path.
+type Dispatcher struct {
+	Pool      *pgxpool.Pool
+	Endpoints Endpoints
+	Log       *zap.Logger
+
+	// Workers bounds concurrent attempts (default 64); PerMerchant bounds
+	// one merchant's (default 16).
+	Workers     int
+	PerMerchant int
+	// Timeout bounds one attempt (default 10 s, §5).
+	Timeout time.Duration
+	// Lease is how long an attempt is reserved; a dispatcher that dies
+	// mid-attempt loses it after this (default 1 min; keep it well above
+	// Timeout).
+	Lease time.Duration
+	// PollInterval is how often due retries and expired leases are looked
+	// for without a wake-up (default 1 s). New messages wake dispatchers at
+	// once through NOTIFY.
+	PollInterval time.Duration
+	// Schedule are the pauses before retries (default DefaultSchedule).
+	Schedule []time.Duration
+	// Rand returns uniform numbers in [0, 1) for the jitter.
+	Rand func() float64
+	// Now is the clock of attempt times.
+	Now func() time.Time
+	// AllowPrivate lets live callbacks reach private and loopback
+	// addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
+	AllowPrivate bool
+	// Client sends test-environment webhooks; Live sends live ones (by
+	// default a client whose dialer refuses non-public addresses).
+	Client, LiveClient *http.Client
+
+	mu       sync.Mutex
+	inflight int
+	busy     map[string]int // attempts in flight per merchant
+	wake     chan struct{}
+	more     bool // the last claim was cut short by free workers
+}
+
+func (d *Dispatcher) defaults() {
+	if d.Log == nil {
+		d.Log = zap.NewNop()
+	}
+	if d.Workers <= 0 {
+		d.Workers = 64
+	}
+	if d.PerMerchant <= 0 {
+		d.PerMerchant = 16
+	}
+	if d.Timeout <= 0 {
+		d.Timeout = 10 * time.Second
+	}
+	if d.Lease <= 0 {
+		d.Lease = time.Minute
+	}
+	if d.PollInterval <= 0 {
+		d.PollInterval = time.Second
+	}
+	if d.Schedule == nil {
+		d.Schedule = DefaultSchedule
+	}
+	if d.Rand == nil {
+		d.Rand = rand.Float64
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Client == nil {
+		d.Client = NewClient(d.Workers, false)
+	}
+	if d.LiveClient == nil {
+		d.LiveClient = NewClient(d.Workers, !d.AllowPrivate)
+	}
+	d.busy = map[string]int{}
+	d.wake = make(chan struct{}, 1)
+}
+
+// NewClient is the HTTP client of deliveries: no proxy, no redirects (a 3xx
+// is not a delivery), keep-alive connections for up to conns attempts, and
+// with guard a dialer that refuses non-public addresses after resolution.
+func NewClient(conns int, guard bool) *http.Client {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	if guard {
+		dialer.Control = guardedControl
+	}
+	tr := &http.Transport{
+		DialContext:           dialer.DialContext,
+		MaxIdleConns:          2 * conns,
+		MaxIdleConnsPerHost:   conns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+	}
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+}
+
+func (d *Dispatcher) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends. Attempts in flight then are abandoned and
+// handed back to the queue at once; a dispatcher killed outright leaves
+// them to its lease.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.defaults()
+	results := make(chan outcome, 4*d.Workers)
+	var (
+		wg       sync.WaitGroup
+		aborted  []claimed
+		abortMu  sync.Mutex
+		flushed  = make(chan struct{})
+		listened = make(chan struct{})
+	)
+	go func() { defer close(listened); d.listen(ctx) }()
+	go func() { defer close(flushed); d.flush(results) }()
+	defer func() {
+		wg.Wait()
+		close(results)
+		<-flushed
+		<-listened
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := release(rctx, d.Pool, aborted); err != nil {
+			d.Log.Warn("webhooks: cannot hand back abandoned attempts; their leases will expire", zap.Error(err))
+		}
+	}()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		d.mu.Lock()
+		free := min(d.Workers-d.inflight, 256)
+		busy := make(map[string]int, len(d.busy))
+		for m, n := range d.busy {
+			busy[m] = n
+		}
+		d.mu.Unlock()
+		var got []claimed
+		if free > 0 {
+			var err error
+			got, err = claim(ctx, d.Pool, free, d.PerMerchant, busy, d.Lease)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				d.Log.Error("webhooks: claim failed", zap.Error(err))
+				sleepCtx(ctx, backoff)
+				backoff = min(2*backoff, 10*time.Second)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+		}
+		// A full claim may have left due rows behind: claim again now, and
+		// again whenever a worker frees up, until a claim comes back short.
+		more := free > 0 && len(got) == free
+		d.mu.Lock()
+		if free > 0 {
+			d.more = more
+		}
+		for _, c := range got {
+			d.inflight++
+			d.busy[c.MerchantID]++
+		}
+		d.mu.Unlock()
+		if len(got) > 0 {
+			eps := d.endpoints(ctx, got)
+			for _, c := range got {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					o, ok := d.attempt(ctx, c, eps[endpointKey{c.MerchantID, c.Environment}])
+					d.mu.Lock()
+					d.inflight--
+					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
+						delete(d.busy, c.MerchantID)
+					}
+					more := d.more
+					d.mu.Unlock()
+					if ok {
+						results <- o
+					} else {
+						abortMu.Lock()
+						aborted = append(aborted, c)
+						abortMu.Unlock()
+					}
+					if more {
+						d.signal()
+					}
+				}()
+			}
+		}
+		if more {
+			continue
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(d.PollInterval)
+		select {
+		case <-ctx.Done():
+		case <-d.wake:
+		case <-timer.C:
+		}
+	}
+	return nil
+}
+
+type endpointKey struct {
+	merchantID string
+	env        domain.Environment
+}
+
+// endpointResult is an endpoint or why it could not be looked up.
+type endpointResult struct {
+	ep  Endpoint
+	err error
+}
+
+// endpoints looks up each merchant and environment of a claimed batch once,
+// concurrently.
+func (d *Dispatcher) endpoints(ctx context.Context, cs []claimed) map[endpointKey]endpointResult {
+	var keys []endpointKey
+	seen := map[endpointKey]bool{}
+	for _, c := range cs {
+		if k := (endpointKey{c.MerchantID, c.Environment}); !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	results := make([]endpointResult, len(keys))
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ep, err := d.Endpoints.Endpoint(ctx, k.merchantID, k.env)
+			results[i] = endpointResult{ep, err}
+		}()
+	}
+	wg.Wait()
+	out := make(map[endpointKey]endpointResult, len(keys))
+	for i, k := range keys {
+		out[k] = results[i]
+	}
+	return out
+}
+
+// attempt makes one delivery attempt; ok is false when ctx ended first
+// (the dispatcher is stopping: the attempt is abandoned, not judged).
+func (d *Dispatcher) attempt(ctx context.Context, c claimed, ep endpointResult) (outcome, bool) {
+	o := outcome{ID: c.ID, Attempt: c.Attempt, At: d.Now()}
+	if ep.err != nil {
+		if ctx.Err() != nil {
+			return o, false
+		}
+		return d.judge(o, 0, fmt.Errorf("endpoint lookup: %w", ep.err)), true
+	}
+	if ep.ep.URL == "" {
+		msg := "No callback URL is set for this environment"
+		o.Status, o.Err = StatusNoEndpoint, &msg
+		return o, true
+	}
+	o.Sent = true
+	code, err := d.send(ctx, c, ep.ep)
+	o.Took = d.Now().Sub(o.At)
+	if err != nil && code == 0 && ctx.Err() != nil {
+		return o, false
+	}
+	return d.judge(o, code, err), true
+}
+
+// judge turns a response into the outcome: 2xx is delivered, anything else
+// is retried after the schedule's next pause, or failed past its end.
+func (d *Dispatcher) judge(o outcome, code int, err error) outcome {
+	if code != 0 {
+		c := int32(code)
+		o.Code = &c
+	}
+	if err == nil && code >= 200 && code < 300 {
+		o.Status = StatusDelivered
+		return o
+	}
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	} else {
+		msg = "HTTP " + strconv.Itoa(code)
+	}
+	o.Err = &msg
+	if delay, ok := NextDelay(d.Schedule, o.Attempt, d.Rand()); ok {
+		o.Status, o.Delay = StatusPending, delay
+	} else {
+		o.Status = StatusFailed
+	}
+	return o
+}
+
+// maxErrorBody is how much of a failing response is kept in the log.
+const maxErrorBody = 256
+
+func (d *Dispatcher) send(ctx context.Context, c claimed, ep Endpoint) (int, error) {
+	u, err := url.Parse(ep.URL)
+	if err != nil {
+		return 0, errors.New("callback URL is invalid")
+	}
+	client := d.Client
+	if c.Environment == domain.Live {
+		if u.Scheme != "https" {
+			return 0, errors.New("a live callback URL must use https")
+		}
+		client = d.LiveClient
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, ep.URL, bytes.NewReader(c.Body))
+	if err != nil {
+		return 0, errors.New("callback URL is invalid")
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
+	req.Header.Set(SignatureHeader, Sign(ep.Secret, c.Body))
+	req.Header.Set(AttemptHeader, strconv.Itoa(c.Attempt))
+	res, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			return 0, fmt.Errorf("no response within %s", d.Timeout)
+		}
+		if errors.Is(err, ErrBlockedAddress) {
+			return 0, ErrBlockedAddress
+		}
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return 0, ue.Err
+		}
+		return 0, err
+	}
+	defer res.Body.Close()
+	if res.StatusCode >= 200 && res.StatusCode < 300 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+		return res.StatusCode, nil
+	}
+	snippet, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
+	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, 64<<10))
+	if len(bytes.TrimSpace(snippet)) > 0 {
+		return res.StatusCode, fmt.Errorf("HTTP %d: %s", res.StatusCode, bytes.TrimSpace(snippet))
+	}
+	return res.StatusCode, fmt.Errorf("HTTP %d", res.StatusCode)
+}
+
+// flush stores outcomes as they come, batching whatever arrived while the
+// previous batch was written (group commit).
+func (d *Dispatcher) flush(results <-chan outcome) {
+	for o := range results {
+		batch := []outcome{o}
+	drain:
+		for len(batch) < 1000 {
+			select {
+			case o, ok := <-results:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, o)
+			default:
+				break drain
+			}
+		}
+		for try := 0; ; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			unblocked, err := recordOutcomes(ctx, d.Pool, batch)
+			cancel()
+			if err == nil {
+				if unblocked {
+					d.signal()
+				}
+				break
+			}
+			if try == 4 {
+				// The leases will expire and the messages go out again:
+				// at least once, never lost.
+				d.Log.Error("webhooks: cannot record outcomes; they will be retried", zap.Int("count", len(batch)), zap.Error(err))
+				break
+			}
+			time.Sleep(time.Duration(100<<try) * time.Millisecond)
+		}
+	}
+}
+
+// listen wakes the dispatcher on every NOTIFY of the outbox channel
+// (messages enqueued, retried, or unblocked by another dispatcher).
+func (d *Dispatcher) listen(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := func() error {
+			conn, err := d.Pool.Acquire(ctx)
+			if err != nil {
+				return err
+			}
+			defer conn.Release()
+			if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+				return err
+			}
+			defer func() {
+				uctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if _, err := conn.Exec(uctx, "UNLISTEN "+notifyChannel); err != nil {
+					_ = conn.Conn().Close(uctx)
+				}
+			}()
+			// Catch up with anything enqueued before LISTEN took effect.
+			d.signal()
+			for {
+				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+					return err
+				}
+				d.signal()
+			}
+		}()
+		if ctx.Err() == nil {
+			d.Log.Warn("webhooks: listen connection lost, retrying", zap.Error(err))
+			sleepCtx(ctx, time.Second)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,542 @@
+package webhooks
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
+)
+
+func TestSubscriberStartsAtInstallAndEnqueuesOnce(t *testing.T) {
+	e := newTestEnv(t)
+	m := e.merchant("http://127.0.0.1:1/unused")
+	e.deposits(m.MerchantID, 3) // history before webhooks were turned on
+	// The head is what ReadAll can return: it moves past those appends
+	// once no older transaction of the cluster is still open.
+	eventually(t, 10*time.Second, "head past the history", func() bool {
+		head, err := e.store.Head(context.Background())
+		return err == nil && head.AtLeast(e.last)
+	})
+	e.runSubscriber(e.pool)
+	want := e.deposits(m.MerchantID, 5)
+	eventually(t, 10*time.Second, "5 enqueued messages", func() bool { return e.statuses()[StatusPending] == 5 })
+	rows, _ := e.pool.Query(context.Background(), `SELECT id FROM webhook_deliveries`)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSet := map[uuid.UUID]bool{}
+	for _, id := range want {
+		wantSet[id] = true
+	}
+	for _, id := range got {
+		if !wantSet[id] {
+			t.Fatalf("message %s of history before install was enqueued", id)
+		}
+	}
+	// Replaying the whole log (as after a crash between enqueue and
+	// checkpoint, which the shared transaction rules out anyway) adds
+	// nothing: message ids are deterministic.
+	events, err := e.store.ReadAll(context.Background(), eventstore.Start, 10_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := NewSubscriber(e.store, e.pool)
+	if err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
+		return sub.Apply(context.Background(), tx, events)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.statuses()[StatusPending]; n != 8 {
+		t.Fatalf("replay: %d rows, want 8 (5 + the 3 from before install, each once)", n)
+	}
+	if err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
+		return sub.Apply(context.Background(), tx, events)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.statuses()[StatusPending]; n != 8 {
+		t.Fatalf("second replay: %d rows, want 8", n)
+	}
+	// The checkpoint is the subscriber's own, not a read model's.
+	for _, p := range projections.All() {
+		if p.Name() == SubscriberName {
+			t.Fatal("the webhook subscriber must not be rebuildable with the read models")
+		}
+	}
+}
+
+func TestReceiverFailingThenRecoveringGetsEverything(t *testing.T) {
+	e := newTestEnv(t)
+	var m app.CreatedMerchant
+	rc := newReceiver(t, func() string { return m.SigningSecrets[domain.Test] }, func(h hit) int {
+		if n, _ := strconv.Atoi(h.Attempt); n <= 3 {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	})
+	m = e.merchant(rc.srv.URL + "/hooks")
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	ids := e.deposits(m.MerchantID, 10)
+	eventually(t, 20*time.Second, "all delivered", func() bool { return e.statuses()[StatusDelivered] == 10 })
+	got := rc.delivered()
+	for _, id := range ids {
+		if got[id.String()] != 1 {
+			t.Fatalf("message %s delivered %d times", id, got[id.String()])
+		}
+	}
+	for _, h := range rc.all() {
+		if !h.SigOK {
+			t.Fatalf("bad signature or headers on %s attempt %s", h.ID, h.Attempt)
+		}
+	}
+	// The delivery log shows the retries.
+	list, pg, err := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{}, projections.Page{Page: 1, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pg.Count != 10 || len(list) != 10 {
+		t.Fatalf("list %d of %d", len(list), pg.Count)
+	}
+	for _, d := range list {
+		if d.Status != StatusDelivered || d.Attempts != 4 || d.LastStatusCode == nil || *d.LastStatusCode != 200 ||
+			d.DeliveredAt == nil || d.NextAttemptAt != nil || d.Event != "payment.deposit.success" || len(d.AttemptLog) != 4 {
+			t.Fatalf("delivery %+v", d)
+		}
+		for i, a := range d.AttemptLog {
+			want := 500
+			if i == 3 {
+				want = 200
+			}
+			if a.Attempt != i+1 || a.StatusCode == nil || *a.StatusCode != want {
+				t.Fatalf("attempt log %+v", d.AttemptLog)
+			}
+		}
+	}
+	// Filters.
+	if l, _, _ := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{Status: StatusFailed}, projections.Page{Page: 1, Limit: 10}); len(l) != 0 {
+		t.Fatalf("failed filter: %v", l)
+	}
+	if l, _, _ := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{Event: "payment.deposit.success"}, projections.Page{Page: 1, Limit: 3}); len(l) != 3 {
+		t.Fatalf("event filter: %v", l)
+	}
+}
+
+func TestExhaustedScheduleFailsThenManualRetryDelivers(t *testing.T) {
+	e := newTestEnv(t)
+	var healthy atomic.Bool
+	rc := newReceiver(t, nil, func(hit) int {
+		if healthy.Load() {
+			return 200
+		}
+		return http.StatusBadGateway
+	})
+	m := e.merchant(rc.srv.URL)
+	other := e.merchant(rc.srv.URL)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	id := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "failed", func() bool { return e.statuses()[StatusFailed] == 1 })
+	d, err := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Attempts != len(fastSchedule)+1 || *d.LastStatusCode != 502 || d.LastError == nil || *d.LastError != "HTTP 502" || d.NextAttemptAt != nil {
+		t.Fatalf("failed delivery %+v", d)
+	}
+	// Another merchant (or environment) cannot see or retry it.
+	if _, err := e.box.Retry(context.Background(), other.MerchantID, domain.Test, id); err != ErrDeliveryNotFound {
+		t.Fatalf("other merchant: %v", err)
+	}
+	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Live, id); err != ErrDeliveryNotFound {
+		t.Fatalf("other environment: %v", err)
+	}
+	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Test, "not-a-uuid"); err != ErrDeliveryNotFound {
+		t.Fatalf("bad id: %v", err)
+	}
+	healthy.Store(true)
+	d, err = e.box.Retry(context.Background(), m.MerchantID, domain.Test, id)
+	if err != nil || (d.Status != StatusPending && d.Status != StatusDelivering && d.Status != StatusDelivered) {
+		t.Fatalf("retry: %+v %v", d, err)
+	}
+	eventually(t, 10*time.Second, "delivered after manual retry", func() bool { return e.statuses()[StatusDelivered] == 1 })
+	d, _ = e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+	if d.Attempts != len(fastSchedule)+2 || len(d.AttemptLog) != len(fastSchedule)+2 {
+		t.Fatalf("after retry %+v", d)
+	}
+}
+
+func TestNoEndpointThenRetry(t *testing.T) {
+	e := newTestEnv(t)
+	m := e.merchant("")
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	id := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
+	d, _ := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+	if d.Attempts != 0 || len(d.AttemptLog) != 0 || d.LastError == nil {
+		t.Fatalf("no endpoint: %+v", d)
+	}
+	rc := newReceiver(t, secretOf(m), nil)
+	e.setURL(m.MerchantID, domain.Test, rc.srv.URL)
+	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Test, id); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "delivered", func() bool { return rc.delivered()[id] == 1 })
+	if h := rc.all()[0]; !h.SigOK || h.Attempt != "1" {
+		t.Fatalf("hit %+v", h)
+	}
+}
+
+func TestRetryRefusedWhileInFlight(t *testing.T) {
+	e := newTestEnv(t)
+	release := make(chan struct{})
+	rc := newReceiver(t, nil, func(hit) int { <-release; return 200 })
+	defer close(release)
+	m := e.merchant(rc.srv.URL)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	id := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "in flight", func() bool { return len(rc.all()) == 1 && e.statuses()[StatusDelivering] == 1 })
+	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Test, id); err != ErrDeliveryInProgress {
+		t.Fatalf("retry in flight: %v", err)
+	}
+}
+
+func TestRotatedSecretSignsLaterMessages(t *testing.T) {
+	e := newTestEnv(t)
+	var current atomic.Value
+	rc := newReceiver(t, func() string { return current.Load().(string) }, nil)
+	m := e.merchant(rc.srv.URL)
+	original := m.SigningSecrets[domain.Test]
+	current.Store(original)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	first := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "first", func() bool { return rc.delivered()[first] == 1 })
+	const rotated = "whsec_rotated"
+	if _, err := e.svc.UpdateMerchant(context.Background(), m.MerchantID, func(merchant.State) ([]domain.Event, error) {
+		return []domain.Event{merchant.SigningSecretRotated{Environment: domain.Test, Secret: rotated}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	current.Store(rotated)
+	second := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "second", func() bool { return rc.delivered()[second] == 1 })
+	hits := rc.all()
+	if len(hits) != 2 || hits[0].ID != first || hits[1].ID != second || !hits[0].SigOK || !hits[1].SigOK {
+		t.Fatalf("hits %+v", hits)
+	}
+	if Verify(original, hits[1].Body, hits[1].Sig) || hits[0].Sig == hits[1].Sig {
+		t.Fatal("the message after rotation still verifies with the old secret")
+	}
+}
+
+// TestLiveDeliveryRefusesPrivateAddresses: the dial-time check stops a live
+// URL that resolves (now) to a loopback address, whatever was checked when
+// it was set; test-environment URLs may be local.
+func TestLiveDeliveryRefusesPrivateAddresses(t *testing.T) {
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, nil)
+	m := e.merchant("")
+	e.setURL(m.MerchantID, domain.Live, strings.Replace(rc.srv.URL, "http://", "https://", 1))
+	other := e.merchant("")
+	e.setURL(other.MerchantID, domain.Live, rc.srv.URL) // http on live
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Schedule = []time.Duration{time.Hour} })
+	a := e.depositsIn(m.MerchantID, domain.Live, 1)[0].String()
+	b := e.depositsIn(other.MerchantID, domain.Live, 1)[0].String()
+	eventually(t, 10*time.Second, "attempted", func() bool {
+		da, _ := e.box.Get(context.Background(), m.MerchantID, domain.Live, a)
+		db, _ := e.box.Get(context.Background(), other.MerchantID, domain.Live, b)
+		return da.Attempts == 1 && da.Status == StatusPending && db.Attempts == 1 && db.Status == StatusPending
+	})
+	da, _ := e.box.Get(context.Background(), m.MerchantID, domain.Live, a)
+	db, _ := e.box.Get(context.Background(), other.MerchantID, domain.Live, b)
+	if !strings.Contains(*da.LastError, "private or loopback") || !strings.Contains(*db.LastError, "https") {
+		t.Fatalf("errors %q %q", *da.LastError, *db.LastError)
+	}
+	if len(rc.all()) != 0 {
+		t.Fatal("a live message reached a loopback receiver")
+	}
+}
+
+// TestOrderedPerEscrow: messages sharing an order key go out one after the
+// other, even when the first needs retries.
+func TestOrderedPerEscrow(t *testing.T) {
+	e := newTestEnv(t)
+	var mu sync.Mutex
+	var order []string
+	rc := newReceiver(t, nil, func(h hit) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if h.Event == "escrow.created" && h.Attempt != "3" {
+			return 500
+		}
+		order = append(order, h.Event)
+		return 200
+	})
+	m := e.merchant(rc.srv.URL)
+	e.runDispatcher(e.pool)
+	var msgs []Message
+	for i, ev := range []string{"escrow.created", "escrow.ongoing", "escrow.completed"} {
+		msg, err := newMessage(uuid.New(), m.MerchantID, domain.Test, ev, "esc-1", map[string]int{"i": i}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, msg)
+	}
+	if err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
+		_, err := Enqueue(context.Background(), tx, msgs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "delivered", func() bool { return e.statuses()[StatusDelivered] == 3 })
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, ",") != "escrow.created,escrow.ongoing,escrow.completed" {
+		t.Fatalf("order %v", order)
+	}
+}
+
+// TestTwoDispatchersNeverSendAnAttemptTwice runs two dispatchers, each on
+// its own pool as two processes would, against a receiver that fails a
+// fifth of the requests at random.
+func TestTwoDispatchersNeverSendAnAttemptTwice(t *testing.T) {
+	e := newTestEnv(t)
+	type key struct{ id, attempt string }
+	var (
+		mu    sync.Mutex
+		pairs = map[key]int{}
+	)
+	rc := newReceiver(t, nil, func(h hit) int {
+		mu.Lock()
+		pairs[key{h.ID, h.Attempt}]++
+		mu.Unlock()
+		if rand.IntN(5) == 0 {
+			return 503
+		}
+		return 200
+	})
+	var ms []app.CreatedMerchant
+	for i := 0; i < 4; i++ {
+		ms = append(ms, e.merchant(rc.srv.URL))
+	}
+	e.runSubscriber(e.pool)
+	long := []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond,
+		10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
+	sched := func(d *Dispatcher) { d.Schedule = long; d.Workers = 16; d.PerMerchant = 4 }
+	e.runDispatcher(pgtest.OpenPool(t, e.url), sched)
+	e.runDispatcher(pgtest.OpenPool(t, e.url), sched)
+	var ids []uuid.UUID
+	var wg sync.WaitGroup
+	var idMu sync.Mutex
+	for _, m := range ms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := e.deposits(m.MerchantID, 75)
+			idMu.Lock()
+			ids = append(ids, got...)
+			idMu.Unlock()
+		}()
+	}
+	wg.Wait()
+	eventually(t, 60*time.Second, "all 300 delivered", func() bool { return e.statuses()[StatusDelivered] == 300 })
+	mu.Lock()
+	defer mu.Unlock()
+	for k, n := range pairs {
+		if n != 1 {
+			t.Fatalf("message %s attempt %s sent %d times", k.id, k.attempt, n)
+		}
+	}
+	got := rc.delivered()
+	for _, id := range ids {
+		if got[id.String()] != 1 {
+			t.Fatalf("message %s delivered %d times", id, got[id.String()])
+		}
+	}
+}
+
+// TestDeadMerchantDoesNotDelayOthers: a merchant whose receiver hangs holds
+// at most its per-merchant share of the workers.
+func TestDeadMerchantDoesNotDelayOthers(t *testing.T) {
+	e := newTestEnv(t)
+	hang := make(chan struct{})
+	defer close(hang)
+	dead := newReceiver(t, nil, func(hit) int { <-hang; return 200 })
+	alive := newReceiver(t, nil, nil)
+	md := e.merchant(dead.srv.URL)
+	ma := e.merchant(alive.srv.URL)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Workers = 8; d.PerMerchant = 3; d.Timeout = 30 * time.Second })
+	e.deposits(md.MerchantID, 40)
+	eventually(t, 10*time.Second, "dead receiver saturated", func() bool { return len(dead.all()) == 3 })
+	start := time.Now()
+	ids := e.deposits(ma.MerchantID, 30)
+	eventually(t, 10*time.Second, "the live merchant's messages", func() bool { return len(alive.delivered()) == len(ids) })
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("the live merchant waited %s behind the dead one", took)
+	}
+	if n := len(dead.all()); n != 3 {
+		t.Fatalf("the dead receiver got %d concurrent requests, cap is 3", n)
+	}
+}
+
+// TestCrashHelperProcess is the webhook role of a server process, run by
+// TestKilledMidDeliveryLosesNothing in a child process that it kills.
+func TestCrashHelperProcess(t *testing.T) {
+	url := os.Getenv("WEBHOOKS_CRASH_HELPER_DB")
+	if url == "" {
+		t.Skip("child process of TestKilledMidDeliveryLosesNothing")
+	}
+	pool := pgtest.OpenPool(t, url)
+	store := postgres.New(pool)
+	ctx := context.Background()
+	r, err := NewRunner(ctx, store, pool, zap.NewNop(), NewSubscriber(store, pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
+	d := &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: store}, Lease: time.Second, Timeout: time.Minute,
+		PollInterval: 20 * time.Millisecond}
+	_ = d.Run(ctx) // until killed
+}
+
+// TestKilledMidDeliveryLosesNothing kills (SIGKILL) a process running the
+// subscriber and the dispatcher while deliveries hang in its hands and
+// events are still being written, then starts them again here: every
+// message arrives, none twice under the same attempt number.
+func TestKilledMidDeliveryLosesNothing(t *testing.T) {
+	e := newTestEnv(t)
+	var blocking atomic.Bool
+	blocking.Store(true)
+	unblock := make(chan struct{})
+	var blockedMu sync.Mutex
+	blocked := map[string]bool{}
+	rc := newReceiver(t, nil, func(h hit) int {
+		if blocking.Load() {
+			blockedMu.Lock()
+			blocked[h.ID] = true
+			blockedMu.Unlock()
+			<-unblock
+			return 0 // the sender is dead: no answer reaches anyone
+		}
+		return 200
+	})
+	m := e.merchant(rc.srv.URL)
+	if _, err := Install(context.Background(), e.store, e.pool); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^TestCrashHelperProcess$")
+	child.Env = append(os.Environ(), "WEBHOOKS_CRASH_HELPER_DB="+e.url)
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	const total = 60
+	var ids []uuid.UUID
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for i := 0; i < total; i++ {
+			ids = append(ids, e.deposits(m.MerchantID, 1)...)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	eventually(t, 20*time.Second, "deliveries hanging in the child", func() bool {
+		blockedMu.Lock()
+		defer blockedMu.Unlock()
+		return len(blocked) >= 3
+	})
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	blocking.Store(false)
+	close(unblock)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	<-written
+	eventually(t, 30*time.Second, "every message delivered", func() bool { return e.statuses()[StatusDelivered] == total })
+	got := rc.delivered()
+	for _, id := range ids {
+		if got[id.String()] != 1 {
+			t.Fatalf("message %s delivered %d times", id, got[id.String()])
+		}
+	}
+	seen := map[string]bool{}
+	for _, h := range rc.all() {
+		k := h.ID + "#" + h.Attempt
+		if seen[k] {
+			t.Fatalf("attempt %s sent twice", k)
+		}
+		seen[k] = true
+	}
+	blockedMu.Lock()
+	defer blockedMu.Unlock()
+	for id := range blocked {
+		d, err := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+		if err != nil || d.Attempts < 2 || d.Status != StatusDelivered {
+			t.Fatalf("message %s in flight at the kill: %+v %v", id, d, err)
+		}
+	}
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries`).Scan(&n); err != nil || n != total {
+		t.Fatalf("outbox holds %d rows, want %d (%v)", n, total, err)
+	}
+}
+
+// TestStoppedDispatcherHandsBackItsAttempts: a dispatcher stopped (not
+// killed) mid-attempt returns the message to the queue at once, so the next
+// one does not wait for the lease.
+func TestStoppedDispatcherHandsBackItsAttempts(t *testing.T) {
+	e := newTestEnv(t)
+	var hang atomic.Bool
+	hang.Store(true)
+	release := make(chan struct{})
+	defer close(release)
+	rc := newReceiver(t, nil, func(hit) int {
+		if hang.Load() {
+			<-release
+			return 0
+		}
+		return 200
+	})
+	m := e.merchant(rc.srv.URL)
+	e.runSubscriber(e.pool)
+	_, stop := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Lease = time.Hour })
+	id := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "in flight", func() bool { return len(rc.all()) == 1 })
+	stop()
+	d, err := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+	if err != nil || d.Status != StatusPending || d.Attempts != 1 {
+		t.Fatalf("after stop: %+v %v", d, err)
+	}
+	hang.Store(false)
+	e.runDispatcher(e.pool)
+	eventually(t, 10*time.Second, "delivered by the next dispatcher", func() bool { return rc.delivered()[id] == 1 })
+	if hits := rc.all(); hits[len(hits)-1].Attempt != "2" {
+		t.Fatalf("hits %+v", hits)
+	}
+}

@@ -1,0 +1,135 @@
+// Package webhooks tells merchants what happened, through their callback
+// URL: the mapping of domain events to messages (this file), the subscriber
+// that writes them to a PostgreSQL outbox in the same transaction as its
+// checkpoint, the dispatcher that signs and delivers them with retries, and
+// the callback URL rules (api-decisions §5).
+package webhooks
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// Message is one webhook as enqueued: the receiver gets Body, byte for byte,
+// on every attempt.
+type Message struct {
+	ID          uuid.UUID
+	MerchantID  string
+	Environment domain.Environment
+	Event       string
+	// OrderKey groups messages delivered strictly one after the other (an
+	// escrow's events); "" for messages without an order (payments).
+	OrderKey string
+	Body     []byte
+}
+
+// Envelope is the body of every webhook (api-decisions §5).
+type Envelope struct {
+	ID        string `json:"id"`
+	Event     string `json:"event"`
+	Data      any    `json:"data"`
+	Timestamp string `json:"timestamp"`
+}
+
+// TimestampFormat is ISO 8601 in UTC with milliseconds.
+const TimestampFormat = "2006-01-02T15:04:05.000Z"
+
+// messageNamespace makes message ids deterministic (UUIDv5): replaying a
+// batch derives the same ids, and the outbox's primary key drops the
+// repeats.
+var messageNamespace = uuid.MustParse("8a4f3c1e-5b7d-4e9a-9c2f-1d6b0e7a3f58")
+
+// AnnouncedTypes are the transaction types that announce themselves when
+// they settle (§5). Internal legs (escrow_release, vault_*) do not.
+var AnnouncedTypes = map[ledger.Type]bool{
+	ledger.Deposit: true, ledger.Transfer: true, ledger.Withdrawal: true, ledger.WalletTransfer: true,
+	ledger.EscrowPayment: true, ledger.Commission: true, ledger.Delivery: true,
+}
+
+// Escrow event names.
+const (
+	EventEscrowCreated = "escrow.created"
+	EventEscrowDeleted = "escrow.deleted"
+)
+
+// EscrowStatusEvent is the event of an escrow reaching status s.
+func EscrowStatusEvent(s escrow.Status) string { return "escrow." + strings.ToLower(string(s)) }
+
+// PaymentEvent is the event of a settled transaction record.
+func PaymentEvent(r ledger.Record) string {
+	return "payment." + string(r.Type) + "." + string(r.Status)
+}
+
+func newMessage(id uuid.UUID, merchantID string, env domain.Environment, event, orderKey string, data any, at time.Time) (Message, error) {
+	body, err := json.Marshal(Envelope{ID: id.String(), Event: event, Data: data, Timestamp: at.UTC().Format(TimestampFormat)})
+	if err != nil {
+		return Message{}, err
+	}
+	return Message{ID: id, MerchantID: merchantID, Environment: env, Event: event, OrderKey: orderKey, Body: body}, nil
+}
+
+// EscrowMessages maps one escrow event (stored with id eventID at time at)
+// given the escrow before and after it: escrow.created for a creation (a
+// purchased clone is created too), escrow.<status> for every change of
+// status, whatever event made it, and escrow.deleted. data is the escrow
+// as the API shows it to the merchant; cat is its category, if known.
+func EscrowMessages(eventID uuid.UUID, ev domain.Event, before, after escrow.State, cat *projections.Category, at time.Time) ([]Message, error) {
+	var events []string
+	switch ev.(type) {
+	case escrow.Created:
+		events = append(events, EventEscrowCreated)
+	case escrow.Deleted:
+		events = append(events, EventEscrowDeleted)
+	default:
+		if before.ID != "" && after.Status != before.Status {
+			events = append(events, EscrowStatusEvent(after.Status))
+		}
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	data := projections.RenderEscrow(after, cat, "")
+	out := make([]Message, 0, len(events))
+	for _, name := range events {
+		m, err := newMessage(uuid.NewSHA1(messageNamespace, []byte(eventID.String()+"|"+name)),
+			after.MerchantID, after.Environment, name, after.ID, data, at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// PaymentMessages maps the transaction records a money event writes:
+// payment.<type>.<status> for each record of an announced type that is
+// settled. The id depends only on the record, so a record announces itself
+// once even if a later event writes it settled again.
+func PaymentMessages(eff ledger.Effect, at time.Time) ([]Message, error) {
+	var out []Message
+	for _, r := range eff.Records {
+		if !r.Status.Settled() || !AnnouncedTypes[r.Type] {
+			continue
+		}
+		m, err := newMessage(PaymentMessageID(r), r.MerchantID, r.Environment, PaymentEvent(r), "", r, at)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// PaymentMessageID is the message id of a transaction record's
+// announcement.
+func PaymentMessageID(r ledger.Record) uuid.UUID {
+	return uuid.NewSHA1(messageNamespace, []byte("payment|"+r.MerchantID+"|"+r.ID))
+}

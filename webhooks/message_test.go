@@ -1,0 +1,292 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/projections"
+)
+
+var t0 = time.Date(2026, 3, 1, 12, 30, 45, 123456789, time.FixedZone("WAT", 3600))
+
+func created() escrow.Created {
+	return escrow.Created{ID: "esc1", PaymentToken: "PT_ABCDEFGHIJKLMNOP", MerchantID: "m1", Environment: domain.Test,
+		SellerID: "sel", Terms: escrow.Terms{Amount: 1_000_000, Purpose: "Phone", WhoPays: escrow.Buyer, MaxDelivery: 3,
+			DeliveryTimeline: "days"}, Fee: 25_000, Channel: "API", At: t0}
+}
+
+func decodeBody(t *testing.T, m Message) Envelope {
+	t.Helper()
+	var env Envelope
+	dec := json.NewDecoder(strings.NewReader(string(m.Body)))
+	if err := dec.Decode(&env); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func TestEscrowMessages(t *testing.T) {
+	pending := escrow.Apply(escrow.State{}, created())
+	ongoing := escrow.Apply(pending, escrow.Funded{BuyerID: "buy", PaymentID: "p1", Paid: 1_025_000, At: t0})
+	release := func(st escrow.Status) escrow.Released { return escrow.Released{Status: st, At: t0} }
+	for _, tc := range []struct {
+		name   string
+		before escrow.State
+		ev     domain.Event
+		want   []string
+		status escrow.Status
+	}{
+		{"created", escrow.State{}, created(), []string{"escrow.created"}, escrow.Pending},
+		{"clone created", escrow.State{}, func() escrow.Created { c := created(); c.ParentID = "link"; return c }(), []string{"escrow.created"}, escrow.Pending},
+		{"edited", pending, escrow.Edited{Terms: pending.Terms, Fee: pending.Fee, At: t0}, nil, ""},
+		{"additional fee", pending, escrow.AdditionalFeeSet{AdditionalFee: 50_000, At: t0}, nil, ""},
+		{"unit sold", pending, escrow.UnitSold{CloneID: "c", Remaining: 2, At: t0}, nil, ""},
+		{"deleted", pending, escrow.Deleted{At: t0}, []string{"escrow.deleted"}, escrow.Pending},
+		{"funded", pending, escrow.Funded{BuyerID: "buy", At: t0}, []string{"escrow.ongoing"}, escrow.Ongoing},
+		{"completed", ongoing, release(escrow.Completed), []string{"escrow.completed"}, escrow.Completed},
+		{"claimed", ongoing, release(escrow.Claimed), []string{"escrow.claimed"}, escrow.Claimed},
+		// Any status change is announced, whatever event makes it.
+		{"refunded", ongoing, release(escrow.Refunded), []string{"escrow.refunded"}, escrow.Refunded},
+		{"split", ongoing, release(escrow.Split), []string{"escrow.split"}, escrow.Split},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			after := escrow.Apply(tc.before, tc.ev)
+			evID := uuid.New()
+			msgs, err := EscrowMessages(evID, tc.ev, tc.before, after, nil, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range msgs {
+				got = append(got, m.Event)
+				env := decodeBody(t, m)
+				data := env.Data.(map[string]any)
+				if env.ID != m.ID.String() || env.Event != m.Event || env.Timestamp != "2026-03-01T11:30:45.123Z" ||
+					m.MerchantID != "m1" || m.Environment != domain.Test || m.OrderKey != "esc1" {
+					t.Fatalf("message %+v body %s", m, m.Body)
+				}
+				if data["id"] != "esc1" || data["status"] != string(tc.status) || data["isSeller"] != false ||
+					data["merchantId"] != "m1" || data["amount"] != 10000.0 {
+					t.Fatalf("data %v", data)
+				}
+				// Deterministic: the same event maps to the same id.
+				again, _ := EscrowMessages(evID, tc.ev, tc.before, after, nil, t0)
+				if again[0].ID != m.ID || string(again[0].Body) != string(m.Body) {
+					t.Fatal("mapping is not deterministic")
+				}
+				other, _ := EscrowMessages(uuid.New(), tc.ev, tc.before, after, nil, t0)
+				if other[0].ID == m.ID {
+					t.Fatal("two events share a message id")
+				}
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("events %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEscrowMessageCategory(t *testing.T) {
+	c := created()
+	c.Terms.CategoryID = "cat1"
+	after := escrow.Apply(escrow.State{}, c)
+	cat := &projections.Category{ID: "cat1", Name: "Phones"}
+	msgs, err := EscrowMessages(uuid.New(), c, escrow.State{}, after, cat, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := decodeBody(t, msgs[0]).Data.(map[string]any)
+	if data["categoryId"] != "cat1" || data["category"].(map[string]any)["name"] != "Phones" {
+		t.Fatalf("data %v", data)
+	}
+}
+
+func txRecord(id string, typ ledger.Type, st ledger.Status) ledger.Record {
+	return ledger.Record{ID: id, Reference: "ref-" + id, Amount: 500_000, Currency: "NGN", Status: st, Type: typ,
+		CreditType: ledger.Credit, MerchantID: "m1", Environment: domain.Live, CreatedAt: t0, UpdatedAt: t0}
+}
+
+func TestPaymentMessages(t *testing.T) {
+	for _, tc := range []struct {
+		rec  ledger.Record
+		want string
+	}{
+		{txRecord("r1", ledger.Deposit, ledger.Success), "payment.deposit.success"},
+		{txRecord("r1", ledger.Deposit, ledger.Failed), "payment.deposit.failed"},
+		{txRecord("r1", ledger.Deposit, ledger.Pending), ""},
+		{txRecord("r2", ledger.Withdrawal, ledger.Reversed), "payment.withdrawal.reversed"},
+		{txRecord("r2", ledger.Withdrawal, ledger.Pending), ""},
+		{txRecord("r3", ledger.Transfer, ledger.Success), "payment.transfer.success"},
+		{txRecord("r4", ledger.WalletTransfer, ledger.Success), "payment.wallet_transfer.success"},
+		{txRecord("r5", ledger.EscrowPayment, ledger.Success), "payment.escrow.success"},
+		{txRecord("r6", ledger.Commission, ledger.Success), "payment.commission.success"},
+		{txRecord("r7", ledger.Delivery, ledger.Success), "payment.delivery.success"},
+		{txRecord("r8", ledger.EscrowRelease, ledger.Success), ""},
+		{txRecord("r9", ledger.EscrowRefund, ledger.Success), ""},
+		{txRecord("r10", ledger.VaultStake, ledger.Success), ""},
+		{txRecord("r11", ledger.VaultPayout, ledger.Success), ""},
+		{txRecord("r12", ledger.VaultRefund, ledger.Success), ""},
+	} {
+		t.Run(tc.rec.ID+"/"+string(tc.rec.Type)+"/"+string(tc.rec.Status), func(t *testing.T) {
+			msgs, err := PaymentMessages(ledger.Effect{Records: []ledger.Record{tc.rec}}, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == "" {
+				if len(msgs) != 0 {
+					t.Fatalf("unexpected %v", msgs[0].Event)
+				}
+				return
+			}
+			if len(msgs) != 1 || msgs[0].Event != tc.want {
+				t.Fatalf("got %v, want %s", msgs, tc.want)
+			}
+			m := msgs[0]
+			env := decodeBody(t, m)
+			data := env.Data.(map[string]any)
+			if m.MerchantID != "m1" || m.Environment != domain.Live || m.OrderKey != "" || data["reference"] != "ref-"+tc.rec.ID ||
+				data["transactionType"] != string(tc.rec.Type) || data["status"] != string(tc.rec.Status) || data["amount"] != 5000.0 {
+				t.Fatalf("message %+v data %v", m, data)
+			}
+		})
+	}
+	// A record announces itself once: its id does not depend on the event
+	// or the outcome that settled it.
+	a, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Success)}}, t0)
+	b, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Reversed)}}, t0.Add(time.Hour))
+	c, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r2", ledger.Withdrawal, ledger.Success)}}, t0)
+	if a[0].ID != b[0].ID || a[0].ID == c[0].ID {
+		t.Fatal("payment message ids must follow the record id")
+	}
+	// Several records of one event (a wallet transfer's two sides).
+	two, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("x", ledger.WalletTransfer, ledger.Success),
+		txRecord("y", ledger.WalletTransfer, ledger.Success)}}, t0)
+	if len(two) != 2 || two[0].ID == two[1].ID {
+		t.Fatalf("two records: %v", two)
+	}
+}
+
+func TestSignVerify(t *testing.T) {
+	body := []byte(`{"id":"1","event":"escrow.created"}`)
+	sig := Sign("whsec_a", body)
+	if len(sig) != 128 || strings.ToLower(sig) != sig {
+		t.Fatalf("signature %q must be 128 lowercase hex characters", sig)
+	}
+	// Known answer: HMAC-SHA512("key", "The quick brown fox jumps over the lazy dog").
+	if got := Sign("key", []byte("The quick brown fox jumps over the lazy dog")); got !=
+		"b42af09057bac1e2d41708e48a902e09b5ff7f12ab428a4fe86653c73dd248fb82f948a549f7b791a5b41915ee4d1ec3935357e4e2317250d0372afa2ebeeb3a" {
+		t.Fatalf("HMAC-SHA512 known answer: %s", got)
+	}
+	if !Verify("whsec_a", body, sig) || !Verify("whsec_a", body, strings.ToUpper(sig)) {
+		t.Fatal("valid signature refused")
+	}
+	if Verify("whsec_b", body, sig) || Verify("whsec_a", append(body, ' '), sig) || Verify("whsec_a", body, "zz") {
+		t.Fatal("invalid signature accepted")
+	}
+}
+
+func TestNextDelay(t *testing.T) {
+	for _, tc := range []struct {
+		attempt int
+		u       float64
+		want    time.Duration
+		ok      bool
+	}{
+		{1, 0.5, 5 * time.Second, true},
+		{1, 0, 4500 * time.Millisecond, true},
+		{1, 0.999999, 5500 * time.Millisecond, true},
+		{2, 0.5, 5 * time.Minute, true},
+		{3, 0.5, 30 * time.Minute, true},
+		{4, 0.5, 2 * time.Hour, true},
+		{5, 0.5, 5 * time.Hour, true},
+		{6, 0.5, 10 * time.Hour, true},
+		{7, 0.5, 10 * time.Hour, true},
+		{8, 0.5, 24 * time.Hour, true},
+		{8, 0, 24 * time.Hour * 9 / 10, true},
+		{9, 0.5, 0, false},
+		{0, 0.5, 0, false},
+	} {
+		got, ok := NextDelay(DefaultSchedule, tc.attempt, tc.u)
+		if ok != tc.ok || (ok && (got-tc.want).Abs() > time.Millisecond) {
+			t.Errorf("attempt %d u %v: %v %v, want %v %v", tc.attempt, tc.u, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+type fakeResolver map[string][]string
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	ips, ok := f[host]
+	if !ok {
+		return nil, errors.New("no such host")
+	}
+	var out []netip.Addr
+	for _, s := range ips {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out, nil
+}
+
+func TestValidateCallbackURL(t *testing.T) {
+	r := fakeResolver{"hooks.example.com": {"93.184.216.34"}, "internal.example.com": {"93.184.216.34", "10.0.0.5"},
+		"v6.example.com": {"::1"}, "mapped.example.com": {"::ffff:127.0.0.1"}}
+	for _, tc := range []struct {
+		url          string
+		env          domain.Environment
+		allowPrivate bool
+		want         string
+	}{
+		{"", domain.Live, false, ""},
+		{"https://hooks.example.com/cb", domain.Live, false, ""},
+		{"http://hooks.example.com/cb", domain.Live, false, "A live callback URL must use https"},
+		{"http://localhost:9000/cb", domain.Test, false, ""},
+		{"https://internal.example.com/cb", domain.Live, false, "A live callback URL may not point to a private or loopback address"},
+		{"https://internal.example.com/cb", domain.Live, true, ""},
+		{"https://v6.example.com/cb", domain.Live, false, "A live callback URL may not point to a private or loopback address"},
+		{"https://mapped.example.com/cb", domain.Live, false, "A live callback URL may not point to a private or loopback address"},
+		{"https://nowhere.example.com/cb", domain.Live, false, "url host cannot be resolved"},
+		{"ftp://hooks.example.com/cb", domain.Test, false, "url must be an absolute http(s) URL"},
+		{"/relative", domain.Test, false, "url must be an absolute http(s) URL"},
+		{"https://user:pw@hooks.example.com/", domain.Test, false, "url must be an absolute http(s) URL"},
+	} {
+		err := ValidateCallbackURL(context.Background(), tc.url, tc.env, tc.allowPrivate, r)
+		got := ""
+		if err != nil {
+			got = err.Error()
+			if domain.ErrorCode(err) != domain.Invalid {
+				t.Errorf("%s: error code %s", tc.url, domain.ErrorCode(err))
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s (%s, private %v): %q, want %q", tc.url, tc.env, tc.allowPrivate, got, tc.want)
+		}
+	}
+}
+
+func TestNonPublic(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1": true, "10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "169.254.169.254": true,
+		"0.0.0.0": true, "100.64.0.1": true, "::1": true, "fe80::1": true, "fc00::1": true, "::ffff:10.0.0.1": true,
+		"8.8.8.8": false, "93.184.216.34": false, "2606:4700::1111": false,
+	} {
+		if got := NonPublic(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("%s: %v, want %v", addr, got, want)
+		}
+	}
+	if err := guardedControl("tcp4", "127.0.0.1:443", nil); !errors.Is(err, ErrBlockedAddress) {
+		t.Fatalf("loopback dial allowed: %v", err)
+	}
+	if err := guardedControl("tcp4", "93.184.216.34:443", nil); err != nil {
+		t.Fatal(err)
+	}
+}

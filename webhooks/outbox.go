@@ -1,0 +1,481 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// The outbox is webhook_deliveries (migrations/0004_webhooks.sql); this file
+// holds every statement on it.
+
+// notifyChannel wakes dispatchers: sent inside the enqueueing transaction,
+// so it arrives exactly when the rows become visible.
+const notifyChannel = "escrowd_webhooks"
+
+// Delivery statuses.
+const (
+	StatusPending    = "pending"
+	StatusDelivering = "delivering"
+	StatusDelivered  = "delivered"
+	StatusFailed     = "failed"
+	StatusNoEndpoint = "no_endpoint"
+)
+
+// Statuses lists every delivery status (filters validate against it).
+var Statuses = []string{StatusPending, StatusDelivering, StatusDelivered, StatusFailed, StatusNoEndpoint}
+
+// Enqueue inserts msgs within tx; a message whose id is already stored is
+// skipped. It notifies dispatchers when it inserted anything and returns how
+// many rows it inserted.
+func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	n := len(msgs)
+	ids, merchants, envs, events, bodies := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n),
+		make([]string, 0, n), make([][]byte, 0, n)
+	keys := make([]*string, 0, n)
+	seen := make(map[uuid.UUID]bool, n)
+	for _, m := range msgs {
+		if seen[m.ID] {
+			continue
+		}
+		seen[m.ID] = true
+		ids = append(ids, m.ID.String())
+		merchants = append(merchants, m.MerchantID)
+		envs = append(envs, string(m.Environment))
+		events = append(events, m.Event)
+		bodies = append(bodies, m.Body)
+		if m.OrderKey != "" {
+			k := m.OrderKey
+			keys = append(keys, &k)
+		} else {
+			keys = append(keys, nil)
+		}
+	}
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO webhook_deliveries (id, merchant_id, environment, event, order_key, body)
+		SELECT id, merchant_id, environment, event, order_key, body
+		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
+		       WITH ORDINALITY AS m(id, merchant_id, environment, event, order_key, body, ord)
+		 ORDER BY ord
+		ON CONFLICT (id) DO NOTHING`, ids, merchants, envs, events, keys, bodies)
+	if err != nil {
+		return 0, err
+	}
+	if tag.RowsAffected() > 0 {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel); err != nil {
+			return 0, err
+		}
+	}
+	return tag.RowsAffected(), nil
+}
+
+// Outbox reads and changes deliveries for the API.
+type Outbox struct {
+	pool *pgxpool.Pool
+}
+
+// NewOutbox returns the outbox on pool.
+func NewOutbox(pool *pgxpool.Pool) *Outbox { return &Outbox{pool: pool} }
+
+// Delivery is one message's delivery state, as the delivery log shows it.
+type Delivery struct {
+	ID             string     `json:"id"`
+	Event          string     `json:"event"`
+	Status         string     `json:"status"`
+	Attempts       int        `json:"attempts"`
+	LastStatusCode *int       `json:"lastStatusCode"`
+	LastError      *string    `json:"lastError"`
+	NextAttemptAt  *time.Time `json:"nextAttemptAt"`
+	CreatedAt      time.Time  `json:"createdAt"`
+	DeliveredAt    *time.Time `json:"deliveredAt"`
+	AttemptLog     []Attempt  `json:"attemptLog"`
+}
+
+// Attempt is one try to deliver a message.
+type Attempt struct {
+	Attempt    int       `json:"attempt"`
+	At         time.Time `json:"at"`
+	StatusCode *int      `json:"statusCode"`
+	Error      *string   `json:"error"`
+	DurationMs int       `json:"durationMs"`
+}
+
+// DeliveryFilter narrows the delivery log.
+type DeliveryFilter struct {
+	Status string
+	Event  string
+}
+
+const deliveryColumns = `id::text, event, status, attempts, last_status_code, last_error, next_attempt_at, created_at, delivered_at`
+
+func scanDelivery(row pgx.Row) (Delivery, error) {
+	var (
+		d    Delivery
+		next time.Time
+	)
+	if err := row.Scan(&d.ID, &d.Event, &d.Status, &d.Attempts, &d.LastStatusCode, &d.LastError, &next,
+		&d.CreatedAt, &d.DeliveredAt); err != nil {
+		return d, err
+	}
+	d.CreatedAt = d.CreatedAt.UTC()
+	if d.DeliveredAt != nil {
+		t := d.DeliveredAt.UTC()
+		d.DeliveredAt = &t
+	}
+	// Only a waiting message has a next attempt; one in flight shows its
+	// lease's end nowhere.
+	if d.Status == StatusPending {
+		t := next.UTC()
+		d.NextAttemptAt = &t
+	}
+	d.AttemptLog = []Attempt{}
+	return d, nil
+}
+
+// List pages a merchant's deliveries of env, newest first, with their
+// attempts.
+func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environment, f DeliveryFilter, p projections.Page) ([]Delivery, projections.Pagination, error) {
+	where := ` WHERE merchant_id = $1 AND environment = $2`
+	args := []any{merchantID, string(env)}
+	if f.Status != "" {
+		args = append(args, f.Status)
+		where += ` AND status = $` + strconv.Itoa(len(args))
+	}
+	if f.Event != "" {
+		args = append(args, f.Event)
+		where += ` AND event = $` + strconv.Itoa(len(args))
+	}
+	var count int64
+	if err := o.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries`+where, args...).Scan(&count); err != nil {
+		return nil, projections.Pagination{}, err
+	}
+	args = append(args, p.Limit, (p.Page-1)*p.Limit)
+	rows, err := o.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries`+where+
+		` ORDER BY created_at DESC, seq DESC LIMIT $`+strconv.Itoa(len(args)-1)+` OFFSET $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, projections.Pagination{}, err
+	}
+	out := []Delivery{}
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			rows.Close()
+			return nil, projections.Pagination{}, err
+		}
+		out = append(out, d)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, projections.Pagination{}, err
+	}
+	if err := o.attachAttempts(ctx, out); err != nil {
+		return nil, projections.Pagination{}, err
+	}
+	return out, projections.NewPagination(p, count), nil
+}
+
+func (o *Outbox) attachAttempts(ctx context.Context, ds []Delivery) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	ids := make([]string, len(ds))
+	byID := make(map[string]*Delivery, len(ds))
+	for i := range ds {
+		ids[i] = ds[i].ID
+		byID[ds[i].ID] = &ds[i]
+	}
+	rows, err := o.pool.Query(ctx, `SELECT delivery_id::text, attempt, at, status_code, error, duration_ms
+		FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt`, ids)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id string
+			a  Attempt
+		)
+		if err := rows.Scan(&id, &a.Attempt, &a.At, &a.StatusCode, &a.Error, &a.DurationMs); err != nil {
+			return err
+		}
+		a.At = a.At.UTC()
+		if d := byID[id]; d != nil {
+			d.AttemptLog = append(d.AttemptLog, a)
+		}
+	}
+	return rows.Err()
+}
+
+// ErrDeliveryNotFound is the error for an unknown delivery, or one of
+// another merchant or environment.
+var ErrDeliveryNotFound = domain.Errorf(domain.NotFound, "Delivery not found")
+
+// ErrDeliveryInProgress refuses a manual retry while an attempt runs.
+var ErrDeliveryInProgress = domain.Errorf(domain.Conflict, "Delivery is in progress")
+
+// Get returns one of the merchant's deliveries.
+func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return Delivery{}, ErrDeliveryNotFound
+	}
+	d, err := scanDelivery(o.pool.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+		WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return d, ErrDeliveryNotFound
+	}
+	if err != nil {
+		return d, err
+	}
+	ds := []Delivery{d}
+	if err := o.attachAttempts(ctx, ds); err != nil {
+		return d, err
+	}
+	return ds[0], nil
+}
+
+// Retry queues one of the merchant's deliveries for an attempt now, whatever
+// its status, unless an attempt is in flight (a delivering row whose lease
+// ran out is abandoned, so it may be retried). The attempt count keeps
+// growing: a message that had failed gets one more attempt, not a new
+// schedule.
+func (o *Outbox) Retry(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return Delivery{}, ErrDeliveryNotFound
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
+			SET status = 'pending', next_attempt_at = now(), lease_until = NULL
+			WHERE id = $1 AND merchant_id = $2 AND environment = $3
+			  AND (status <> 'delivering' OR lease_until < now())`, id, merchantID, string(env))
+		if err != nil {
+			return err
+		}
+		if n = tag.RowsAffected(); n > 0 {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+		}
+		return err
+	})
+	if err != nil {
+		return Delivery{}, err
+	}
+	d, err := o.Get(ctx, merchantID, env, id)
+	if err != nil {
+		return d, err
+	}
+	if n == 0 {
+		return d, ErrDeliveryInProgress
+	}
+	return d, nil
+}
+
+// claimed is a delivery a dispatcher leased for one attempt.
+type claimed struct {
+	ID          uuid.UUID
+	MerchantID  string
+	Environment domain.Environment
+	Event       string
+	Body        []byte
+	Attempt     int
+}
+
+// claim leases up to n due deliveries for one attempt each, skipping rows
+// other dispatchers hold (SKIP LOCKED), messages queued behind an earlier
+// undelivered message of their order key, and merchants at their
+// concurrency cap: busy holds this dispatcher's attempts in flight per
+// merchant, perMerchant the cap. Leased rows become due again when the lease
+// ends, which is how a dead dispatcher's attempts are retried.
+func claim(ctx context.Context, pool *pgxpool.Pool, n, perMerchant int, busy map[string]int, lease time.Duration) ([]claimed, error) {
+	var saturated, busyIDs []string
+	var busyN []int32
+	for m, k := range busy {
+		if k >= perMerchant {
+			saturated = append(saturated, m)
+		} else if k > 0 {
+			busyIDs = append(busyIDs, m)
+			busyN = append(busyN, int32(k))
+		}
+	}
+	if saturated == nil {
+		saturated = []string{}
+	}
+	if busyIDs == nil {
+		busyIDs, busyN = []string{}, []int32{}
+	}
+	// Look further than n rows, so that rows of merchants at their cap do
+	// not hide other merchants' rows behind them.
+	window := min(4*n, 1000)
+	// The claim commits synchronously (unlike outcomes): its attempt number
+	// must survive a database crash, or the next claim would reuse it.
+	rows, err := pool.Query(ctx, `
+		WITH cand AS (
+		    SELECT d.id, d.merchant_id, d.next_attempt_at, d.seq
+		      FROM webhook_deliveries d
+		     WHERE d.status IN ('pending', 'delivering') AND d.next_attempt_at <= now()
+		       AND d.merchant_id <> ALL ($2::text[])
+		       AND (d.order_key IS NULL OR NOT EXISTS (
+		            SELECT 1 FROM webhook_deliveries p
+		             WHERE p.order_key = d.order_key AND p.seq < d.seq
+		               AND p.status IN ('pending', 'delivering')))
+		     ORDER BY d.next_attempt_at, d.seq
+		     LIMIT $1
+		     FOR UPDATE SKIP LOCKED
+		), ranked AS (
+		    SELECT c.id, c.next_attempt_at, c.seq,
+		           row_number() OVER (PARTITION BY c.merchant_id ORDER BY c.next_attempt_at, c.seq) AS rn,
+		           $5::int - coalesce(b.busy, 0) AS room
+		      FROM cand c
+		      LEFT JOIN unnest($3::text[], $4::int[]) AS b(merchant_id, busy) ON b.merchant_id = c.merchant_id
+		), pick AS (
+		    SELECT id FROM ranked WHERE rn <= room ORDER BY next_attempt_at, seq LIMIT $6
+		)
+		UPDATE webhook_deliveries d
+		   SET status = 'delivering', attempts = d.attempts + 1,
+		       lease_until = now() + $7::bigint * interval '1 millisecond',
+		       next_attempt_at = now() + $7::bigint * interval '1 millisecond'
+		  FROM pick WHERE d.id = pick.id
+		RETURNING d.id, d.merchant_id, d.environment, d.event, d.body, d.attempts`,
+		window, saturated, busyIDs, busyN, perMerchant, n, lease.Milliseconds())
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []claimed
+	for rows.Next() {
+		var c claimed
+		var env string
+		if err := rows.Scan(&c.ID, &c.MerchantID, &env, &c.Event, &c.Body, &c.Attempt); err != nil {
+			return nil, err
+		}
+		c.Environment = domain.Environment(env)
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// outcome is the result of one attempt.
+type outcome struct {
+	ID      uuid.UUID
+	Attempt int
+	Status  string // delivered, pending (retry later), failed, no_endpoint
+	Code    *int32
+	Err     *string
+	Delay   time.Duration // for pending: pause before the next attempt
+	At      time.Time     // when the attempt started
+	Took    time.Duration
+	// Sent says a request was made, so the attempt is logged; a message
+	// without an endpoint was not attempted and gets its attempt back.
+	Sent bool
+}
+
+// recordOutcomes stores outcomes in one transaction. Each applies only while the
+// row is still leased for that attempt (a dispatcher whose lease ran out and
+// was taken over changes nothing). It commits asynchronously: losing an
+// outcome in a database crash means the message is sent again, which
+// at-least-once delivery allows. It reports whether a message with an order
+// key finished, which may unblock the next message of that key.
+func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bool, error) {
+	n := len(outs)
+	ids, attempts, statuses := make([]string, n), make([]int32, n), make([]string, n)
+	codes, errs := make([]*int32, n), make([]*string, n)
+	delays, undo := make([]int64, n), make([]int32, n)
+	ats, tooks := make([]time.Time, n), make([]int32, n)
+	var logIdx []int
+	for i, o := range outs {
+		ids[i], attempts[i], statuses[i] = o.ID.String(), int32(o.Attempt), o.Status
+		codes[i], errs[i], delays[i] = o.Code, o.Err, o.Delay.Milliseconds()
+		ats[i], tooks[i] = o.At, int32(o.Took.Milliseconds())
+		if !o.Sent {
+			undo[i] = 1
+		} else {
+			logIdx = append(logIdx, i)
+		}
+	}
+	var unblocked bool
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `
+			UPDATE webhook_deliveries d
+			   SET status = r.status, attempts = d.attempts - r.undo,
+			       last_status_code = r.code, last_error = r.err, lease_until = NULL,
+			       next_attempt_at = CASE WHEN r.status = 'pending'
+			                              THEN now() + r.delay * interval '1 millisecond'
+			                              ELSE d.next_attempt_at END,
+			       delivered_at = CASE WHEN r.status = 'delivered' THEN r.at + r.took * interval '1 millisecond'
+			                           ELSE d.delivered_at END
+			  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::int[], $8::timestamptz[], $9::int[])
+			       AS r(id, attempt, status, code, err, delay, undo, at, took)
+			 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt
+			RETURNING d.order_key IS NOT NULL`,
+			ids, attempts, statuses, codes, errs, delays, undo, ats, tooks)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var ordered bool
+			if err := rows.Scan(&ordered); err != nil {
+				rows.Close()
+				return err
+			}
+			unblocked = unblocked || ordered
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(logIdx) == 0 {
+			return nil
+		}
+		pick := func(i int) int { return logIdx[i] }
+		lids, latt, lat, lcode, lerr, ltook := make([]string, len(logIdx)), make([]int32, len(logIdx)),
+			make([]time.Time, len(logIdx)), make([]*int32, len(logIdx)), make([]*string, len(logIdx)), make([]int32, len(logIdx))
+		for i := range logIdx {
+			j := pick(i)
+			lids[i], latt[i], lat[i], lcode[i], lerr[i], ltook[i] = ids[j], attempts[j], ats[j], codes[j], errs[j], tooks[j]
+		}
+		_, err = tx.Exec(ctx, `
+			INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
+			SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])
+			ON CONFLICT DO NOTHING`, lids, latt, lat, lcode, lerr, ltook)
+		if err != nil {
+			return err
+		}
+		if unblocked {
+			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+		}
+		return err
+	})
+	return unblocked, err
+}
+
+// release returns attempts abandoned at shutdown to the queue at once
+// (instead of waiting for their lease to end). The request may have reached
+// the receiver, so the attempt still counts.
+func release(ctx context.Context, pool *pgxpool.Pool, cs []claimed) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	ids, attempts := make([]string, len(cs)), make([]int32, len(cs))
+	for i, c := range cs {
+		ids[i], attempts[i] = c.ID.String(), int32(c.Attempt)
+	}
+	_, err := pool.Exec(ctx, `
+		UPDATE webhook_deliveries d
+		   SET status = 'pending', next_attempt_at = now(), lease_until = NULL
+		  FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
+		 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt`, ids, attempts)
+	return err
+}

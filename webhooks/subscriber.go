@@ -1,0 +1,204 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// SubscriberName is the subscriber's stored checkpoint: never rename it.
+const SubscriberName = "webhooks"
+
+// Subscriber turns the global event log into outbox messages. It is a
+// projections.Projector, so the runner applies each batch and moves the
+// checkpoint in one transaction: a batch's messages are enqueued exactly
+// when the checkpoint passes its events, never twice and never lost.
+//
+// It is deliberately not in projections.All(): `projections rebuild` replays
+// the log from the start, which for a read model is harmless but here would
+// send every message again. Run it with its own runner (NewRunner).
+type Subscriber struct {
+	store eventstore.Store
+	// Category finds an escrow's category for the payload; nil when unknown.
+	// The categories read model may lag behind the subscriber: then the
+	// payload carries no category rather than waiting for it.
+	Category func(ctx context.Context, id string) (*projections.Category, error)
+
+	mu      sync.Mutex
+	escrows map[string]foldedEscrow
+}
+
+type foldedEscrow struct {
+	state escrow.State
+	rev   int64 // revision state is folded up to; -1 none
+}
+
+// maxCachedEscrows bounds the fold cache; past it, the cache starts over.
+const maxCachedEscrows = 50_000
+
+// NewSubscriber returns the subscriber over store; pool serves the
+// category lookups.
+func NewSubscriber(store eventstore.Store, pool *pgxpool.Pool) *Subscriber {
+	q := projections.NewQueries(pool)
+	return &Subscriber{store: store, Category: func(ctx context.Context, id string) (*projections.Category, error) {
+		c, ok, err := q.CategoryByID(ctx, id)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42P01" { // categories read model not created yet
+			return nil, nil
+		}
+		if err != nil || !ok {
+			return nil, err
+		}
+		return &c, nil
+	}}
+}
+
+func (*Subscriber) Name() string     { return SubscriberName }
+func (*Subscriber) Schema() string   { return "" } // the outbox is a migration
+func (*Subscriber) Tables() []string { return nil }
+
+// Apply enqueues the messages of events within the runner's transaction.
+//
+// The transaction commits asynchronously (no wait for the WAL flush), which
+// takes a disk flush off the path from commit to delivery. A database crash
+// can then lose the last moments of the subscriber's progress, but never
+// its consistency: checkpoint and messages are lost together, the events
+// are read again, and their messages get the same ids. A message delivered
+// before the crash may then be delivered again, which at-least-once allows.
+func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	msgs, err := s.Messages(ctx, events)
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
+		return err
+	}
+	_, err = Enqueue(ctx, tx, msgs)
+	return err
+}
+
+// Messages maps events, in order, to their messages.
+func (s *Subscriber) Messages(ctx context.Context, events []eventstore.RecordedEvent) ([]Message, error) {
+	var out []Message
+	for _, re := range events {
+		if prefix, _, _ := strings.Cut(re.Stream, "-"); prefix == "escrow" {
+			msgs, err := s.escrowMessages(ctx, re)
+			if err != nil {
+				return nil, fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
+			}
+			out = append(out, msgs...)
+		}
+		entry, ok, err := projections.DecodeEntry(re)
+		if err != nil {
+			return nil, fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
+		}
+		if ok {
+			msgs, err := PaymentMessages(entry.Ledger(), re.RecordedAt)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, msgs...)
+		}
+	}
+	return out, nil
+}
+
+// escrowMessages folds the escrow up to the event (from the store, never
+// from a read model that may lag) and maps the change.
+func (s *Subscriber) escrowMessages(ctx context.Context, re eventstore.RecordedEvent) ([]Message, error) {
+	ev, err := escrow.Registry.Decode(re.Type, re.Data)
+	if err != nil {
+		return nil, err
+	}
+	before, err := s.escrowAt(ctx, re.Stream, int64(re.Revision)-1)
+	if err != nil {
+		return nil, err
+	}
+	after := escrow.Apply(before, ev)
+	s.remember(re.Stream, foldedEscrow{state: after, rev: int64(re.Revision)})
+	var cat *projections.Category
+	if id := after.Terms.CategoryID; id != "" && s.Category != nil {
+		if cat, err = s.Category(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return EscrowMessages(re.ID, ev, before, after, cat, re.RecordedAt)
+}
+
+// escrowAt is the escrow folded up to revision rev (-1: before its first
+// event). The cache usually holds exactly that (the previous event of the
+// stream); a replayed batch or a cold start reads from the store.
+func (s *Subscriber) escrowAt(ctx context.Context, stream string, rev int64) (escrow.State, error) {
+	if rev < 0 {
+		return escrow.State{}, nil
+	}
+	s.mu.Lock()
+	f, ok := s.escrows[stream]
+	s.mu.Unlock()
+	if !ok || f.rev > rev {
+		f = foldedEscrow{rev: -1}
+	}
+	for f.rev < rev {
+		events, err := s.store.ReadStream(ctx, stream, uint64(f.rev+1), int(rev-f.rev))
+		if err != nil {
+			return f.state, err
+		}
+		if len(events) == 0 {
+			return f.state, fmt.Errorf("webhooks: %s has no revision %d", stream, f.rev+1)
+		}
+		for _, e := range events {
+			ev, err := escrow.Registry.Decode(e.Type, e.Data)
+			if err != nil {
+				return f.state, err
+			}
+			f.state, f.rev = escrow.Apply(f.state, ev), int64(e.Revision)
+		}
+	}
+	return f.state, nil
+}
+
+func (s *Subscriber) remember(stream string, f foldedEscrow) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.escrows == nil || len(s.escrows) >= maxCachedEscrows {
+		s.escrows = map[string]foldedEscrow{}
+	}
+	s.escrows[stream] = f
+}
+
+// Install records where a new subscriber starts: the log's head when it is
+// first installed, so that turning webhooks on for an existing log sends
+// what happens from then on instead of replaying years of history. Once the
+// checkpoint exists Install does nothing, so a restart resumes where the
+// subscriber stopped. Events committing after the head was read have later
+// positions, so none falls between the head and the checkpoint.
+func Install(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) (eventstore.Position, error) {
+	head, err := store.Head(ctx)
+	if err != nil {
+		return head, err
+	}
+	_, err = pool.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_pos, prepare_pos)
+		VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`, SubscriberName, int64(head.Commit), int64(head.Prepare))
+	return head, err
+}
+
+// NewRunner installs the subscriber (see Install) and returns its own
+// projections runner: one process at a time is active for it (advisory
+// lock), the others stand by.
+func NewRunner(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, sub *Subscriber) (*projections.Runner, error) {
+	if _, err := Install(ctx, store, pool); err != nil {
+		return nil, fmt.Errorf("webhooks: install subscriber: %w", err)
+	}
+	return projections.NewRunner(store, pool, log, sub), nil
+}
