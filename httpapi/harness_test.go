@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
@@ -33,6 +34,8 @@ type harness struct {
 	svc    *app.Service
 	runner *projections.Runner
 	m      app.CreatedMerchant
+	pool   *pgxpool.Pool
+	store  *postgres.Store
 }
 
 const liveHost = "api.escrowd.test"
@@ -58,7 +61,7 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 		m(&cfg)
 	}
 	api := NewStack(cfg, store, pool, runner, zap.NewNop(), nil)
-	h := &harness{t: t, api: api, svc: api.App(), runner: runner}
+	h := &harness{t: t, api: api, svc: api.App(), runner: runner, pool: pool, store: store}
 	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)

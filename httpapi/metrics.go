@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,6 +8,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/escrowd/escrowd/internal/promreg"
 )
 
 // Metrics are the HTTP layer's Prometheus instruments.
@@ -39,16 +40,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 func registerShared[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-		panic(err)
-	}
-	return c
+	return promreg.Shared(reg, c)
 }
 
 // Middleware records every request. Labels are bounded: route is the

@@ -9,7 +9,7 @@ func TestPlatformEndpoints(t *testing.T) {
 	h := newHarness(t)
 	h.do(req{path: "/healthz"}).expect(t, 200, "OK")
 	ready := h.do(req{path: "/readyz"}).expect(t, 200, "Ready").obj()
-	if ready["database"] != "ok" || ready["projectionLag"] != 0.0 {
+	if _, hooks := ready["webhookLag"]; ready["database"] != "ok" || ready["projectionLag"] != 0.0 || hooks {
 		t.Fatalf("readyz %v", ready)
 	}
 	h.do(req{path: "/v1/customers", key: h.std()}).expect(t, 200, "")

@@ -33,8 +33,14 @@ type Config struct {
 	// their own, larger cap.
 	JSONBodyLimit      int64
 	MultipartBodyLimit int64
-	// MaxReadyLag is the projection lag (events) above which /readyz fails.
+	// MaxReadyLag is the projection lag (events) above which /readyz fails;
+	// with ReadyWebhooks, the webhook subscriber's lag too.
 	MaxReadyLag int64
+	// ReadyWebhooks is set when the process runs the webhooks role: /readyz
+	// then also reports and checks the webhook subscriber's lag
+	// (webhookLag), read with the projection lag when the waiter can
+	// (projections.Runner.Lags).
+	ReadyWebhooks bool
 	// BSCMasterAddress is the platform's BSC deposit address per
 	// environment; an environment without one has crypto disabled.
 	BSCMasterAddress map[domain.Environment]string
@@ -52,6 +58,12 @@ type Config struct {
 type Waiter interface {
 	WaitFor(ctx context.Context, pos eventstore.Position) error
 	Lag(ctx context.Context) (int64, error)
+}
+
+// checkpointLagger is a Waiter that also measures other stored checkpoints
+// against the same head (projections.Runner).
+type checkpointLagger interface {
+	Lags(ctx context.Context, others ...string) (int64, map[string]int64, error)
 }
 
 // Server is the API.
@@ -209,7 +221,25 @@ func (s *Server) readyz(c echo.Context) error {
 		}
 	}
 	if s.waiter != nil {
-		lag, err := s.waiter.Lag(ctx)
+		var (
+			lag  int64
+			hook *int64
+			err  error
+		)
+		if cl, can := s.waiter.(checkpointLagger); can && s.cfg.ReadyWebhooks {
+			var others map[string]int64
+			lag, others, err = cl.Lags(ctx, webhooks.SubscriberName)
+			if n, found := others[webhooks.SubscriberName]; found {
+				hook = &n
+			}
+			// No checkpoint yet: the subscriber has not started.
+			out["webhookLag"] = hook
+			if hook == nil || *hook > s.cfg.MaxReadyLag {
+				ok = false
+			}
+		} else {
+			lag, err = s.waiter.Lag(ctx)
+		}
 		out["projectionLag"] = lag
 		if err != nil || lag > s.cfg.MaxReadyLag {
 			ok = false

@@ -381,13 +381,24 @@ func (r *Runner) pollCheckpoints() {
 
 // Lag is the largest number of events any projector still has to apply up to
 // the current head, for readiness checks. It is cheap: one head query, one
-// checkpoint query for projectors active elsewhere, and a count of the events
-// behind, which stops at LagLimit when the store cannot count ranges itself
-// (see EventCounter) and must page through them.
+// checkpoint query for projectors active elsewhere, and one count of the
+// events behind the furthest-behind checkpoint, which stops at LagLimit when
+// the store cannot count ranges itself (see EventCounter) and must page
+// through them.
 func (r *Runner) Lag(ctx context.Context) (int64, error) {
+	lag, _, err := r.Lags(ctx)
+	return lag, err
+}
+
+// Lags is Lag, plus the lag of other stored checkpoints against the same
+// head: projectors that another runner keeps, such as the webhook
+// subscriber. Their checkpoints are read in the same checkpoint query; each
+// costs one count more. A name without a stored checkpoint is missing from
+// the map.
+func (r *Runner) Lags(ctx context.Context, others ...string) (int64, map[string]int64, error) {
 	head, err := r.store.Head(ctx)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	positions := make([]eventstore.Position, len(r.states))
 	var remote []string
@@ -399,30 +410,49 @@ func (r *Runner) Lag(ctx context.Context) (int64, error) {
 		}
 	}
 	r.mu.Unlock()
+	remote = append(remote, others...)
+	var cps map[string]eventstore.Position
 	if len(remote) > 0 {
-		cps, err := loadCheckpoints(ctx, r.pool, remote)
-		if err != nil {
-			return 0, err
+		if cps, err = loadCheckpoints(ctx, r.pool, remote); err != nil {
+			return 0, nil, err
 		}
+		r.mu.Lock()
 		for i, st := range r.states {
-			if pos, ok := cps[st.p.Name()]; ok {
+			if pos, ok := cps[st.p.Name()]; ok && !st.local {
 				positions[i] = pos
 			}
 		}
+		r.mu.Unlock()
 	}
+	limit := r.LagLimit
+	if limit <= 0 {
+		limit = defaultLagLimit
+	}
+	// The events behind the earliest checkpoint include those behind every
+	// other one: counting them once gives the largest lag.
 	var worst int64
-	for _, pos := range positions {
-		limit := r.LagLimit
-		if limit <= 0 {
-			limit = defaultLagLimit
+	if len(positions) > 0 {
+		earliest := positions[0]
+		for _, pos := range positions[1:] {
+			if pos.Less(earliest) {
+				earliest = pos
+			}
 		}
-		n, err := countEvents(ctx, r.store, pos, head, limit)
-		if err != nil {
-			return 0, err
+		if worst, err = countEvents(ctx, r.store, earliest, head, limit); err != nil {
+			return 0, nil, err
 		}
-		worst = max(worst, n)
 	}
-	return worst, nil
+	lags := make(map[string]int64, len(others))
+	for _, name := range others {
+		pos, ok := cps[name]
+		if !ok {
+			continue
+		}
+		if lags[name], err = countEvents(ctx, r.store, pos, head, limit); err != nil {
+			return 0, nil, err
+		}
+	}
+	return worst, lags, nil
 }
 
 // Status reports every projector of the runner (see Status); the last error

@@ -78,3 +78,34 @@ func TestStatusReportsLag(t *testing.T) {
 		t.Fatalf("caught up: %+v, %v", st, err)
 	}
 }
+
+// TestLagsOfOtherCheckpoints: Lags measures checkpoints other runners keep
+// against the same head, alongside the runner's own (worst) lag, which is
+// counted once from its earliest checkpoint.
+func TestLagsOfOtherCheckpoints(t *testing.T) {
+	e := newEnv(t)
+	c, other := newCounter("mine"), newCounter("other")
+	first := visible(t, e.store, appendEvents(t, e.store, 5, 1))
+	cs := &countingStore{Store: e.store, pool: e.pool}
+	r := testRunner(cs, e.pool, e.log, c, newCounter("mine2"))
+	start(t, r)
+	if err := r.WaitFor(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	// "other" is applied up to first by its own catch-up, then stands still.
+	if err := CatchUp(context.Background(), e.store, e.pool, e.log, other); err != nil {
+		t.Fatal(err)
+	}
+	more := visible(t, e.store, appendEvents(t, e.store, 4, 1))
+	if err := r.WaitFor(context.Background(), more); err != nil {
+		t.Fatal(err)
+	}
+	cs.calls = 0
+	lag, others, err := r.Lags(context.Background(), "other", "never-ran")
+	if err != nil || lag != 0 || others["other"] != 4 || len(others) != 1 || cs.calls != 1 {
+		t.Fatalf("Lags = %d, %v, %v (%d counts); want 0, other 4, never-ran missing, one count", lag, others, err, cs.calls)
+	}
+	if n, err := r.Lag(context.Background()); err != nil || n != 0 {
+		t.Fatalf("Lag = %d, %v", n, err)
+	}
+}

@@ -58,6 +58,17 @@ type Dispatcher struct {
 	// Client sends test-environment webhooks; Live sends live ones (by
 	// default a client whose dialer refuses non-public addresses).
 	Client, LiveClient *http.Client
+	// Retention is how long finished deliveries are kept (failed ones
+	// FailedRetentionFactor times as long); a Sweeper started by Run
+	// deletes older ones, at most once per SweepInterval across every
+	// dispatcher of the database (defaults DefaultRetention,
+	// DefaultSweepInterval). A negative Retention keeps everything.
+	Retention     time.Duration
+	SweepInterval time.Duration
+	// Metrics, when set, get the outbox gauges, refreshed every
+	// MetricsInterval (default DefaultMetricsInterval) while Run runs.
+	Metrics         *Metrics
+	MetricsInterval time.Duration
 
 	mu       sync.Mutex
 	inflight int
@@ -100,6 +111,12 @@ func (d *Dispatcher) defaults() {
 	if d.LiveClient == nil {
 		d.LiveClient = NewClient(d.Workers, !d.AllowPrivate)
 	}
+	if d.Retention == 0 {
+		d.Retention = DefaultRetention
+	}
+	if d.MetricsInterval <= 0 {
+		d.MetricsInterval = DefaultMetricsInterval
+	}
 	d.busy = map[string]int{}
 	d.wake = make(chan struct{}, 1)
 }
@@ -135,7 +152,8 @@ func (d *Dispatcher) signal() {
 
 // Run delivers until ctx ends. Attempts in flight then are abandoned and
 // handed back to the queue at once; a dispatcher killed outright leaves
-// them to its lease.
+// them to its lease. Alongside, it sweeps the outbox (Retention) and
+// refreshes the gauges (Metrics).
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.defaults()
 	results := make(chan outcome, 4*d.Workers)
@@ -145,14 +163,23 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		abortMu  sync.Mutex
 		flushed  = make(chan struct{})
 		listened = make(chan struct{})
+		aside    sync.WaitGroup // the sweeper and the gauges
 	)
 	go func() { defer close(listened); d.listen(ctx) }()
 	go func() { defer close(flushed); d.flush(results) }()
+	if d.Retention > 0 {
+		sw := &Sweeper{Pool: d.Pool, Log: d.Log, Retention: d.Retention, Interval: d.SweepInterval, Now: d.Now}
+		aside.Go(func() { sw.Run(ctx) })
+	}
+	if d.Metrics != nil {
+		aside.Go(func() { d.refreshMetrics(ctx) })
+	}
 	defer func() {
 		wg.Wait()
 		close(results)
 		<-flushed
 		<-listened
+		aside.Wait()
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := release(rctx, d.Pool, aborted); err != nil {
@@ -419,6 +446,28 @@ func (d *Dispatcher) flush(results <-chan outcome) {
 				break
 			}
 			time.Sleep(time.Duration(100<<try) * time.Millisecond)
+		}
+	}
+}
+
+// refreshMetrics updates the outbox gauges every MetricsInterval until ctx
+// ends.
+func (d *Dispatcher) refreshMetrics(ctx context.Context) {
+	failing := false
+	for {
+		qctx, cancel := context.WithTimeout(ctx, max(d.MetricsInterval, time.Second))
+		err := d.Metrics.refresh(qctx, d.Pool)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !failing {
+			d.Log.Warn("webhooks: cannot refresh the outbox gauges", zap.Error(err))
+		}
+		failing = err != nil
+		sleepCtx(ctx, d.MetricsInterval)
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }

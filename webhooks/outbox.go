@@ -256,7 +256,7 @@ func (o *Outbox) Retry(ctx context.Context, merchantID string, env domain.Enviro
 	var n int64
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
-			SET status = 'pending', next_attempt_at = now(), lease_until = NULL
+			SET status = 'pending', next_attempt_at = now(), lease_until = NULL, finished_at = NULL
 			WHERE id = $1 AND merchant_id = $2 AND environment = $3
 			  AND (status <> 'delivering' OR lease_until < now())`, id, merchantID, string(env))
 		if err != nil {
@@ -415,7 +415,9 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 			                              THEN now() + r.delay * interval '1 millisecond'
 			                              ELSE d.next_attempt_at END,
 			       delivered_at = CASE WHEN r.status = 'delivered' THEN r.at + r.took * interval '1 millisecond'
-			                           ELSE d.delivered_at END
+			                           ELSE d.delivered_at END,
+			       finished_at = CASE WHEN r.status IN ('delivered', 'failed', 'no_endpoint')
+			                          THEN r.at + r.took * interval '1 millisecond' END
 			  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::int[], $8::timestamptz[], $9::int[])
 			       AS r(id, attempt, status, code, err, delay, undo, at, took)
 			 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt

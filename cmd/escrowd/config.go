@@ -6,9 +6,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
+	"github.com/escrowd/escrowd/webhooks"
 )
 
 // Config is read from environment variables (api-decisions §6).
@@ -23,6 +25,7 @@ type Config struct {
 	PublicURL          string
 	DataDir            string
 	WebhookAllowPriv   bool
+	WebhookRetention   time.Duration
 	TrustedProxies     []*net.IPNet
 	BSCMasterTest      string
 	BSCMasterLive      string
@@ -71,6 +74,11 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	c.WebhookAllowPriv, _ = strconv.ParseBool(getenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false"))
+	ret, err := time.ParseDuration(getenv("ESCROW_WEBHOOK_RETENTION", webhooks.DefaultRetention.String()))
+	if err != nil || ret <= 0 {
+		return c, fmt.Errorf("ESCROW_WEBHOOK_RETENTION must be a positive duration such as 720h")
+	}
+	c.WebhookRetention = ret
 	if hosts := os.Getenv("ESCROW_HOSTS"); hosts != "" {
 		for _, pair := range strings.Split(hosts, ",") {
 			h, env, ok := strings.Cut(strings.TrimSpace(pair), "=")

@@ -40,8 +40,8 @@ Usage:
   escrowd merchant rotate-secret --merchant M --env test|live
   escrowd key create --merchant M --env test|live [--role standard|super_admin]
   escrowd key revoke --merchant M --key-id K
-  escrowd projections status [--json]
-  escrowd projections rebuild [NAME]
+  escrowd projections status [--json]              read models and the webhook subscriber: checkpoint, lag
+  escrowd projections rebuild [NAME]                read models only (never the webhook subscriber)
   escrowd audit --merchant M [--json]               replay and check a merchant's money (exit 1 on any difference)
   escrowd events export --merchant M [--from T] [--to T] [--type T]   the merchant's events as JSON lines
   escrowd demo                                      create (once) and print a demo merchant

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/webhooks"
 )
 
 // cmdProjections implements `escrowd projections status [--json]` and
@@ -31,6 +33,25 @@ func cmdProjections(ctx context.Context, env *cliEnv, args []string) error {
 	}
 }
 
+// Kinds of checkpoint `projections status` shows.
+const (
+	kindReadModel  = "read model"
+	kindSubscriber = "webhook subscriber"
+)
+
+// statusRow is one line of `projections status`: a projector's status and
+// what it is. The webhook subscriber has a checkpoint and a lag like a read
+// model, but `projections rebuild` refuses it.
+type statusRow struct {
+	projections.ProjectorStatus
+	Kind        string `json:"kind"`
+	Rebuildable bool   `json:"rebuildable"`
+	// Installed is false when the checkpoint does not exist yet (a read
+	// model never run; webhooks never turned on): the lag then counts the
+	// whole log.
+	Installed bool `json:"installed"`
+}
+
 func projectionsStatus(ctx context.Context, env *cliEnv, args []string) error {
 	fs := flag.NewFlagSet("projections status", flag.ContinueOnError)
 	fs.SetOutput(env.Stderr)
@@ -41,21 +62,29 @@ func projectionsStatus(ctx context.Context, env *cliEnv, args []string) error {
 	if fs.NArg() > 0 {
 		return usageError("projections status: unexpected argument " + fs.Arg(0))
 	}
-	st, err := projections.Status(ctx, env.Pool, env.Store, env.Projectors...)
+	ps := append(append([]projections.Projector(nil), env.Projectors...), webhooks.NewSubscriber(env.Store, env.Pool))
+	st, err := projections.Status(ctx, env.Pool, env.Store, ps...)
 	if err != nil {
 		return err
+	}
+	rows := make([]statusRow, len(st))
+	for i, s := range st {
+		rows[i] = statusRow{ProjectorStatus: s, Kind: kindReadModel, Rebuildable: true, Installed: s.UpdatedAt != nil}
+		if s.Name == webhooks.SubscriberName {
+			rows[i].Kind, rows[i].Rebuildable = kindSubscriber, false
+		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(st)
+		return enc.Encode(rows)
 	}
-	return printStatusTable(env.Stdout, st)
+	return printStatusTable(env.Stdout, rows)
 }
 
-func printStatusTable(w io.Writer, st []projections.ProjectorStatus) error {
+func printStatusTable(w io.Writer, st []statusRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tCHECKPOINT\tHEAD\tLAG\tACTIVE\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "NAME\tKIND\tCHECKPOINT\tHEAD\tLAG\tACTIVE\tUPDATED\tLAST ERROR")
 	for _, s := range st {
 		updated := "never"
 		if s.UpdatedAt != nil {
@@ -72,7 +101,11 @@ func printStatusTable(w io.Writer, st []projections.ProjectorStatus) error {
 				lastErr = s.LastErrorAt.Local().Format(time.DateTime) + " " + lastErr
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Name, s.Checkpoint, s.Head, s.Lag, active, updated, lastErr)
+		checkpoint, lag := s.Checkpoint.String(), strconv.FormatInt(s.Lag, 10)
+		if !s.Installed && s.Kind == kindSubscriber {
+			checkpoint, lag = "not installed", "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, checkpoint, s.Head, lag, active, updated, lastErr)
 	}
 	return tw.Flush()
 }
@@ -87,6 +120,12 @@ func projectionsRebuild(ctx context.Context, env *cliEnv, args []string) error {
 		return usageError("projections rebuild: at most one projection name")
 	}
 	targets := env.Projectors
+	if name := fs.Arg(0); name == webhooks.SubscriberName {
+		return fmt.Errorf("projections rebuild: %q is the webhook subscriber, not a read model, and cannot be rebuilt: "+
+			"replaying the event log would send every webhook again. Its checkpoint only moves forward; "+
+			"`projections status` shows its lag, and a merchant retries a single delivery with "+
+			"POST /v1/merchant/webhook/deliveries/{id}/retry", name)
+	}
 	if name := fs.Arg(0); name != "" {
 		targets = nil
 		var names []string

@@ -29,11 +29,20 @@ func httpConfig(cfg Config) httpapi.Config {
 	}
 }
 
-// newAPI assembles the API over an open environment.
-func newAPI(cfg Config, env *cliEnv, runner *projections.Runner) *httpapi.Server {
+// newRegistry is the process's Prometheus registry: the API serves it, the
+// webhooks role's dispatcher adds the outbox gauges.
+func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return httpapi.NewStack(httpConfig(cfg), env.Store, env.Pool, runner, env.Log, reg)
+	return reg
+}
+
+// newAPI assembles the API over an open environment; webhooksRole says the
+// process runs the webhooks role too, so /readyz checks its subscriber.
+func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) *httpapi.Server {
+	hc := httpConfig(cfg)
+	hc.ReadyWebhooks = webhooksRole
+	return httpapi.NewStack(hc, env.Store, env.Pool, runner, env.Log, reg)
 }
 
 func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
@@ -48,6 +57,7 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 		want[strings.TrimSpace(r)] = true
 	}
 	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
+	reg := newRegistry()
 	g, ctx := errgroup.WithContext(ctx)
 	if want["projector"] {
 		g.Go(func() error {
@@ -59,10 +69,10 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 		})
 	}
 	if want["webhooks"] {
-		g.Go(func() error { return runWebhooks(ctx, cfg, env) })
+		g.Go(func() error { return runWebhooks(ctx, cfg, env, reg) })
 	}
 	if want["api"] {
-		api := newAPI(cfg, env, runner)
+		api := newAPI(cfg, env, runner, reg, want["webhooks"])
 		srv := &http.Server{Addr: *addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 		g.Go(func() error {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/escrowd/escrowd/webhooks"
@@ -21,14 +22,15 @@ import (
 
 // runWebhooks is the webhooks role of serve: the subscriber that fills the
 // outbox (active in one process at a time) and a dispatcher (every process
-// running the role shares the deliveries).
-func runWebhooks(ctx context.Context, cfg Config, env *cliEnv) error {
+// running the role shares the deliveries), which also sweeps the outbox
+// (ESCROW_WEBHOOK_RETENTION) and keeps the outbox gauges on reg.
+func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Registerer) error {
 	runner, err := webhooks.NewRunner(ctx, env.Store, env.Pool, env.Log, webhooks.NewSubscriber(env.Store, env.Pool))
 	if err != nil {
 		return err
 	}
 	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: &webhooks.StoreEndpoints{Store: env.Store}, Log: env.Log,
-		AllowPrivate: cfg.WebhookAllowPriv}
+		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg)}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreCanceled(runner.Run(ctx)) })
 	g.Go(func() error { return ignoreCanceled(d.Run(ctx)) })

@@ -163,3 +163,21 @@ func TestServeWebhooksRole(t *testing.T) {
 		t.Fatalf("listener output:\n%s", s)
 	}
 }
+
+func TestWebhookRetentionConfig(t *testing.T) {
+	db := pgtest.ServerURL(t)
+	t.Setenv("ESCROW_WEBHOOK_RETENTION", "")
+	if c := mustConfig(t, db); c.WebhookRetention != 720*time.Hour {
+		t.Fatalf("default retention %s", c.WebhookRetention)
+	}
+	t.Setenv("ESCROW_WEBHOOK_RETENTION", "168h")
+	if c := mustConfig(t, db); c.WebhookRetention != 168*time.Hour {
+		t.Fatalf("retention %s", c.WebhookRetention)
+	}
+	for _, bad := range []string{"30d", "0", "-1h", "soon"} {
+		t.Setenv("ESCROW_WEBHOOK_RETENTION", bad)
+		if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "ESCROW_WEBHOOK_RETENTION") {
+			t.Fatalf("%q: %v", bad, err)
+		}
+	}
+}

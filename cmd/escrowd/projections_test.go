@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/webhooks"
+)
+
+func statusRows(t *testing.T, db string) map[string]statusRow {
+	t.Helper()
+	out, err := cli(t, db, "projections", "status", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []statusRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	byName := map[string]statusRow{}
+	for _, r := range rows {
+		byName[r.Name] = r
+	}
+	if len(byName) != len(projections.All())+1 {
+		t.Fatalf("status lists %d rows, want every read model and the webhook subscriber: %s", len(byName), out)
+	}
+	return byName
+}
+
+// TestProjectionsStatusShowsWebhookSubscriber: status lists the webhook
+// subscriber's checkpoint and lag, marked as such and not rebuildable, and
+// rebuild refuses it.
+func TestProjectionsStatusShowsWebhookSubscriber(t *testing.T) {
+	db := pgtest.NewURL(t)
+	if _, err := cli(t, db, "merchant", "create", "--name", "Acme"); err != nil {
+		t.Fatal(err)
+	}
+	rows := statusRows(t, db)
+	sub, ok := rows[webhooks.SubscriberName]
+	if !ok || sub.Kind != kindSubscriber || sub.Rebuildable || sub.Installed {
+		t.Fatalf("subscriber before webhooks ran: %+v", sub)
+	}
+	if m := rows["merchants"]; m.Kind != kindReadModel || !m.Rebuildable || !m.Installed || m.Lag != 0 {
+		t.Fatalf("merchants read model: %+v", m)
+	}
+	table, err := cli(t, db, "projections", "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := lineOf(table, webhooks.SubscriberName+" ")
+	if !strings.Contains(table, "KIND") || !strings.Contains(line, "webhook subscriber") || !strings.Contains(line, "not installed") {
+		t.Fatalf("status table:\n%s", table)
+	}
+
+	// Webhooks turned on: the subscriber starts at the head; it is not
+	// running, so what happens next is its lag.
+	env, closeEnv, err := openEnv(context.Background(), mustConfig(t, db), nopLogger(), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeEnv()
+	installed, err := webhooks.Install(context.Background(), env.Store, env.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub = statusRows(t, db)[webhooks.SubscriberName]
+	if !sub.Installed || sub.Checkpoint != installed || sub.Active || sub.Lag < 0 {
+		t.Fatalf("installed subscriber: %+v (installed at %s)", sub, installed)
+	}
+	before := sub.Lag
+	if _, err := cli(t, db, "merchant", "create", "--name", "Beta"); err != nil {
+		t.Fatal(err)
+	}
+	rows = statusRows(t, db)
+	sub = rows[webhooks.SubscriberName]
+	if sub.Checkpoint != installed || sub.Lag <= before || sub.Lag != countSince(t, env, installed, sub.Head) {
+		t.Fatalf("subscriber behind the log: %+v", sub)
+	}
+	if rows["merchants"].Lag != 0 {
+		t.Fatalf("merchants read model: %+v", rows["merchants"])
+	}
+	table, err = cli(t, db, "projections", "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := lineOf(table, webhooks.SubscriberName+" "); !strings.Contains(line, installed.String()) ||
+		!strings.Contains(line, fmt.Sprintf("  %d  ", sub.Lag)) {
+		t.Fatalf("status table:\n%s", table)
+	}
+
+	_, err = cli(t, db, "projections", "rebuild", webhooks.SubscriberName)
+	var ue usageError
+	if err == nil || errors.As(err, &ue) || !strings.Contains(err.Error(), "webhook subscriber") || !strings.Contains(err.Error(), "cannot be rebuilt") {
+		t.Fatalf("rebuild webhooks: %v", err)
+	}
+	if got := statusRows(t, db)[webhooks.SubscriberName]; got.Checkpoint != installed {
+		t.Fatalf("refused rebuild moved the checkpoint: %+v", got)
+	}
+	if _, err := cli(t, db, "projections", "rebuild", "nope"); err == nil || strings.Contains(err.Error(), webhooks.SubscriberName) {
+		t.Fatalf("unknown projection: %v", err)
+	}
+}
+
+func lineOf(text, prefix string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+// countSince counts the events in (after, upTo] of the PostgreSQL store.
+func countSince(t *testing.T, env *cliEnv, after, upTo eventstore.Position) int64 {
+	t.Helper()
+	var n int64
+	if err := env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM es_events
+		WHERE (tx_id, seq) > ($1::text::xid8, $2) AND (tx_id, seq) <= ($3::text::xid8, $4)`,
+		fmt.Sprint(after.Commit), int64(after.Prepare), fmt.Sprint(upTo.Commit), int64(upTo.Prepare)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestServeReportsWebhookSubscriber: with the webhooks role, /readyz
+// checks the subscriber's lag and /metrics has the outbox gauges.
+func TestServeReportsWebhookSubscriber(t *testing.T) {
+	db := pgtest.NewURL(t)
+	port := freePort(t)
+	t.Setenv("ESCROW_LOG_FORMAT", "console")
+	t.Setenv("ESCROW_WEBHOOK_RETENTION", "48h")
+	if _, err := cli(t, db, "merchant", "create", "--name", "Acme"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() {
+		if err := run(ctx, []string{"serve", "--addr", fmt.Sprintf("127.0.0.1:%d", port)}, io.Discard, io.Discard); err != nil {
+			t.Error(err)
+		}
+	})
+	get := func(path string) (int, string) {
+		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
+		if err != nil {
+			return 0, ""
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	waitUntil(t, "ready with the webhook subscriber's lag", func() bool {
+		code, body := get("/readyz")
+		return code == 200 && strings.Contains(body, `"webhookLag":0`) && strings.Contains(body, `"projectionLag":0`)
+	})
+	waitUntil(t, "the outbox gauges", func() bool {
+		_, body := get("/metrics")
+		return strings.Contains(body, "escrowd_webhook_outbox_pending 0") &&
+			strings.Contains(body, "escrowd_webhook_outbox_oldest_pending_age_seconds 0") &&
+			strings.Contains(body, "escrowd_webhook_outbox_failed 0") &&
+			strings.Contains(body, `escrowd_http_requests_total{method="GET",route="/readyz",status="200"}`)
+	})
+}

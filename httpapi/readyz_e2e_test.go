@@ -1,0 +1,62 @@
+package httpapi
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/webhooks"
+)
+
+// TestReadyzChecksWebhookSubscriber: a server running the webhooks role
+// reports the subscriber's lag in /readyz and is not ready while the
+// subscriber is missing or too far behind.
+func TestReadyzChecksWebhookSubscriber(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ReadyWebhooks = true; c.MaxReadyLag = 2 })
+	ready := func() (int, map[string]any) {
+		r := h.do(req{path: "/readyz"})
+		return r.Status, r.obj()
+	}
+	eventuallyReady := func(what string, want int, check func(map[string]any) bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, out := ready()
+			if code == want && check(out) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: /readyz %d %v", what, code, out)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	code, out := ready()
+	if v, has := out["webhookLag"]; code != 503 || !has || v != nil || out["projectionLag"] != 0.0 {
+		t.Fatalf("before the subscriber is installed: %d %v", code, out)
+	}
+	if _, err := webhooks.Install(context.Background(), h.store, h.pool); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyReady("installed", 200, func(out map[string]any) bool { return out["webhookLag"] == 0.0 })
+	// Events the stopped subscriber has not seen, more than MaxReadyLag;
+	// the read models have them.
+	for range 3 {
+		h.newMerchant(true)
+	}
+	eventuallyReady("subscriber behind", 503, func(out map[string]any) bool {
+		lag, _ := out["webhookLag"].(float64)
+		return lag > 2 && out["projectionLag"] == 0.0
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := webhooks.NewRunner(ctx, h.store, h.pool, zap.NewNop(), webhooks.NewSubscriber(h.store, h.pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventuallyReady("subscriber caught up", 200, func(out map[string]any) bool { return out["webhookLag"] == 0.0 })
+}

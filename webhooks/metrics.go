@@ -1,0 +1,75 @@
+package webhooks
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/escrowd/escrowd/internal/promreg"
+)
+
+// DefaultMetricsInterval is how often a dispatcher refreshes the outbox
+// gauges.
+const DefaultMetricsInterval = 5 * time.Second
+
+// Metrics are the outbox's Prometheus gauges. They describe the whole
+// outbox (every instance reports the same numbers: aggregate them with max,
+// not sum), as of the last refresh by a dispatcher of this process.
+type Metrics struct {
+	pending prometheus.Gauge
+	oldest  prometheus.Gauge
+	failed  prometheus.Gauge
+}
+
+// NewMetrics registers the outbox gauges on reg. Registering twice on one
+// registry (several dispatchers in one process) shares the gauges.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "escrowd_webhook_outbox_pending",
+			Help: "Webhook deliveries not yet delivered and not failed: waiting for an attempt or in flight.",
+		}),
+		oldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "escrowd_webhook_outbox_oldest_pending_age_seconds",
+			Help: "Age of the oldest webhook delivery not yet delivered and not failed (0 when there is none).",
+		}),
+		failed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "escrowd_webhook_outbox_failed",
+			Help: "Webhook deliveries that exhausted their retries, until retried by the merchant or removed by retention.",
+		}),
+	}
+	if reg != nil {
+		m.pending = promreg.Shared(reg, m.pending)
+		m.oldest = promreg.Shared(reg, m.oldest)
+		m.failed = promreg.Shared(reg, m.failed)
+	}
+	return m
+}
+
+// refresh sets the gauges from the outbox in one query: the pending side
+// reads the claim's partial index, the failed count the retention's.
+func (m *Metrics) refresh(ctx context.Context, pool *pgxpool.Pool) error {
+	var (
+		pending, failed int64
+		oldest          *float64
+	)
+	err := pool.QueryRow(ctx, `
+		SELECT p.n, p.oldest, f.n
+		  FROM (SELECT count(*) AS n, extract(epoch FROM now() - min(created_at))::float8 AS oldest
+		          FROM webhook_deliveries WHERE status IN ('pending', 'delivering')) p,
+		       (SELECT count(*) AS n FROM webhook_deliveries WHERE status = 'failed') f`).
+		Scan(&pending, &oldest, &failed)
+	if err != nil {
+		return err
+	}
+	age := 0.0
+	if oldest != nil && *oldest > 0 {
+		age = *oldest
+	}
+	m.pending.Set(float64(pending))
+	m.oldest.Set(age)
+	m.failed.Set(float64(failed))
+	return nil
+}
