@@ -31,6 +31,9 @@ type Store struct {
 	pool *pgxpool.Pool
 	wake *broadcaster
 
+	tail *tail
+	bg   context.Context // lives until Close
+
 	notifyOnce sync.Once
 	notifyCh   chan struct{}
 	stop       context.CancelFunc
@@ -51,7 +54,9 @@ func New(pool *pgxpool.Pool) *Store {
 		stop:         cancel,
 		done:         make(chan struct{}),
 		PollInterval: 500 * time.Millisecond,
+		bg:           ctx,
 	}
+	s.tail = newTail(s)
 	go func() {
 		defer close(s.done)
 		var wg sync.WaitGroup
@@ -67,6 +72,12 @@ func New(pool *pgxpool.Pool) *Store {
 func (s *Store) Close() {
 	s.stop()
 	<-s.done
+	s.tail.mu.Lock()
+	started := s.tail.state != 0
+	s.tail.mu.Unlock()
+	if started {
+		<-s.tail.done
+	}
 }
 
 // Pool exposes the pool for adapters that share it (projections).
@@ -310,45 +321,38 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 	return eventstore.Position{Commit: commit, Prepare: uint64(seq)}, nil
 }
 
-// Subscribe catches up from after, then follows. It is woken by appends of
-// this process at once, by NOTIFY from other processes, and by a poll timer.
-// After a wake-up that found nothing (the new event's transaction was not yet
-// below the visibility horizon) it re-polls quickly for a short while.
+// Subscribe catches up from after, then follows. Near the end of the log it
+// takes events from the store's shared tail (one query per wake-up for all
+// subscribers); further back it reads the database in batches.
 func (s *Store) Subscribe(ctx context.Context, after eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
 	const batch = 500
+	s.tail.ensure(ctx, s.bg)
 	pos := after
-	fast := 0 // remaining quick re-polls
 	for {
-		gen := s.wake.generation()
-		events, err := s.ReadAll(ctx, pos, batch)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		gen := s.tail.moved.generation()
+		events, inWindow := s.tail.since(pos, batch)
+		if !inWindow {
+			var err error
+			if events, err = s.ReadAll(ctx, pos, batch); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return err
 			}
-			return err
 		}
 		if len(events) > 0 {
 			if err := handle(ctx, events); err != nil {
 				return err
 			}
 			pos = events[len(events)-1].Position
-			fast = 0
-			if len(events) == batch {
-				continue
-			}
+			continue
 		}
-		wait := s.PollInterval
-		if fast > 0 {
-			wait = time.Millisecond * time.Duration(1<<min(6, 12-fast)) / 2
-			fast--
-		}
-		woke, err := s.wake.wait(ctx, gen, wait)
-		if err != nil {
+		// Nothing new: wait for the tail to move (it is woken by appends);
+		// the timeout covers a tail that is not running.
+		if _, err := s.tail.moved.wait(ctx, gen, s.PollInterval); err != nil {
 			return err
 		}
-		if woke {
-			fast = 12
-		}
+		s.tail.ensure(ctx, s.bg)
 	}
 }
 
