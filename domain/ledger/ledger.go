@@ -234,10 +234,10 @@ type Record struct {
 	Status            Status             `json:"status"`
 	Type              Type               `json:"transactionType"`
 	CreditType        CreditType         `json:"creditType"`
-	CustomerID        string             `json:"customerId,omitempty"`
+	CustomerID        string             `json:"customerId"` // "" on the merchant's records
 	MerchantID        string             `json:"merchantId"`
 	Environment       domain.Environment `json:"environment"`
-	Narration         string             `json:"narration,omitempty"`
+	Narration         string             `json:"narration"`
 	EscrowDetails     *EscrowDetails     `json:"escrowDetails,omitempty"`
 	WithdrawalDetails *WithdrawalDetails `json:"withdrawalDetails,omitempty"`
 	WalletDetails     *WalletDetails     `json:"walletDetails,omitempty"`
