@@ -85,22 +85,24 @@ func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d 
 	return out, err
 }
 
-// EditEscrow applies the seller's edit of an unpaid link.
-func (s *Service) EditEscrow(ctx context.Context, a Actor, seller, id string, p escrow.Patch) (EscrowResult, error) {
+// changeEscrow runs one decision on escrow id: read it (the actor's own),
+// decide one event, append it (posting its money first when it moves any)
+// and return the escrow as it now stands.
+func (s *Service) changeEscrow(ctx context.Context, a Actor, id string, decide func(tx *Tx, e escrow.State) (domain.Event, error)) (EscrowResult, error) {
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		e, err := readEscrow(tx, a, id)
 		if err != nil {
 			return err
 		}
-		if p.CategoryID != nil {
-			if err := s.checkCategory(tx, a, *p.CategoryID); err != nil {
-				return err
-			}
-		}
-		ev, err := escrow.Edit(e, seller, p, s.Engine.Now())
+		ev, err := decide(tx, e)
 		if err != nil {
 			return err
+		}
+		if entry, ok := ev.(ledger.Entry); ok {
+			if err := s.postEffect(tx, entry); err != nil {
+				return err
+			}
 		}
 		Record(tx, EscrowKind, id, ev)
 		out.Escrow = escrow.Apply(e, ev)
@@ -110,41 +112,31 @@ func (s *Service) EditEscrow(ctx context.Context, a Actor, seller, id string, p 
 	return out, err
 }
 
+// EditEscrow applies the seller's edit of an unpaid link.
+func (s *Service) EditEscrow(ctx context.Context, a Actor, seller, id string, p escrow.Patch) (EscrowResult, error) {
+	return s.changeEscrow(ctx, a, id, func(tx *Tx, e escrow.State) (domain.Event, error) {
+		if p.CategoryID != nil {
+			if err := s.checkCategory(tx, a, *p.CategoryID); err != nil {
+				return nil, err
+			}
+		}
+		return escrow.Edit(e, seller, p, s.Engine.Now())
+	})
+}
+
 // DeleteEscrow removes the seller's unpaid link.
 func (s *Service) DeleteEscrow(ctx context.Context, a Actor, seller, id string) (eventstore.Position, error) {
-	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-		e, err := readEscrow(tx, a, id)
-		if err != nil {
-			return err
-		}
-		ev, err := escrow.Delete(e, seller, s.Engine.Now())
-		if err != nil {
-			return err
-		}
-		Record(tx, EscrowKind, id, ev)
-		return nil
+	res, err := s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
+		return escrow.Delete(e, seller, s.Engine.Now())
 	})
 	return res.Position, err
 }
 
 // SetAdditionalFee sets the merchant's additional fee on an unpaid escrow.
 func (s *Service) SetAdditionalFee(ctx context.Context, a Actor, id string, fee money.Amount, refundable *bool) (EscrowResult, error) {
-	var out EscrowResult
-	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-		e, err := readEscrow(tx, a, id)
-		if err != nil {
-			return err
-		}
-		ev, err := escrow.SetAdditionalFee(e, fee, refundable, s.Engine.Now())
-		if err != nil {
-			return err
-		}
-		Record(tx, EscrowKind, id, ev)
-		out.Escrow = escrow.Apply(e, ev)
-		return nil
+	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
+		return escrow.SetAdditionalFee(e, fee, refundable, s.Engine.Now())
 	})
-	out.Position = res.Position
-	return out, err
 }
 
 // EscrowPayment is a buyer's payment for one or more escrows.
@@ -303,40 +295,17 @@ func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms
 	return out, nil
 }
 
-// settleEscrow appends a release decided by decide on escrow id.
-func (s *Service) settleEscrow(ctx context.Context, a Actor, id string, decide func(escrow.State) (escrow.Released, error)) (EscrowResult, error) {
-	var out EscrowResult
-	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-		e, err := readEscrow(tx, a, id)
-		if err != nil {
-			return err
-		}
-		ev, err := decide(e)
-		if err != nil {
-			return err
-		}
-		if err := s.postEffect(tx, ev); err != nil {
-			return err
-		}
-		Record(tx, EscrowKind, id, ev)
-		out.Escrow = escrow.Apply(e, ev)
-		return nil
-	})
-	out.Position = res.Position
-	return out, err
-}
-
 // ConfirmEscrow is the buyer's confirmation: the seller is paid, the
 // merchant earns its commission and the additional fee, exactly once.
 func (s *Service) ConfirmEscrow(ctx context.Context, a Actor, buyerID, id string) (EscrowResult, error) {
-	return s.settleEscrow(ctx, a, id, func(e escrow.State) (escrow.Released, error) {
+	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
 		return escrow.Confirm(e, buyerID, s.Engine.Now())
 	})
 }
 
 // ClaimEscrow is the seller's claim after the delivery window.
 func (s *Service) ClaimEscrow(ctx context.Context, a Actor, seller, id string) (EscrowResult, error) {
-	return s.settleEscrow(ctx, a, id, func(e escrow.State) (escrow.Released, error) {
+	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
 		return escrow.Claim(e, seller, s.Engine.Now())
 	})
 }

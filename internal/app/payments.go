@@ -294,36 +294,19 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			}
 		}
 		receiverID := s.newID()
-		res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-			p, err := Read(tx, PaymentKind, stream)
-			if err != nil {
-				return err
-			}
+		res, err := s.advanceIntent(ctx, a, stream, &st, func(tx *Tx, p payment.State) (domain.Event, error) {
 			if bc := p.Record.BlockchainDetails; bc != nil && p.Phase == payment.Staged {
 				// The address may have been removed since staging; the append
 				// proves it is still whitelisted when the money leaves.
 				wl, err := Guard(tx, WhitelistKind, customerID)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				if !wl.Has(bc.ToAddress) {
-					return domain.Invalidf("Address is not whitelisted")
+					return nil, domain.Invalidf("Address is not whitelisted")
 				}
 			}
-			ev, err := payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
-			if err != nil {
-				return err
-			}
-			if ev == nil {
-				st = p
-				return ErrNothingToDo
-			}
-			if err := s.postEffect(tx, ev.(ledger.Entry)); err != nil {
-				return err
-			}
-			Record(tx, PaymentKind, stream, ev)
-			st = payment.Apply(p, ev)
-			return nil
+			return payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
 		})
 		if err != nil {
 			return ledger.Record{}, pos, err
@@ -340,22 +323,8 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			// pending and verifying again asks the provider again.
 			return st.Record, pos, domain.Errorf(domain.Unavailable, "The payout provider did not answer; verify again later")
 		}
-		res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-			p, err := Read(tx, PaymentKind, stream)
-			if err != nil {
-				return err
-			}
-			ev := payment.FinishPayout(p, out, s.Engine.Now())
-			if ev == nil {
-				st = p
-				return ErrNothingToDo
-			}
-			if err := s.postEffect(tx, ev.(ledger.Entry)); err != nil {
-				return err
-			}
-			Record(tx, PaymentKind, stream, ev)
-			st = payment.Apply(p, ev)
-			return nil
+		res, err := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
+			return payment.FinishPayout(p, out, s.Engine.Now()), nil
 		})
 		if err != nil {
 			return st.Record, pos, err
@@ -365,6 +334,35 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		}
 	}
 	return st.Record, pos, nil
+}
+
+// advanceIntent runs one step of an intent's life: decide returns the next
+// event (nil when another request already took the step), whose money is
+// posted to the wallets in the same append. st is left at the intent as it
+// now stands.
+func (s *Service) advanceIntent(ctx context.Context, a Actor, stream string, st *payment.State, decide func(*Tx, payment.State) (domain.Event, error)) (eventstore.AppendResult, error) {
+	return s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		p, err := Read(tx, PaymentKind, stream)
+		if err != nil {
+			return err
+		}
+		ev, err := decide(tx, p)
+		if err != nil {
+			return err
+		}
+		if ev == nil {
+			*st = p
+			return ErrNothingToDo
+		}
+		if entry, ok := ev.(ledger.Entry); ok {
+			if err := s.postEffect(tx, entry); err != nil {
+				return err
+			}
+		}
+		Record(tx, PaymentKind, stream, ev)
+		*st = payment.Apply(p, ev)
+		return nil
+	})
 }
 
 // TopUp credits a test wallet (once a day per customer) as a settled
