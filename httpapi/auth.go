@@ -45,6 +45,12 @@ type Directory interface {
 	CustomerRef(ctx context.Context, customerID string) (CustomerRef, bool, error)
 }
 
+// CombinedDirectory is a Directory that can resolve a key and a customer in
+// one round trip; authenticate uses it when the request names a customer.
+type CombinedDirectory interface {
+	KeyAndCustomer(ctx context.Context, digest, customerID string) (Principal, bool, CustomerRef, bool, error)
+}
+
 // CIDRule says what a route does with the customer-id header.
 type CIDRule int
 
@@ -126,7 +132,23 @@ func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 			if !ok || !keyFormat.MatchString(key) {
 				return deny(domain.Forbidden, "Unauthorized Access")
 			}
-			p, found, err := s.dir.KeyByDigest(ctx, KeyDigest(key))
+			cid := strings.TrimSpace(r.Header.Get("customer-id"))
+			if pol.CID == CIDIgnored {
+				cid = ""
+			}
+			var (
+				p                  Principal
+				found              bool
+				err                error
+				ref                CustomerRef
+				refFound, resolved bool
+			)
+			if combined, ok := s.dir.(CombinedDirectory); ok && cid != "" {
+				p, found, ref, refFound, err = combined.KeyAndCustomer(ctx, KeyDigest(key), cid)
+				resolved = true
+			} else {
+				p, found, err = s.dir.KeyByDigest(ctx, KeyDigest(key))
+			}
 			if err != nil {
 				return err
 			}
@@ -150,7 +172,6 @@ func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 				return deny(domain.Unauthenticated, "Access denied")
 			}
 			c.Set(ctxPrincipal, p)
-			cid := strings.TrimSpace(r.Header.Get("customer-id"))
 			switch pol.CID {
 			case CIDRequired:
 				if cid == "" {
@@ -160,15 +181,14 @@ func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 				if cid != "" {
 					return domain.Invalidf("customer-id is not allowed in request header")
 				}
-			case CIDIgnored:
-				cid = ""
 			}
 			if cid != "" {
-				ref, found, err := s.dir.CustomerRef(ctx, cid)
-				if err != nil {
-					return err
+				if !resolved {
+					if ref, refFound, err = s.dir.CustomerRef(ctx, cid); err != nil {
+						return err
+					}
 				}
-				if !found {
+				if !refFound {
 					return deny(domain.NotFound, "Customer not found")
 				}
 				if ref.MerchantID != p.MerchantID || ref.Environment != p.Environment {

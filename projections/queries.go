@@ -210,3 +210,44 @@ func (q *Queries) MerchantCountry(ctx context.Context, merchantID string) (strin
 
 // Pool exposes the read-model database (for components sharing it).
 func (q *Queries) Pool() *pgxpool.Pool { return q.pool }
+
+// CustomerAuth is what authentication needs of a customer.
+type CustomerAuth struct {
+	CustomerID  string
+	MerchantID  string
+	Environment domain.Environment
+	Blocked     bool
+	Permissions customer.Permissions
+}
+
+// KeyAndCustomer resolves an unrevoked key and (when customerID is not
+// empty) a customer in one round trip: the auth path of nearly every
+// customer request. The customer is reported whether or not it belongs to
+// the key's merchant; auth decides.
+func (q *Queries) KeyAndCustomer(ctx context.Context, digest, customerID string) (KeyRow, bool, CustomerAuth, bool, error) {
+	var (
+		k                     KeyRow
+		env                   string
+		cid, cmid, cenv, cst  *string
+		canBuy, canSell, canW *bool
+	)
+	err := q.pool.QueryRow(ctx, `SELECT k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist,
+			c.customer_id, c.merchant_id, c.environment, c.status, c.can_buy, c.can_sell, c.can_withdraw
+		FROM rm_api_keys k JOIN rm_merchants m USING (merchant_id)
+		LEFT JOIN rm_customers c ON c.customer_id = $2
+		WHERE k.digest = $1 AND NOT k.revoked`, digest, customerID).
+		Scan(&k.KeyID, &k.MerchantID, &env, &k.Role, &k.Business, &k.Country, &k.Allowlist,
+			&cid, &cmid, &cenv, &cst, &canBuy, &canSell, &canW)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return k, false, CustomerAuth{}, false, nil
+	}
+	if err != nil {
+		return k, false, CustomerAuth{}, false, err
+	}
+	k.Environment = domain.Environment(env)
+	if cid == nil {
+		return k, true, CustomerAuth{}, false, nil
+	}
+	return k, true, CustomerAuth{CustomerID: *cid, MerchantID: *cmid, Environment: domain.Environment(*cenv),
+		Blocked: *cst == "blocked", Permissions: customer.Permissions{CanBuy: *canBuy, CanSell: *canSell, CanWithdraw: *canW}}, true, nil
+}
