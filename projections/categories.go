@@ -14,8 +14,9 @@ import (
 // marks the row, so a replayed create never brings it back.
 type Categories struct{}
 
-func (Categories) Name() string     { return "categories" }
-func (Categories) Tables() []string { return []string{"rm_categories"} }
+func (Categories) StreamPrefixes() []string { return []string{"category-"} }
+func (Categories) Name() string             { return "categories" }
+func (Categories) Tables() []string         { return []string{"rm_categories"} }
 func (Categories) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_categories (

@@ -13,8 +13,9 @@ import (
 // Customers builds the customer listing and lookup table.
 type Customers struct{}
 
-func (Customers) Name() string     { return "customers" }
-func (Customers) Tables() []string { return []string{"rm_customers"} }
+func (Customers) StreamPrefixes() []string { return []string{"customer-"} }
+func (Customers) Name() string             { return "customers" }
+func (Customers) Tables() []string         { return []string{"rm_customers"} }
 func (Customers) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_customers (

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"sort"
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
@@ -32,4 +33,15 @@ func DecodeEntry(re eventstore.RecordedEvent) (ledger.Entry, bool, error) {
 	}
 	e, ok := ev.(ledger.Entry)
 	return e, ok, nil
+}
+
+// EntryStreamPrefixes are the stream prefixes ("payment-", ...) whose
+// events may be ledger entries.
+func EntryStreamPrefixes() []string {
+	out := make([]string, 0, len(entryRegistries))
+	for prefix := range entryRegistries {
+		out = append(out, prefix+"-")
+	}
+	sort.Strings(out)
+	return out
 }

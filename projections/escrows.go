@@ -20,8 +20,9 @@ import (
 // filter on.
 type Escrows struct{}
 
-func (Escrows) Name() string     { return "escrows" }
-func (Escrows) Tables() []string { return []string{"rm_escrows"} }
+func (Escrows) StreamPrefixes() []string { return []string{"escrow-"} }
+func (Escrows) Name() string             { return "escrows" }
+func (Escrows) Tables() []string         { return []string{"rm_escrows"} }
 func (Escrows) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_escrows (

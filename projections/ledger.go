@@ -17,8 +17,9 @@ import (
 // visible together.
 type Ledger struct{}
 
-func (Ledger) Name() string     { return "ledger" }
-func (Ledger) Tables() []string { return []string{"rm_balances", "rm_transactions"} }
+func (Ledger) StreamPrefixes() []string { return EntryStreamPrefixes() }
+func (Ledger) Name() string             { return "ledger" }
+func (Ledger) Tables() []string         { return []string{"rm_balances", "rm_transactions"} }
 func (Ledger) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_balances (

@@ -16,8 +16,9 @@ import (
 // (by digest), read on every request by auth.
 type Merchants struct{}
 
-func (Merchants) Name() string     { return "merchants" }
-func (Merchants) Tables() []string { return []string{"rm_merchants", "rm_api_keys"} }
+func (Merchants) StreamPrefixes() []string { return []string{"merchant-"} }
+func (Merchants) Name() string             { return "merchants" }
+func (Merchants) Tables() []string         { return []string{"rm_merchants", "rm_api_keys"} }
 func (Merchants) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_merchants (

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -673,6 +674,41 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, p Projector) (eventstore.P
 	return pos, err
 }
 
+// skipBatch moves a checkpoint past a batch that holds nothing for the
+// projector, in one round trip: the update only matches if the stored
+// checkpoint is still the expected one (else errResync, as in applyBatch).
+// Like every projection commit it need not wait for the WAL flush.
+func skipBatch(ctx context.Context, pool *pgxpool.Pool, name string, expected, last eventstore.Position) error {
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(`SET LOCAL synchronous_commit TO off`)
+	b.Queue(`UPDATE projection_checkpoints
+		    SET commit_pos = $2, prepare_pos = $3, updated_at = now(), last_error = NULL, last_error_at = NULL
+		  WHERE name = $1 AND commit_pos = $4 AND prepare_pos = $5`,
+		name, toDB(last.Commit), toDB(last.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
+	b.Queue(`COMMIT`)
+	br := pool.SendBatch(ctx, b)
+	var moved int64
+	var err error
+	for i := 0; i < 4 && err == nil; i++ {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if i == 2 {
+			moved = tag.RowsAffected()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if moved != 1 {
+		return errResync
+	}
+	return nil
+}
+
 // applyBatch applies events, which follow position expected in the log, and
 // moves the checkpoint, in one transaction. If the stored checkpoint moved
 // past expected (another applier got there first, or a rebuild swapped the
@@ -684,6 +720,9 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 		return expected, nil
 	}
 	last := events[len(events)-1].Position
+	if !concerns(p, events) {
+		return last, skipBatch(ctx, pool, p.Name(), expected, last)
+	}
 	var next eventstore.Position
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		// A read model is derived data whose checkpoint commits with it: if

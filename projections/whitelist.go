@@ -14,8 +14,9 @@ import (
 // A removal marks the row, so a repeated add never brings it back.
 type Whitelist struct{}
 
-func (Whitelist) Name() string     { return "whitelist" }
-func (Whitelist) Tables() []string { return []string{"rm_whitelist_addresses"} }
+func (Whitelist) StreamPrefixes() []string { return []string{"whitelist-"} }
+func (Whitelist) Name() string             { return "whitelist" }
+func (Whitelist) Tables() []string         { return []string{"rm_whitelist_addresses"} }
 func (Whitelist) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_whitelist_addresses (
