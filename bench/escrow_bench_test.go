@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sort"
 	"strconv"
@@ -16,14 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/merchant"
-	"github.com/escrowd/escrowd/eventstore/postgres"
-	"github.com/escrowd/escrowd/httpapi"
-	"github.com/escrowd/escrowd/internal/pgtest"
-	"github.com/escrowd/escrowd/projections"
 )
 
 // The full escrow lifecycle through HTTP (docs/performance.md, "Escrow
@@ -109,36 +100,9 @@ func BenchmarkEscrowLifecycleHTTP(b *testing.B) {
 // and the platform's revenue (rm_balances, not exposed by the API) must sum
 // to the initial funding, and each party must hold its expected share.
 func benchEscrowLifecycle(b *testing.B) {
-	pool := pgtest.NewPool(b)
-	store := postgres.New(pool)
-	defer store.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runner.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
-	srv := httptest.NewServer(api.Handler())
-	defer srv.Close()
-	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := runner.WaitFor(ctx, m.Position); err != nil {
-		b.Fatal(err)
-	}
-	var sa, std string
-	for _, k := range m.Keys {
-		if k.Environment == domain.Test {
-			switch k.Role {
-			case merchant.SuperAdmin:
-				sa = k.Key
-			case merchant.Standard:
-				std = k.Key
-			}
-		}
-	}
-	c := &ledgerClient{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, base: srv.URL}
+	bs := newBenchServer(b)
+	defer bs.close()
+	pool, sa, std, c := bs.pool, bs.sa, bs.std, bs.client
 
 	newCustomer := func(i int, kind string, prefix int) string {
 		env, _, err := c.do("POST", "/v1/customer/create", sa, "",
@@ -293,7 +257,7 @@ func benchEscrowLifecycle(b *testing.B) {
 	}
 	var platform int64
 	if err := pool.QueryRow(context.Background(), `SELECT coalesce(sum(balance), 0)::bigint FROM rm_balances
-		WHERE holder = 'platform' AND merchant_id = $1 AND environment = $2`, m.MerchantID, string(domain.Test)).Scan(&platform); err != nil {
+		WHERE holder = 'platform' AND merchant_id = $1 AND environment = $2`, bs.merchantID, string(domain.Test)).Scan(&platform); err != nil {
 		b.Fatal(err)
 	}
 	if total := buyersHold + sellersHold + merchantMain + merchantEscrow + platform; total != funding {

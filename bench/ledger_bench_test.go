@@ -10,7 +10,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,14 +23,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
 
-	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/merchant"
-	"github.com/escrowd/escrowd/eventstore/postgres"
-	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/pgtest"
-	"github.com/escrowd/escrowd/projections"
 )
 
 // Wallet transfers through HTTP against a bare pgbench baseline, run in the
@@ -259,36 +252,9 @@ func (c *ledgerClient) walletCents(key, cid string) (int64, error) {
 // the request that moves the money. Every response must be 2xx, and the
 // wallets must sum to what they held before (money is conserved).
 func BenchmarkWalletTransferHTTP(b *testing.B) {
-	pool := pgtest.NewPool(b)
-	store := postgres.New(pool)
-	defer store.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runner.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
-	srv := httptest.NewServer(api.Handler())
-	defer srv.Close()
-	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := runner.WaitFor(ctx, m.Position); err != nil {
-		b.Fatal(err)
-	}
-	var sa, std string
-	for _, k := range m.Keys {
-		if k.Environment == domain.Test {
-			switch k.Role {
-			case merchant.SuperAdmin:
-				sa = k.Key
-			case merchant.Standard:
-				std = k.Key
-			}
-		}
-	}
-	c := &ledgerClient{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, base: srv.URL}
+	bs := newBenchServer(b)
+	defer bs.close()
+	sa, std, c := bs.sa, bs.std, bs.client
 
 	type cust struct{ id, phone string }
 	custs := make([]cust, ledgerCustomers)

@@ -1,0 +1,65 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/httpapi"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// benchServer is the whole service on a fresh database behind a loopback
+// listener (projection runner running, rate limiting off), with one
+// business merchant and an HTTP client for it.
+type benchServer struct {
+	ctx        context.Context
+	pool       *pgxpool.Pool
+	merchantID string
+	sa, std    string // the merchant's test keys
+	client     *ledgerClient
+	close      func()
+}
+
+func newBenchServer(b *testing.B) *benchServer {
+	b.Helper()
+	pool := pgtest.NewPool(b)
+	store := postgres.New(pool)
+	ctx, cancel := context.WithCancel(context.Background())
+	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runner.Run(ctx) }()
+	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
+	srv := httptest.NewServer(api.Handler())
+	bs := &benchServer{ctx: ctx, pool: pool, close: func() { srv.Close(); cancel(); <-done; store.Close() }}
+	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
+	if err != nil {
+		bs.close()
+		b.Fatal(err)
+	}
+	if err := runner.WaitFor(ctx, m.Position); err != nil {
+		bs.close()
+		b.Fatal(err)
+	}
+	bs.merchantID = m.MerchantID
+	for _, k := range m.Keys {
+		if k.Environment == domain.Test {
+			switch k.Role {
+			case merchant.SuperAdmin:
+				bs.sa = k.Key
+			case merchant.Standard:
+				bs.std = k.Key
+			}
+		}
+	}
+	bs.client = &ledgerClient{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, base: srv.URL}
+	return bs
+}
