@@ -329,6 +329,14 @@ func TestEscrowConcurrency(t *testing.T) {
 	if clone["id"] == lid || clone["parentId"] != lid || clone["totalQuantity"] != 1.0 {
 		t.Fatalf("clone %v", clone)
 	}
+	// Repeating the purchase returns its outcome (the clone it funded) and
+	// neither mints another clone nor takes another unit or more money.
+	before, held := h.wallet(buyer)
+	again := h.pay(buyer, "first", 1025, lid).expect(t, 200, "Payment successful").obj()
+	if got := again["escrows"].([]any)[0].(map[string]any)["id"]; got != clone["id"] || again["id"] != first["id"] {
+		t.Fatalf("repeated purchase %v, want clone %v", again, clone["id"])
+	}
+	h.expectWallet(buyer, before, held)
 	var buyers []string
 	for i := 0; i < 20; i++ {
 		buyers = append(buyers, h.funded(fmt.Sprintf("r%d@x.com", i), fmt.Sprintf("0803666%04d", i), 2000))
@@ -397,6 +405,16 @@ func TestEscrowPaymentBatchAndIntent(t *testing.T) {
 		t.Fatalf("after verify %v", v)
 	}
 	h.verify(buyer, "int-2").expect(t, 200, "")
+	h.expectWallet(buyer, 4912.5, 5087.5)
+	// Staging the same request again answers with the settled intent, not
+	// with a refusal from the escrow it already paid.
+	repeat := h.intent(buyer, map[string]any{"reference": "int-2", "amount": 2050, "transactionType": "escrow",
+		"escrowDetails": map[string]any{"escrowId": []any{e["id"]}}}).expect(t, 201, "").obj()
+	if repeat["id"] != rec["id"] || repeat["status"] != "success" {
+		t.Fatalf("repeated escrow intent %v", repeat)
+	}
+	h.intent(buyer, map[string]any{"reference": "int-2", "amount": 2050.5, "transactionType": "escrow",
+		"escrowDetails": map[string]any{"escrowId": e["id"]}}).expect(t, 409, "Reference already used for a different transaction")
 	h.expectWallet(buyer, 4912.5, 5087.5)
 	h.assertZeroSum()
 }

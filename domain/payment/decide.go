@@ -97,7 +97,9 @@ func Stage(s State, in Intent) (*IntentCreated, error) {
 		rec.CreditType = ledger.Credit
 	}
 	if s.Exists() {
-		if samePayment(s.Record, rec) {
+		// Compared with the request as staged: settling rewrites the record
+		// (status, the escrows actually funded), not what was asked.
+		if samePayment(s.Staged, rec) {
 			return nil, nil
 		}
 		return nil, ErrReferenceReused

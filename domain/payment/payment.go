@@ -41,6 +41,7 @@ type TestAccount struct {
 // State is an intent.
 type State struct {
 	Phase        Phase
+	Staged       ledger.Record    // the payer's record as staged: what the client asked for
 	Record       ledger.Record    // the payer's record, as it stands
 	Counterparty *ledger.Record   // a transfer's receiving record, once settled
 	Movement     *ledger.Movement // what executing it moved
@@ -116,7 +117,7 @@ var Registry = domain.NewRegistry(
 func Apply(s State, ev domain.Event) State {
 	switch e := ev.(type) {
 	case IntentCreated:
-		s = State{Phase: Staged, Record: e.Record, TestAccount: e.TestAccount}
+		s = State{Phase: Staged, Staged: e.Record, Record: e.Record, TestAccount: e.TestAccount}
 	case Settled:
 		s.Phase, s.Movement = Done, e.Movement
 		for i := range e.Records {

@@ -65,6 +65,11 @@ func transferIntent() Intent {
 		CustomerID: "c1", MerchantID: "m1", Environment: domain.Test, Narration: "lunch", Wallet: peer(), At: now}
 }
 
+func escrowIntent() Intent {
+	return Intent{ID: "t1", Reference: "ref-1", Type: ledger.EscrowPayment, Amount: money.Naira(1025), Fee: money.Naira(25),
+		CustomerID: "c1", MerchantID: "m1", Environment: domain.Test, Escrow: &ledger.EscrowDetails{EscrowIDs: []string{"link-1"}}, At: now}
+}
+
 func with(in Intent, f func(*Intent)) Intent { f(&in); return in }
 
 // record is the pending record Stage writes for in.
@@ -73,7 +78,7 @@ func record(in Intent) ledger.Record {
 		Status: ledger.Pending, Type: in.Type, CreditType: ledger.Debit, CustomerID: in.CustomerID,
 		MerchantID: in.MerchantID, Environment: in.Environment, Narration: in.Narration,
 		WithdrawalDetails: in.Withdrawal, BlockchainDetails: in.Blockchain, WalletDetails: in.Wallet,
-		CreatedAt: in.At, UpdatedAt: in.At}
+		EscrowDetails: in.Escrow, CreatedAt: in.At, UpdatedAt: in.At}
 	if in.Type == ledger.Deposit {
 		r.CreditType = ledger.Credit
 	}
@@ -164,6 +169,14 @@ func TestStage(t *testing.T) {
 			PayoutStarted{Movement: withdrawalMovement(cryptoIntent()), Record: record(cryptoIntent())}},
 			in: cryptoIntent(), want: nil},
 
+		// An escrow payment's settled record names the escrows it funded
+		// (a clone of a multi-unit link, not the link): a retry of the
+		// request is still the same payment.
+		{name: "retry of a settled escrow payment that funded a clone", given: []domain.Event{staged(escrowIntent()),
+			Settled{Movement: depositMovement(), Records: []ledger.Record{fundedClone(settledRecord(escrowIntent(), ledger.Success))}}},
+			in: escrowIntent(), want: nil},
+		{name: "reused reference, other escrow", given: []domain.Event{staged(escrowIntent())},
+			in: with(escrowIntent(), func(in *Intent) { in.Escrow = &ledger.EscrowDetails{EscrowIDs: []string{"e-2"}} }), wantErr: ErrReferenceReused},
 		{name: "reused reference, other amount", given: []domain.Event{staged(depositIntent())},
 			in: with(depositIntent(), func(in *Intent) { in.Amount++ }), wantErr: ErrReferenceReused},
 		{name: "reused reference, other customer", given: []domain.Event{staged(depositIntent())},
@@ -212,6 +225,12 @@ func TestStage(t *testing.T) {
 	if domain.ErrorCode(ErrReferenceReused) != domain.Conflict {
 		t.Fatalf("ErrReferenceReused code %v", domain.ErrorCode(ErrReferenceReused))
 	}
+}
+
+// fundedClone is an escrow payment's record after it funded a clone.
+func fundedClone(r ledger.Record) ledger.Record {
+	r.EscrowDetails = &ledger.EscrowDetails{EscrowIDs: []string{"clone-1"}, PaymentTokens: []string{"PT_CLONE"}}
+	return r
 }
 
 func settledRecord(in Intent, status ledger.Status) ledger.Record {

@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"crypto/rand"
-	"slices"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
@@ -176,8 +175,17 @@ func checkEscrowIDs(ids []string) error {
 
 // stageEscrowIntent decides the intent of an escrow payment, checking every
 // escrow may be bought and the amount is what they are due.
+// An existing intent under the reference is only compared with the request
+// (nil event when it is the same payment), never checked against the
+// escrows again: they may since have been paid by it.
 func (s *Service) stageEscrowIntent(tx *Tx, a Actor, buyerID string, in EscrowPayment, p payment.State, recordID string) (*payment.IntentCreated, error) {
-	var due, fees money.Amount
+	intent := payment.Intent{ID: recordID, Reference: in.Reference, Type: ledger.EscrowPayment, Amount: in.Amount,
+		CustomerID: buyerID, MerchantID: a.MerchantID, Environment: a.Environment,
+		Escrow: &ledger.EscrowDetails{EscrowIDs: in.EscrowIDs}, At: s.Engine.Now()}
+	if p.Exists() {
+		return payment.Stage(p, intent)
+	}
+	var due money.Amount
 	for _, id := range in.EscrowIDs {
 		e, err := readEscrow(tx, a, id)
 		if err != nil {
@@ -187,14 +195,12 @@ func (s *Service) stageEscrowIntent(tx *Tx, a Actor, buyerID string, in EscrowPa
 			return nil, err
 		}
 		due += e.Due()
-		fees += escrow.FeeShares(e.Fee, e.Terms.WhoPays).Buyer
+		intent.Fee += escrow.FeeShares(e.Fee, e.Terms.WhoPays).Buyer
 	}
 	if in.Amount != due {
 		return nil, escrow.ErrAmountMismatch
 	}
-	return payment.Stage(p, payment.Intent{ID: recordID, Reference: in.Reference, Type: ledger.EscrowPayment, Amount: in.Amount,
-		Fee: fees, CustomerID: buyerID, MerchantID: a.MerchantID, Environment: a.Environment,
-		Escrow: &ledger.EscrowDetails{EscrowIDs: in.EscrowIDs}, At: s.Engine.Now()})
+	return payment.Stage(p, intent)
 }
 
 // fundEscrows executes a staged escrow payment: each escrow (or a clone of
@@ -259,21 +265,17 @@ func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms
 		if err != nil {
 			return err
 		}
-		if p.Exists() && (p.Record.CustomerID != buyerID || p.Record.Type != ledger.EscrowPayment ||
-			p.Record.Amount != in.Amount || !slices.Equal(p.Record.EscrowDetails.EscrowIDs, in.EscrowIDs)) {
-			return payment.ErrReferenceReused
+		ev, err := s.stageEscrowIntent(tx, a, buyerID, in, p, recordID)
+		if err != nil {
+			return err
 		}
-		if p.Phase == payment.Done {
-			out.Record = p.Record
-			return ErrNothingToDo
-		}
-		if !p.Exists() {
-			ev, err := s.stageEscrowIntent(tx, a, buyerID, in, p, recordID)
-			if err != nil {
-				return err
-			}
+		if ev != nil {
 			Record(tx, PaymentKind, stream, *ev)
 			p = payment.Apply(p, *ev)
+		}
+		if p.Phase == payment.Done { // the same payment again: its outcome
+			out.Record = p.Record
+			return ErrNothingToDo
 		}
 		p, out.Escrows, err = s.fundEscrows(tx, a, stream, p)
 		out.Record = p.Record
