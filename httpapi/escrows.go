@@ -271,12 +271,16 @@ func (s *Server) deleteEscrow(c echo.Context) error {
 }
 
 func (s *Server) verifyEscrow(c echo.Context) error {
-	id, err := s.escrowByToken(c)
+	// A read: the read model, which every write has settled into.
+	e, found, err := s.rm.EscrowByToken(c.Request().Context(), c.Param("paymentToken"))
 	if err != nil {
 		return err
 	}
-	e, err := s.app.LoadEscrow(c.Request().Context(), actor(c), id)
-	if err != nil {
+	if !found {
+		return escrow.ErrNotFound
+	}
+	p, _ := PrincipalFrom(c)
+	if err := escrow.Owned(e, p.MerchantID, p.Environment); err != nil {
 		return err
 	}
 	return s.respondEscrow(c, app.EscrowResult{Escrow: e}, http.StatusOK, "Escrow fetched successfully")

@@ -241,6 +241,10 @@ func TestEscrowRulesAndErrors(t *testing.T) {
 	other := h.newMerchant(true)
 	h.do(req{method: "PUT", path: "/v1/escrow/additional-fee/" + t3, key: key(other, domain.Test, merchant.SuperAdmin), body: map[string]any{"additionalFee": 1}}).
 		expect(t, 400, "Escrow does not belong to this merchant")
+	h.do(req{path: "/v1/escrow/verify/" + t3, key: key(other, domain.Test, merchant.Standard)}).
+		expect(t, 400, "Escrow does not belong to this merchant")
+	h.do(req{path: "/v1/escrow/verify/" + t3, key: key(h.m, domain.Live, merchant.Standard), host: liveHost}).
+		expect(t, 400, "Escrow not found")
 	af := h.do(req{method: "PUT", path: "/v1/escrow/additional-fee/" + t3, key: h.sa(), body: map[string]any{"additionalFee": 200, "additionalFeeRefundable": false}}).
 		expect(t, 200, "").obj()
 	if af["additionalFee"] != 200.0 || af["additionalFeeRefundable"] != false {

@@ -110,6 +110,21 @@ func (q *Queries) EscrowIDByToken(ctx context.Context, token string) (string, bo
 	return id, err == nil, err
 }
 
+// EscrowByToken reads an escrow (any merchant's; deleted ones included) by
+// payment token.
+func (q *Queries) EscrowByToken(ctx context.Context, token string) (escrow.State, bool, error) {
+	var doc []byte
+	var s escrow.State
+	err := q.pool.QueryRow(ctx, `SELECT state FROM rm_escrows WHERE payment_token = $1`, token).Scan(&doc)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, false, nil
+	}
+	if err != nil {
+		return s, false, err
+	}
+	return s, true, json.Unmarshal(doc, &s)
+}
+
 // EscrowFilter selects escrows of a merchant and environment.
 type EscrowFilter struct {
 	MerchantID   string

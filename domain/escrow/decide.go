@@ -30,6 +30,19 @@ var (
 	maxPurpose, maxDescr = 200, 2000
 )
 
+// Owned checks that s is a live escrow of merchantID in env: another
+// environment's escrow does not exist for the caller, another merchant's is
+// refused as such.
+func Owned(s State, merchantID string, env domain.Environment) error {
+	switch {
+	case !s.Exists() || s.Environment != env:
+		return ErrNotFound
+	case s.MerchantID != merchantID:
+		return ErrOtherMerchant
+	}
+	return nil
+}
+
 // Draft is a create request after decoding; zero values take defaults.
 type Draft struct {
 	Amount           money.Amount

@@ -762,3 +762,24 @@ func TestApplyIsCopyOnWrite(t *testing.T) {
 		t.Fatal("the state shares the Created event's images")
 	}
 }
+
+func TestOwned(t *testing.T) {
+	live := func(c *Created) { c.Environment = domain.Live }
+	for _, tt := range []struct {
+		name    string
+		given   []domain.Event
+		wantErr error
+	}{
+		{"own", []domain.Event{link()}, nil},
+		{"never created", nil, ErrNotFound},
+		{"deleted", []domain.Event{link(), Deleted{At: t0}}, ErrNotFound},
+		{"other environment", []domain.Event{link(live)}, ErrNotFound},
+		{"other merchant", []domain.Event{link(func(c *Created) { c.MerchantID = "m2" })}, ErrOtherMerchant},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := Owned(fold(tt.given...), "m1", domain.Test); err != tt.wantErr {
+				t.Fatalf("Owned() = %v, want %v", err, tt.wantErr)
+			}
+		})
+	}
+}

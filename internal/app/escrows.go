@@ -35,13 +35,7 @@ func readEscrow(tx *Tx, a Actor, id string) (escrow.State, error) {
 	if err != nil {
 		return e, err
 	}
-	if !e.Exists() || e.Environment != a.Environment {
-		return e, escrow.ErrNotFound
-	}
-	if e.MerchantID != a.MerchantID {
-		return e, escrow.ErrOtherMerchant
-	}
-	return e, nil
+	return e, escrow.Owned(e, a.MerchantID, a.Environment)
 }
 
 // EscrowResult is an escrow after a command, with the append's position.
@@ -310,21 +304,6 @@ func (s *Service) ClaimEscrow(ctx context.Context, a Actor, seller, id string) (
 	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
 		return escrow.Claim(e, seller, s.Engine.Now())
 	})
-}
-
-// LoadEscrow reads an escrow of the actor's merchant and environment.
-func (s *Service) LoadEscrow(ctx context.Context, a Actor, id string) (escrow.State, error) {
-	e, _, err := Load(ctx, s.Engine, EscrowKind, id)
-	if err != nil {
-		return e, err
-	}
-	if !e.Exists() || e.Environment != a.Environment {
-		return e, escrow.ErrNotFound
-	}
-	if e.MerchantID != a.MerchantID {
-		return e, escrow.ErrOtherMerchant
-	}
-	return e, nil
 }
 
 // checkCategory validates an escrow's category ("" = none).

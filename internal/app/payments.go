@@ -234,12 +234,20 @@ func (s *Service) findReceiver(tx *Tx, a Actor, merchantCountry, phone string) (
 }
 
 // Intent returns the acting customer's intent named by reference.
+// The cached intent is used when it names the customer's intent: a cache
+// can only be behind, and every step decided from it is an append whose
+// expected revision catches that. Only a refusal costs a fresh read.
 func (s *Service) Intent(ctx context.Context, a Actor, customerID, ref string) (payment.State, error) {
-	st, _, err := Load(ctx, s.Engine, PaymentKind, payment.StreamID(a.MerchantID, a.Environment, ref))
-	if err != nil {
+	id := payment.StreamID(a.MerchantID, a.Environment, ref)
+	mine := func(st payment.State) bool { return st.Exists() && st.Record.CustomerID == customerID }
+	st, err := Peek(ctx, s.Engine, PaymentKind, id)
+	if err != nil || mine(st) {
 		return st, err
 	}
-	if !st.Exists() || st.Record.CustomerID != customerID {
+	if st, _, err = Load(ctx, s.Engine, PaymentKind, id); err != nil {
+		return st, err
+	}
+	if !mine(st) {
 		return st, payment.ErrNotFound
 	}
 	return st, nil
@@ -312,6 +320,14 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			return ledger.Record{}, pos, err
 		}
 		pos = res.Position
+	}
+	if st.Phase == payment.PayingOut && pos == (eventstore.Position{}) {
+		// Found paying out (an interrupted verify), not debited just now:
+		// make sure no other instance finished it before asking the
+		// provider again.
+		if st, _, err = Load(ctx, s.Engine, PaymentKind, stream); err != nil {
+			return ledger.Record{}, pos, err
+		}
 	}
 	if st.Phase == payment.PayingOut {
 		if set.Payouts == nil {

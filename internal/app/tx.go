@@ -225,6 +225,15 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, err
 	return out, nil
 }
 
+// Peek reads an aggregate outside a command from the cache, reading the
+// store only on a miss. The state may be behind other instances' appends:
+// use it for what staleness cannot make wrong, and re-read with Load before
+// refusing on it.
+func Peek[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, error) {
+	st, _, err := load(ctx, e.store, e.cache, k, k.StreamName(id), false)
+	return st, err
+}
+
 // Load reads an aggregate outside a command (fresh from the store).
 func Load[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, int64, error) {
 	return load(ctx, e.store, e.cache, k, k.StreamName(id), true)
