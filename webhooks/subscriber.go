@@ -68,20 +68,23 @@ func (*Subscriber) Name() string     { return SubscriberName }
 func (*Subscriber) Schema() string   { return "" } // the outbox is a migration
 func (*Subscriber) Tables() []string { return nil }
 
+// StreamPrefixes are the streams messages come from (escrows and every
+// ledger entry); the runner only moves the checkpoint past other batches.
+func (s *Subscriber) StreamPrefixes() []string {
+	return append([]string{"escrow-"}, projections.EntryStreamPrefixes()...)
+}
+
 // Apply enqueues the messages of events within the runner's transaction.
 //
-// The transaction commits asynchronously (no wait for the WAL flush), which
-// takes a disk flush off the path from commit to delivery. A database crash
-// can then lose the last moments of the subscriber's progress, but never
-// its consistency: checkpoint and messages are lost together, the events
-// are read again, and their messages get the same ids. A message delivered
-// before the crash may then be delivered again, which at-least-once allows.
+// The runner commits it asynchronously (no wait for the WAL flush), as every
+// projection batch. A database crash can then lose the last moments of the
+// subscriber's progress, but never its consistency: checkpoint and messages
+// are lost together, the events are read again, and their messages get the
+// same ids. A message delivered before the crash may then be delivered
+// again, which at-least-once allows.
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
-		return err
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
 		return err
 	}
 	_, err = Enqueue(ctx, tx, msgs)
