@@ -93,7 +93,7 @@ func (s *Service) changeEscrow(ctx context.Context, a Actor, id string, decide f
 			return err
 		}
 		if entry, ok := ev.(ledger.Entry); ok {
-			if err := s.postEffect(tx, entry); err != nil {
+			if err := s.postEffect(tx, entry, false); err != nil {
 				return err
 			}
 		}
@@ -231,7 +231,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 	if err != nil {
 		return p, nil, err
 	}
-	if err := s.postEffect(tx, settled); err != nil {
+	if err := s.postEffect(tx, settled, false); err != nil {
 		return p, nil, err
 	}
 	Record(tx, PaymentKind, stream, settled)

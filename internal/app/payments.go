@@ -371,7 +371,7 @@ func (s *Service) advanceIntent(ctx context.Context, a Actor, stream string, st 
 			return ErrNothingToDo
 		}
 		if entry, ok := ev.(ledger.Entry); ok {
-			if err := s.postEffect(tx, entry); err != nil {
+			if err := s.postEffect(tx, entry, false); err != nil {
 				return err
 			}
 		}
@@ -399,15 +399,9 @@ func (s *Service) TopUp(ctx context.Context, a Actor, customerID string, amount 
 		if _, err := loadOwnCustomer(tx, a, customerID, domain.Errorf(domain.NotFound, "Customer not found")); err != nil {
 			return err
 		}
-		w, err := Read(tx, WalletKind, customerID)
-		if err != nil {
+		if err := s.postEffect(tx, settled, true); err != nil {
 			return err
 		}
-		posted, err := wallet.Post(w, customerID, *settled.Movement, wallet.Posting{TransactionID: id, Reference: ref, TopUp: true, At: created.Record.CreatedAt})
-		if err != nil {
-			return err
-		}
-		Record(tx, WalletKind, customerID, *posted)
 		Record(tx, PaymentKind, stream, created, settled)
 		return nil
 	})
@@ -418,7 +412,7 @@ func (s *Service) TopUp(ctx context.Context, a Actor, customerID string, amount 
 // touches, in the same append: a debit is checked against the wallet's
 // revision-proven balance; a pure credit is appended unchecked, so payments
 // into a popular wallet never conflict with each other.
-func (s *Service) postEffect(tx *Tx, e ledger.Entry) error {
+func (s *Service) postEffect(tx *Tx, e ledger.Entry, topUp bool) error {
 	eff := e.Ledger()
 	if eff.Movement == nil {
 		return nil
@@ -427,31 +421,31 @@ func (s *Service) postEffect(tx *Tx, e ledger.Entry) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	p := wallet.Posting{At: s.Engine.Now()}
+	p := wallet.Posting{TopUp: topUp, At: s.Engine.Now()}
 	if len(eff.Records) > 0 {
 		p.TransactionID, p.Reference = eff.Records[0].ID, eff.Records[0].Reference
 	}
 	d := m.Deltas()
 	for _, cid := range m.Customers() {
-		if d[ledger.CustomerMain(cid)] >= 0 && d[ledger.CustomerEscrow(cid)] >= 0 {
-			posted, err := wallet.Post(wallet.State{}, cid, m, p)
-			if err != nil {
+		// A top-up is a credit with a rule (once a day) on the wallet's
+		// state, so it is checked like a debit.
+		credit := d[ledger.CustomerMain(cid)] >= 0 && d[ledger.CustomerEscrow(cid)] >= 0 && !topUp
+		var w wallet.State
+		if !credit {
+			var err error
+			if w, err = Read(tx, WalletKind, cid); err != nil {
 				return err
 			}
-			if posted != nil {
-				Append(tx, WalletKind, cid, *posted)
-			}
-			continue
-		}
-		w, err := Read(tx, WalletKind, cid)
-		if err != nil {
-			return err
 		}
 		posted, err := wallet.Post(w, cid, m, p)
 		if err != nil {
 			return err
 		}
-		if posted != nil {
+		switch {
+		case posted == nil:
+		case credit:
+			Append(tx, WalletKind, cid, *posted)
+		default:
 			Record(tx, WalletKind, cid, *posted)
 		}
 	}

@@ -56,3 +56,39 @@ func TestVerifyOnAStaleCache(t *testing.T) {
 		t.Fatalf("another customer's reference: %v", err)
 	}
 }
+
+// The once-a-day top-up rule holds under racing top-ups on two instances:
+// the rule is decided on the wallet's revision-checked state.
+func TestTopUpOnceUnderRaces(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, actor := twoInstances(t)
+	cid, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		svc := []*Service{a, b}[i%2]
+		go func() {
+			_, _, err := svc.TopUp(ctx, actor, cid, money.Naira(1000))
+			errs <- err
+		}()
+	}
+	ok := 0
+	for i := 0; i < n; i++ {
+		switch err := <-errs; {
+		case err == nil:
+			ok++
+		case err.Error() != "You can only top up your account once a day":
+			t.Fatal(err)
+		}
+	}
+	w, _, err := Load(ctx, a.Engine, WalletKind, cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok != 1 || w.Main != money.Naira(1000) {
+		t.Fatalf("%d top-ups succeeded, main %s: want exactly one", ok, w.Main)
+	}
+}
