@@ -1,13 +1,13 @@
 package category
 
 import (
-	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/domaintest"
 )
 
 var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -195,18 +195,6 @@ func TestNameKeyIgnoresCaseAndSpace(t *testing.T) {
 }
 
 func TestEventsRoundTrip(t *testing.T) {
-	for _, ev := range []domain.Event{created("Food", "Groceries"), Updated{Name: ptr("Drinks"), UpdatedAt: now},
-		Updated{Description: ptr(""), UpdatedAt: now}, Deleted{DeletedAt: now}} {
-		data, err := json.Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := Registry.Decode(ev.EventType(), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(back, ev) {
-			t.Fatalf("round trip %+v != %+v", back, ev)
-		}
-	}
+	domaintest.RoundTrip(t, Registry, created("Food", "Groceries"), Updated{Name: ptr("Drinks"), UpdatedAt: now},
+		Updated{Description: ptr(""), UpdatedAt: now}, Deleted{DeletedAt: now})
 }

@@ -1,12 +1,12 @@
 package merchant
 
 import (
-	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/domaintest"
 )
 
 var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -36,21 +36,7 @@ func TestRegistryRoundTrip(t *testing.T) {
 		AllowlistSet{Entries: []string{"10.0.0.1"}},
 		FeesSet{Fees: FeePolicy{EscrowFeeBps: 300}},
 	}
-	var decoded []domain.Event
-	for _, e := range evs {
-		data, err := json.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := Registry.Decode(e.EventType(), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if reflect.TypeOf(d) != reflect.TypeOf(e) {
-			t.Fatalf("decoded %T, want %T", d, e)
-		}
-		decoded = append(decoded, d)
-	}
+	decoded := domaintest.RoundTrip(t, Registry, evs...)
 	want, got := fold(evs...), fold(decoded...)
 	if !reflect.DeepEqual(want, got) {
 		t.Fatalf("state from store %+v\nwant %+v", got, want)
@@ -58,9 +44,6 @@ func TestRegistryRoundTrip(t *testing.T) {
 	if !got.Keys["k1"].Revoked || got.Webhooks[domain.Live] != "https://x.example/h" || got.SigningSecrets[domain.Test] != "t2" ||
 		got.Fees.EscrowFeeBps != 300 || len(got.Allowlist) != 1 {
 		t.Fatalf("state %+v", got)
-	}
-	if _, err := Registry.Decode("merchant.unknown", []byte(`{}`)); err == nil {
-		t.Fatal("unknown type decoded")
 	}
 }
 

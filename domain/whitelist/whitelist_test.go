@@ -1,7 +1,6 @@
 package whitelist
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/domaintest"
 )
 
 var now = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
@@ -165,17 +165,5 @@ func TestApplyIsCopyOnWrite(t *testing.T) {
 }
 
 func TestEventsRoundTrip(t *testing.T) {
-	for _, ev := range []domain.Event{added("a1", addrA), AddressRemoved{AddressID: "a1", WalletAddress: addrA, RemovedAt: now}} {
-		data, err := json.Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		back, err := Registry.Decode(ev.EventType(), data)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !reflect.DeepEqual(back, ev) {
-			t.Fatalf("round trip %+v != %+v", back, ev)
-		}
-	}
+	domaintest.RoundTrip(t, Registry, added("a1", addrA), AddressRemoved{AddressID: "a1", WalletAddress: addrA, RemovedAt: now})
 }
