@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/domaintest"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/reference"
 )
@@ -55,27 +56,8 @@ func (h *harness) funded(email, phone string, amount float64) string {
 	return cid
 }
 
-// nuban returns a valid account number at bank whose serial starts with
-// prefix; with suffix0000 it ends in 0000 (the test payout provider
-// rejects those).
-func nuban(t *testing.T, bank, prefix string, suffix0000 bool) string {
-	t.Helper()
-	for i := 0; i < 100000; i++ {
-		serial := fmt.Sprintf("%s%0*d", prefix, 9-len(prefix), i)
-		if suffix0000 {
-			serial = fmt.Sprintf("%s%0*d000", prefix, 6-len(prefix), i)
-		}
-		d, ok := reference.NUBANCheckDigit(bank, serial)
-		if !ok {
-			t.Fatal("bad bank")
-		}
-		if !suffix0000 || d == '0' {
-			return serial + string(d)
-		}
-	}
-	t.Fatal("no account number found")
-	return ""
-}
+// nuban is domaintest.NUBAN (kept short: the tests use it a lot).
+var nuban = domaintest.NUBAN
 
 func bankWithdrawal(ref string, amount any, account string) map[string]any {
 	return map[string]any{"reference": ref, "amount": amount, "transactionType": "withdrawal",

@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
@@ -20,42 +20,27 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 	ctx := context.Background()
 	a, b, store, actor := twoInstances(t)
 	const n = 10
-	var (
-		wg         sync.WaitGroup
-		mu         sync.Mutex
-		ids        []string
-		duplicates int
-	)
-	for i := 0; i < n; i++ {
-		svc := a
-		if i%2 == 1 {
-			svc = b
+	created := make([]string, n)
+	got := raceOnTwo(a, b, n, func(i int, svc *Service) error {
+		name := "Food"
+		if i%3 == 1 {
+			name = " FOOD "
 		}
-		wg.Add(1)
-		go func(i int, svc *Service) {
-			defer wg.Done()
-			name := "Food"
-			if i%3 == 1 {
-				name = " FOOD "
-			}
-			id, _, err := svc.CreateCategory(ctx, actor, category.New{Name: name})
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				ids = append(ids, id)
-			case domain.ErrorMessage(err) == "A category with this name already exists" && domain.ErrorCode(err) == domain.Invalid:
-				duplicates++
-			default:
-				t.Errorf("unexpected error: %v", err)
-			}
-		}(i, svc)
+		id, _, err := svc.CreateCategory(ctx, actor, category.New{Name: name})
+		if err == nil {
+			created[i] = id
+		}
+		return err
+	})
+	if want := map[string]int{"ok": 1, "invalid: A category with this name already exists": n - 1}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
 	}
-	wg.Wait()
-	if len(ids) != 1 || duplicates != n-1 {
-		t.Fatalf("%d created, %d duplicates", len(ids), duplicates)
+	var food string
+	for _, id := range created {
+		if id != "" {
+			food = id
+		}
 	}
-	food := ids[0]
 	foodKey := category.NameKey(actor.MerchantID, actor.Environment, "food")
 	if got := streamTypes(t, store, ReservationKind.StreamName(foodKey)); fmt.Sprint(got) != "[reservation.claimed]" {
 		t.Fatalf("reservation %v", got)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/domaintest"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
-	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/domain/wallet"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
@@ -164,27 +164,8 @@ func (e *env) appendRaw(stream string, ev domain.Event, merchantID string) event
 	return res.Position
 }
 
-// nuban returns a valid account number at bank whose serial starts with
-// prefix; with suffix0000 it ends in 0000 (the test payout provider
-// rejects those).
-func nuban(t *testing.T, bank, prefix string, suffix0000 bool) string {
-	t.Helper()
-	for i := 0; i < 100000; i++ {
-		serial := fmt.Sprintf("%s%0*d", prefix, 9-len(prefix), i)
-		if suffix0000 {
-			serial = fmt.Sprintf("%s%0*d000", prefix, 6-len(prefix), i)
-		}
-		d, ok := reference.NUBANCheckDigit(bank, serial)
-		if !ok {
-			t.Fatal("bad bank")
-		}
-		if !suffix0000 || d == '0' {
-			return serial + string(d)
-		}
-	}
-	t.Fatal("no account number found")
-	return ""
-}
+// nuban is domaintest.NUBAN (kept short: the tests use it a lot).
+var nuban = domaintest.NUBAN
 
 func withdrawal(ref string, naira int64, account string) app.IntentRequest {
 	return app.IntentRequest{Reference: ref, Type: ledger.Withdrawal, Amount: money.Naira(naira),
