@@ -5,8 +5,8 @@ import (
 	"sync"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
 )
 
 // Endpoint is where and how a merchant's messages of one environment go.
@@ -21,53 +21,24 @@ type Endpoints interface {
 	Endpoint(ctx context.Context, merchantID string, env domain.Environment) (Endpoint, error)
 }
 
-// StoreEndpoints folds the merchant's stream from the event store. It keeps
-// each folded merchant and reads only the events after it, so a lookup is
-// one indexed query that usually returns nothing.
+// StoreEndpoints reads the merchant aggregate through the command engine's
+// cache: each lookup reads only the merchant's events after the cached
+// state, usually none.
 type StoreEndpoints struct {
 	Store eventstore.Store
 
-	mu     sync.Mutex
-	states map[string]foldedMerchant
+	once   sync.Once
+	engine *app.Engine
 }
 
-type foldedMerchant struct {
-	state merchant.State
-	next  uint64 // revision of the next event to read
-}
-
-// maxCachedMerchants bounds the cache; past it, the cache starts over.
+// maxCachedMerchants bounds the cache (least recently used go first).
 const maxCachedMerchants = 10_000
 
 func (s *StoreEndpoints) Endpoint(ctx context.Context, merchantID string, env domain.Environment) (Endpoint, error) {
-	stream := "merchant-" + merchantID
-	s.mu.Lock()
-	f := s.states[stream]
-	s.mu.Unlock()
-	for {
-		events, err := s.Store.ReadStream(ctx, stream, f.next, 1000)
-		if err != nil {
-			return Endpoint{}, err
-		}
-		for _, re := range events {
-			ev, err := merchant.Registry.Decode(re.Type, re.Data)
-			if err != nil {
-				return Endpoint{}, err
-			}
-			f.state = merchant.Apply(f.state, ev)
-			f.next = re.Revision + 1
-		}
-		if len(events) < 1000 {
-			break
-		}
+	s.once.Do(func() { s.engine = app.NewEngine(s.Store, maxCachedMerchants) })
+	m, _, err := app.Load(ctx, s.engine, app.MerchantKind, merchantID)
+	if err != nil {
+		return Endpoint{}, err
 	}
-	s.mu.Lock()
-	if s.states == nil || len(s.states) >= maxCachedMerchants {
-		s.states = map[string]foldedMerchant{}
-	}
-	if cur, ok := s.states[stream]; !ok || cur.next <= f.next {
-		s.states[stream] = f
-	}
-	s.mu.Unlock()
-	return Endpoint{URL: f.state.Webhooks[env], Secret: f.state.SigningSecrets[env]}, nil
+	return Endpoint{URL: m.Webhooks[env], Secret: m.SigningSecrets[env]}, nil
 }
