@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -427,18 +426,9 @@ func (s *Server) escrowFeeds(c echo.Context) error {
 	f := projections.EscrowFilter{MerchantID: p.MerchantID, Environment: p.Environment,
 		Status: strings.ToUpper(c.QueryParam("status")), CategoryID: c.QueryParam("categoryId"),
 		PartyID: c.QueryParam("customerId"), PaymentToken: c.QueryParam("paymentToken")}
-	for _, d := range []struct {
-		name string
-		dst  **time.Time
-		end  bool
-	}{{"fromDate", &f.From, false}, {"toDate", &f.To, true}} {
-		if raw := c.QueryParam(d.name); raw != "" {
-			t, err := parseDateBound(raw, d.end)
-			if err != nil {
-				return domain.Invalidf("%s must be a date (YYYY-MM-DD) or an RFC 3339 time", d.name)
-			}
-			*d.dst = &t
-		}
+	var err error
+	if f.From, f.To, err = dateRange(c); err != nil {
+		return err
 	}
 	return s.listEscrows(c, f, "Escrows fetched successfully")
 }

@@ -280,6 +280,14 @@ func TestEscrowRulesAndErrors(t *testing.T) {
 	if n := feeds["pagination"].(map[string]any)["count"]; n != 2.0 {
 		t.Fatalf("feeds count %v", n)
 	}
+	for q, want := range map[string]float64{"&fromDate=2000-01-01&toDate=2999-12-31": 2, "&fromDate=2999-01-01": 0, "&toDate=2000-01-01": 0} {
+		got := h.do(req{path: "/v1/escrow/feeds?customerId=" + seller + q, key: h.std()}).expect(t, 200, "").obj()
+		if n := got["pagination"].(map[string]any)["count"]; n != want {
+			t.Fatalf("feeds %s: count %v, want %v", q, n, want)
+		}
+	}
+	h.do(req{path: "/v1/escrow/feeds?toDate=tomorrow", key: h.std()}).
+		expect(t, 400, "toDate must be a date (YYYY-MM-DD) or an RFC 3339 time")
 	h.do(req{path: "/v1/escrow/feeds", key: h.std(), cid: seller}).expect(t, 400, "customer-id is not allowed in request header")
 }
 

@@ -315,24 +315,32 @@ func transactionFilter(c echo.Context, f projections.TransactionFilter) (project
 		}
 	}
 	f.Reference = c.QueryParam("reference")
-	flat := f.Reference != ""
+	var err error
+	if f.From, f.To, err = dateRange(c); err != nil {
+		return f, false, err
+	}
+	return f, f.Reference != "" || f.From != nil || f.To != nil, nil
+}
+
+// dateRange reads the fromDate and toDate query parameters (nil when
+// absent); toDate is an exclusive bound (see parseDateBound).
+func dateRange(c echo.Context) (from, to *time.Time, err error) {
 	for _, d := range []struct {
 		name string
 		dst  **time.Time
 		end  bool
-	}{{"fromDate", &f.From, false}, {"toDate", &f.To, true}} {
+	}{{"fromDate", &from, false}, {"toDate", &to, true}} {
 		raw := c.QueryParam(d.name)
 		if raw == "" {
 			continue
 		}
-		flat = true
 		t, err := parseDateBound(raw, d.end)
 		if err != nil {
-			return f, false, domain.Invalidf("%s must be a date (YYYY-MM-DD) or an RFC 3339 time", d.name)
+			return nil, nil, domain.Invalidf("%s must be a date (YYYY-MM-DD) or an RFC 3339 time", d.name)
 		}
 		*d.dst = &t
 	}
-	return f, flat, nil
+	return from, to, nil
 }
 
 // parseDateBound reads YYYY-MM-DD or RFC 3339. As an end bound, a date is
