@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/url"
 	"sort"
@@ -50,19 +49,6 @@ type escrowView struct {
 	ID           string `json:"id"`
 	PaymentToken string `json:"paymentToken"`
 	Status       string `json:"status"`
-}
-
-// escrowKobo converts balances (NGN, up to two decimals) to kobo.
-func escrowKobo(ns ...json.Number) (int64, error) {
-	var total int64
-	for _, n := range ns {
-		f, err := n.Float64()
-		if err != nil {
-			return 0, err
-		}
-		total += int64(math.Round(f * 100))
-	}
-	return total, nil
 }
 
 // BenchmarkEscrowLifecycleHTTP measures the bare pgbench baseline and then
@@ -247,11 +233,11 @@ func benchEscrowLifecycle(b *testing.B) {
 	if err := json.Unmarshal(env.Data, &mb); err != nil {
 		b.Fatalf("merchant balance: %v: %s", err, env.Data)
 	}
-	merchantMain, err := escrowKobo(mb.Main)
+	merchantMain, err := benchKobo(mb.Main)
 	if err != nil {
 		b.Fatal(err)
 	}
-	merchantEscrow, err := escrowKobo(mb.Escrow)
+	merchantEscrow, err := benchKobo(mb.Escrow)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -232,15 +232,7 @@ func (c *ledgerClient) walletCents(key, cid string) (int64, error) {
 	if err := json.Unmarshal(env.Data, &w); err != nil {
 		return 0, err
 	}
-	var total int64
-	for _, n := range []json.Number{w.Main, w.Escrow} {
-		f, err := n.Float64()
-		if err != nil {
-			return 0, err
-		}
-		total += int64(math.Round(f * 100))
-	}
-	return total, nil
+	return benchKobo(w.Main, w.Escrow)
 }
 
 // BenchmarkWalletTransferHTTP moves money between wallets through the real

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -62,4 +64,19 @@ func newBenchServer(b *testing.B) *benchServer {
 	}
 	bs.client = &ledgerClient{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}, base: srv.URL}
 	return bs
+}
+
+// benchKobo sums balances as the API shows them (naira, at most two
+// decimals) in kobo, exactly: the conservation checks must not pass through
+// floating point.
+func benchKobo(ns ...json.Number) (int64, error) {
+	var total money.Amount
+	for _, n := range ns {
+		a, err := money.Parse(n.String())
+		if err != nil {
+			return 0, err
+		}
+		total += a
+	}
+	return total.Kobo(), nil
 }
