@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
@@ -446,6 +447,7 @@ func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
 		h.intent(from, map[string]any{"reference": fmt.Sprintf("ct-%d", i), "amount": 500, "transactionType": "wallet_transfer",
 			"walletDetails": map[string]any{"phone": phone}}).expect(t, 201, "")
 	}
+	var moved [2]atomic.Int64 // successful transfers out of a, out of b
 	parallel(20, func(i int) bool {
 		from := a
 		if i%2 == 1 {
@@ -455,12 +457,20 @@ func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
 		if r.Status != 200 && r.Message != "Insufficient balance" {
 			t.Errorf("verify: %d %s", r.Status, r.Raw)
 		}
+		if r.Status == 200 {
+			moved[i%2].Add(1)
+		}
 		return r.Status == 200
 	})
+	aOut, bOut := float64(moved[0].Load()), float64(moved[1].Load())
+	// b (5000) can always afford its ten sends of 500; a (550) at least one.
+	if bOut != 10 || aOut < 1 {
+		t.Fatalf("transfers out of a %v, out of b %v", aOut, bOut)
+	}
 	ma, _ := h.wallet(a)
 	mb, _ := h.wallet(b)
-	if ma < 0 || mb < 0 || ma+mb != 5550 {
-		t.Fatalf("wallets after transfers: %v + %v, want sum 5550", ma, mb)
+	if ma != 550-500*aOut+500*bOut || mb != 5000+500*aOut-500*bOut {
+		t.Fatalf("wallets after transfers: a %v, b %v; %v out of a, %v out of b", ma, mb, aOut, bOut)
 	}
 	h.assertZeroSum()
 }
@@ -468,7 +478,7 @@ func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
 func TestReusedReferenceMovesMoneyOnce(t *testing.T) {
 	h := newHarness(t)
 	a := h.funded("r@x.com", "08031110013", 10000)
-	h.createCustomer(h.sa(), "s@x.com", "08031110014")
+	receiver := h.createCustomer(h.sa(), "s@x.com", "08031110014")
 	// 20 racing create-intents under one reference with different amounts:
 	// exactly one intent exists afterwards.
 	created := parallel(20, func(i int) bool {
@@ -487,6 +497,9 @@ func TestReusedReferenceMovesMoneyOnce(t *testing.T) {
 	m, _ := h.wallet(a)
 	if m < 8981 || m > 9000 {
 		t.Fatalf("sender main %v: the transfer moved more than once", m)
+	}
+	if got, _ := h.wallet(receiver); got != 10000-m {
+		t.Fatalf("receiver main %v, want exactly what the sender paid (%v)", got, 10000-m)
 	}
 	hist := h.do(req{path: "/v1/payment/history?reference=same", key: h.std(), cid: a}).expect(t, 200, "").Data.([]any)
 	if len(hist) != 1 {
