@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,14 +43,30 @@ const liveHost = "api.escrowd.test"
 
 func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	t.Helper()
+	return startHarness(t, nil, mutate...)
+}
+
+// startHarness builds the harness; also (when not nil) returns more loops
+// to run beside the projection runner (the webhook role) until the test
+// ends.
+func startHarness(t *testing.T, also func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error,
+	mutate ...func(*Config)) *harness {
+	t.Helper()
 	pool := pgtest.NewPool(t)
 	store := postgres.New(pool)
 	t.Cleanup(store.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runner.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	loops := []func(context.Context) error{runner.Run}
+	if also != nil {
+		loops = append(loops, also(ctx, store, pool)...)
+	}
+	var wg sync.WaitGroup
+	for _, run := range loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run(ctx) }()
+	}
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	// The listener comes first so uploaded files get URLs on this server.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

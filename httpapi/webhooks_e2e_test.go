@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -14,13 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/eventstore/postgres"
-	"github.com/escrowd/escrowd/internal/pgtest"
-	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -28,39 +26,15 @@ import (
 // subscriber (its own runner) and a dispatcher with a fast retry schedule.
 func newWebhookHarness(t *testing.T, mutate ...func(*Config)) *harness {
 	t.Helper()
-	pool := pgtest.NewPool(t)
-	store := postgres.New(pool)
-	t.Cleanup(store.Close)
-	ctx, cancel := context.WithCancel(context.Background())
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
-	hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store},
-		PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond}}
-	var wg sync.WaitGroup
-	for _, run := range []func(context.Context) error{runner.Run, hooks.Run, d.Run} {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = run(ctx) }()
-	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DefaultEnvironment: domain.Test,
-		DataDir: t.TempDir(), PublicURL: "http://" + l.Addr().String()}
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	api := NewStack(cfg, store, pool, runner, zap.NewNop(), nil)
-	h := &harness{t: t, api: api, svc: api.App(), runner: runner}
-	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
-	h.srv.Start()
-	t.Cleanup(h.srv.Close)
-	h.m = h.newMerchant(true)
-	return h
+	return startHarness(t, func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error {
+		hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store},
+			PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond}}
+		return []func(context.Context) error{hooks.Run, d.Run}
+	}, mutate...)
 }
 
 // hookHit is one webhook request a test receiver got.
