@@ -9,7 +9,6 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/internal/app"
 )
 
 // The category read model lists live categories newest first per tenant,
@@ -18,12 +17,7 @@ import (
 func TestCategoriesProjection(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	svc := app.NewService(app.NewEngine(e.store, 100))
-	m, err := svc.CreateMerchant(ctx, "Shop", true, "NG", func(k string) string { return "d-" + k })
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+	svc, actor := e.service(t)
 	live := actor
 	live.Environment = domain.Live
 	var ids []string
@@ -59,7 +53,7 @@ func TestCategoriesProjection(t *testing.T) {
 	q := NewQueries(e.pool)
 	list := func(env domain.Environment, p Page) ([]Category, Pagination) {
 		t.Helper()
-		got, pg, err := q.ListCategories(ctx, m.MerchantID, env, p)
+		got, pg, err := q.ListCategories(ctx, actor.MerchantID, env, p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +71,7 @@ func TestCategoriesProjection(t *testing.T) {
 	if c := want[1]; c.Name != "Renamed" || c.Description != "" || !c.UpdatedAt.After(c.CreatedAt) {
 		t.Fatalf("edited record %+v", c)
 	}
-	if c := want[0]; c.Name != "Cat 4" || c.Description != "about 4" || c.MerchantID != m.MerchantID ||
+	if c := want[0]; c.Name != "Cat 4" || c.Description != "about 4" || c.MerchantID != actor.MerchantID ||
 		c.Environment != "test" || c.CreatedAt != c.UpdatedAt || c.CreatedAt.Location().String() != "UTC" {
 		t.Fatalf("record %+v", c)
 	}

@@ -16,8 +16,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
@@ -295,3 +297,15 @@ func dumpMissing(t *testing.T, pool pgx.Tx, c *countProjector, cp eventstore.Pos
 
 // The PostgreSQL store counts lag with SQL, never by reading events.
 var _ EventCounter = (*postgres.Store)(nil)
+
+// service is the application over the env's store with one merchant, and
+// that merchant's test-environment actor.
+func (e *env) service(t *testing.T) (*app.Service, app.Actor) {
+	t.Helper()
+	svc := app.NewService(app.NewEngine(e.store, 100))
+	m, err := svc.CreateMerchant(context.Background(), "Shop", true, "NG", func(k string) string { return "d-" + k })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+}

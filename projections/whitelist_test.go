@@ -10,7 +10,6 @@ import (
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/whitelist"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/internal/app"
 )
 
 // The whitelist read model lists live addresses newest first, survives a
@@ -19,12 +18,7 @@ import (
 func TestWhitelistProjection(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	svc := app.NewService(app.NewEngine(e.store, 100))
-	m, err := svc.CreateMerchant(ctx, "Shop", true, "NG", func(k string) string { return "d-" + k })
-	if err != nil {
-		t.Fatal(err)
-	}
-	actor := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+	svc, actor := e.service(t)
 	cust := func(email, phone string) string {
 		id, _, err := svc.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi", Email: email, Phone: phone})
 		if err != nil {
@@ -46,7 +40,8 @@ func TestWhitelistProjection(t *testing.T) {
 	if _, _, err := svc.AddWhitelistAddress(ctx, actor, c2, whitelist.NewAddress{WalletAddress: fmt.Sprintf("0x%040x", 1), Network: "BSC"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, last, err = svc.RemoveWhitelistAddress(ctx, actor, c1, ids[1]); err != nil {
+	_, last, err := svc.RemoveWhitelistAddress(ctx, actor, c1, ids[1])
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := CatchUpTo(ctx, e.store, e.pool, e.log, last, Whitelist{}); err != nil {
@@ -55,7 +50,7 @@ func TestWhitelistProjection(t *testing.T) {
 	q := NewQueries(e.pool)
 	list := func() []WhitelistAddress {
 		t.Helper()
-		got, err := q.WhitelistAddresses(ctx, m.MerchantID, domain.Test, c1)
+		got, err := q.WhitelistAddresses(ctx, actor.MerchantID, domain.Test, c1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +79,7 @@ func TestWhitelistProjection(t *testing.T) {
 	for _, other := range []struct {
 		merchant string
 		env      domain.Environment
-	}{{m.MerchantID, domain.Live}, {"other", domain.Test}} {
+	}{{actor.MerchantID, domain.Live}, {"other", domain.Test}} {
 		if got, err := q.WhitelistAddresses(ctx, other.merchant, other.env, c1); err != nil || len(got) != 0 {
 			t.Fatalf("%v: %v %v", other, got, err)
 		}
