@@ -104,9 +104,13 @@ func (t *tail) run(ctx context.Context) {
 		if len(events) > 0 {
 			t.mu.Lock()
 			t.buf = append(t.buf, events...)
-			if over := len(t.buf) - t.max; over > 0 {
+			// The window keeps between max and 2·max events: trimming only
+			// when it doubled copies each event at most once (trimming on
+			// every append copied the whole window per batch of one event).
+			if len(t.buf) > 2*t.max {
+				over := len(t.buf) - t.max
 				t.start = t.buf[over-1].Position
-				t.buf = append([]eventstore.RecordedEvent(nil), t.buf[over:]...)
+				t.buf = append(make([]eventstore.RecordedEvent, 0, 2*t.max+batch), t.buf[over:]...)
 			}
 			t.head = events[len(events)-1].Position
 			t.mu.Unlock()

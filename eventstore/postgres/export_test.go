@@ -1,0 +1,6 @@
+package postgres
+
+// SetTailWindow sets how many events the shared tail keeps (at least; it
+// trims back to n once it holds 2n), so tests can make followers cross the
+// window's edges often. Call it before the first Subscribe.
+func SetTailWindow(s *Store, n int) { s.tail.max = n }
