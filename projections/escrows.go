@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,8 +18,61 @@ import (
 
 // Escrows keeps every escrow's folded state (the domain's own Apply, so the
 // read model cannot disagree with the aggregate) with the columns listings
-// filter on.
-type Escrows struct{}
+// filter on. It remembers the states it wrote last (see escrowStates), so
+// following an escrow's events needs no read of its row.
+type Escrows struct{ states *escrowStates }
+
+// NewEscrows returns the escrows projector.
+func NewEscrows() Escrows { return Escrows{states: &escrowStates{m: map[string]cachedEscrow{}}} }
+
+// escrowStates maps an escrow id to its state after a known stream
+// revision. An entry is only used to apply the event with the next
+// revision; anything else (a batch applied again after its transaction
+// rolled back, a restart, another process having applied events meanwhile)
+// misses and reads the row, so the cache can be stale but never wrong. A
+// state taken from it is only extended once: the entry is replaced by the
+// result.
+type escrowStates struct {
+	mu sync.Mutex
+	m  map[string]cachedEscrow
+}
+
+type cachedEscrow struct {
+	rev   uint64
+	state escrow.State
+}
+
+// escrowCacheSize bounds the cache; when full an arbitrary entry goes (most
+// entries are of escrows that reached a final status).
+const escrowCacheSize = 8192
+
+func (c *escrowStates) get(id string, rev uint64) (escrow.State, bool) {
+	if c == nil {
+		return escrow.State{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[id]
+	if !ok || e.rev != rev {
+		return escrow.State{}, false
+	}
+	return e.state, true
+}
+
+func (c *escrowStates) put(id string, rev uint64, s escrow.State) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.m[id]; !ok && len(c.m) >= escrowCacheSize {
+		for k := range c.m {
+			delete(c.m, k)
+			break
+		}
+	}
+	c.m[id] = cachedEscrow{rev: rev, state: s}
+}
 
 func (Escrows) StreamPrefixes() []string { return []string{"escrow-"} }
 func (Escrows) Name() string             { return "escrows" }
@@ -44,12 +98,23 @@ CREATE INDEX IF NOT EXISTS rm_escrows_seller ON rm_escrows (seller_id, created_a
 CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at DESC) WHERE buyer_id <> '';`
 }
 
-func (Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	// Fold consecutive events of one escrow in memory and write once.
-	pending := map[string]escrow.State{}
+	type folded struct {
+		state escrow.State
+		rev   uint64
+	}
+	pending := map[string]folded{}
 	var order []string
-	load := func(id string) (escrow.State, error) {
-		if s, ok := pending[id]; ok {
+	// load returns the state before the event at revision rev.
+	load := func(id string, rev uint64) (escrow.State, error) {
+		if f, ok := pending[id]; ok {
+			return f.state, nil
+		}
+		if rev == 0 {
+			return escrow.State{}, nil // the stream's first event
+		}
+		if s, ok := p.states.get(id, rev-1); ok {
 			return s, nil
 		}
 		var doc []byte
@@ -72,17 +137,18 @@ func (Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorde
 		if err != nil {
 			return err
 		}
-		s, err := load(id)
+		s, err := load(id, re.Revision)
 		if err != nil {
 			return err
 		}
 		if _, seen := pending[id]; !seen {
 			order = append(order, id)
 		}
-		pending[id] = escrow.Apply(s, ev)
+		pending[id] = folded{state: escrow.Apply(s, ev), rev: re.Revision}
 	}
 	for _, id := range order {
-		s := pending[id]
+		f := pending[id]
+		s := f.state
 		doc, err := json.Marshal(s)
 		if err != nil {
 			return err
@@ -95,6 +161,7 @@ func (Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorde
 			s.Terms.CategoryID, s.Deleted, doc, s.CreatedAt); err != nil {
 			return err
 		}
+		p.states.put(id, f.rev, s)
 	}
 	return nil
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/escrowd/escrowd/eventstore"
 )
@@ -57,5 +60,80 @@ func TestUninterestingBatchesOnlyMoveTheCheckpoint(t *testing.T) {
 	// A stale applier's skip is refused, not applied over a moved checkpoint.
 	if err := skipBatch(context.Background(), e.pool, c.name, eventstore.Start, head); err != errResync {
 		t.Fatalf("stale skip: %v, want errResync", err)
+	}
+}
+
+// A following projector stores the end of batches it skipped shortly after
+// them (or with its next applied batch), not in a transaction per batch; a
+// waiter in the same process sees the skip at once, a standby runner in
+// another process once it is stored, and stopping stores what is pending.
+func TestSkippedBatchesAreStoredLazily(t *testing.T) {
+	e := newEnv(t)
+	c := interested{newCounter("lazy")}
+	active := testRunner(e.store, e.pool, e.log, c)
+	stop := start(t, active)
+	waitUntil(t, 5*time.Second, "active runner", func() bool {
+		st, err := Status(context.Background(), e.pool, e.store, c)
+		return err == nil && st[0].Active
+	})
+	poolB, storeB := openStore(t, e.url)
+	standby := testRunner(storeB, poolB, e.log, interested{newCounter("lazy")})
+	start(t, standby)
+
+	for i := range 30 {
+		// s-0 only: nothing for the projector, which reads s-1.
+		pos := appendEvents(t, e.store, 1, 1)
+		if err := active.WaitFor(context.Background(), pos); err != nil {
+			t.Fatal(err)
+		}
+		if err := standby.WaitFor(context.Background(), pos); err != nil {
+			t.Fatalf("standby wait %d: %v", i, err)
+		}
+		if got := checkpointOf(t, e.pool, c.name); got.Less(pos) {
+			t.Fatalf("standby passed %s but the stored checkpoint is %s", pos, got)
+		}
+	}
+	// A relevant event after skipped ones is applied and stored at once.
+	appendEvents(t, e.store, 5, 1)
+	rel, err := e.store.Append(context.Background(), eventstore.StreamAppend{Stream: "s-1", Expected: eventstore.Any,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "Tested", Data: []byte(`{}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := active.WaitFor(context.Background(), rel.Position); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, e.pool, `SELECT count(*) FROM lazy_seen WHERE stream = 's-1'`); n != 1 {
+		t.Fatalf("%d s-1 events applied, want 1", n)
+	}
+	if got := checkpointOf(t, e.pool, c.name); got.Less(rel.Position) {
+		t.Fatalf("stored checkpoint %s after an applied batch ending at %s", got, rel.Position)
+	}
+	// Skips just before a stop are stored by the stop.
+	last := visible(t, e.store, appendEvents(t, e.store, 3, 1))
+	if err := active.WaitFor(context.Background(), last); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if got := checkpointOf(t, e.pool, c.name); got != last {
+		t.Fatalf("stored checkpoint %s after stop, want %s", got, last)
+	}
+}
+
+func TestProjectorNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"ledger", true}, {"webhooks", true}, {"a1_b-c", true},
+		{"", false}, {"Ledger", false}, {"1st", false}, {"it's", false}, {"a b", false}, {"a;b", false},
+	} {
+		err := checkNames([]Projector{newCounter(tc.name)})
+		if (err == nil) != tc.ok {
+			t.Errorf("checkNames(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+	if err := checkNames([]Projector{newCounter("dup"), newCounter("dup")}); err == nil {
+		t.Error("checkNames accepted one name twice")
 	}
 }

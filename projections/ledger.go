@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,7 +51,17 @@ CREATE INDEX IF NOT EXISTS rm_transactions_reference ON rm_transactions (merchan
 }
 
 func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	b := &pgx.Batch{}
+	// The batch's changes go out as two statements whatever its size: the
+	// balance deltas summed per account, and the records (the last version
+	// of each, in the order they first appeared, which is their seq order).
+	type balanceKey struct{ merchant, env, holder, id, bucket string }
+	deltas := map[balanceKey]int64{}
+	type row struct {
+		rec ledger.Record
+		doc []byte
+	}
+	var recs []row
+	recIndex := map[string]int{}
 	for _, re := range events {
 		e, ok, err := DecodeEntry(re)
 		if err != nil {
@@ -61,20 +72,8 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 		}
 		eff := e.Ledger()
 		if m := eff.Movement; m != nil {
-			deltas := m.Deltas()
-			accts := make([]ledger.Account, 0, len(deltas))
-			for a := range deltas {
-				accts = append(accts, a)
-			}
-			// A fixed order keeps concurrent rebuilds and runners from
-			// locking rows in different orders.
-			sort.Slice(accts, func(i, j int) bool { return accts[i].String() < accts[j].String() })
-			for _, acct := range accts {
-				delta := deltas[acct]
-				b.Queue(`INSERT INTO rm_balances (merchant_id, environment, holder, holder_id, bucket, balance)
-					VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (holder_id, bucket, holder, merchant_id, environment)
-					DO UPDATE SET balance = rm_balances.balance + excluded.balance`,
-					m.MerchantID, string(m.Environment), string(acct.Holder), acct.ID, string(acct.Bucket), delta.Kobo())
+			for acct, delta := range m.Deltas() {
+				deltas[balanceKey{m.MerchantID, string(m.Environment), string(acct.Holder), acct.ID, string(acct.Bucket)}] += delta.Kobo()
 			}
 		}
 		for _, r := range eff.Records {
@@ -82,14 +81,70 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 			if err != nil {
 				return err
 			}
-			var cid *string
-			if r.CustomerID != "" {
-				cid = &r.CustomerID
+			if i, seen := recIndex[r.ID]; seen {
+				recs[i] = row{r, doc}
+				continue
 			}
-			b.Queue(`INSERT INTO rm_transactions (id, merchant_id, environment, customer_id, reference, transaction_type, status, record, created_at)
-				VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9) ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`,
-				r.ID, r.MerchantID, string(r.Environment), cid, r.Reference, string(r.Type), string(r.Status), doc, r.CreatedAt)
+			recIndex[r.ID] = len(recs)
+			recs = append(recs, row{r, doc})
 		}
+	}
+	b := &pgx.Batch{}
+	if len(deltas) > 0 {
+		keys := make([]balanceKey, 0, len(deltas))
+		for k := range deltas {
+			keys = append(keys, k)
+		}
+		// One fixed order (the primary key's) keeps concurrent rebuilds and
+		// runners from locking rows in different orders.
+		sort.Slice(keys, func(i, j int) bool {
+			a, b := keys[i], keys[j]
+			if a.id != b.id {
+				return a.id < b.id
+			}
+			if a.bucket != b.bucket {
+				return a.bucket < b.bucket
+			}
+			if a.holder != b.holder {
+				return a.holder < b.holder
+			}
+			if a.merchant != b.merchant {
+				return a.merchant < b.merchant
+			}
+			return a.env < b.env
+		})
+		var merchants, envs, holders, ids, buckets []string
+		var amounts []int64
+		for _, k := range keys {
+			merchants, envs, holders = append(merchants, k.merchant), append(envs, k.env), append(holders, k.holder)
+			ids, buckets, amounts = append(ids, k.id), append(buckets, k.bucket), append(amounts, deltas[k])
+		}
+		b.Queue(`INSERT INTO rm_balances (merchant_id, environment, holder, holder_id, bucket, balance)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+			ON CONFLICT (holder_id, bucket, holder, merchant_id, environment)
+			DO UPDATE SET balance = rm_balances.balance + excluded.balance`,
+			merchants, envs, holders, ids, buckets, amounts)
+	}
+	if len(recs) > 0 {
+		n := len(recs)
+		var (
+			ids, merchants, envs, refs, types, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			customers                                   = make([]*string, n)
+			docs                                        = make([]string, n)
+			created                                     = make([]time.Time, n)
+		)
+		for i, x := range recs {
+			r := x.rec
+			ids[i], merchants[i], envs[i], refs[i] = r.ID, r.MerchantID, string(r.Environment), r.Reference
+			types[i], statuses[i], docs[i], created[i] = string(r.Type), string(r.Status), string(x.doc), r.CreatedAt
+			if r.CustomerID != "" {
+				customers[i] = &recs[i].rec.CustomerID
+			}
+		}
+		b.Queue(`INSERT INTO rm_transactions (id, merchant_id, environment, customer_id, reference, transaction_type, status, record, created_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::json[], $9::timestamptz[])
+			ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`,
+			ids, merchants, envs, customers, refs, types, statuses, docs, created)
 	}
 	if b.Len() == 0 {
 		return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,8 +117,8 @@ func (r *Runner) names() []string {
 func checkNames(ps []Projector) error {
 	seen := map[string]bool{}
 	for _, p := range ps {
-		if p.Name() == "" {
-			return errors.New("projections: projector without a name")
+		if !validName(p.Name()) {
+			return fmt.Errorf("projections: projector name %q: want lower-case letters, digits, '_' or '-', starting with a letter", p.Name())
 		}
 		if seen[p.Name()] {
 			return fmt.Errorf("projections: projector name %q used twice", p.Name())
@@ -252,23 +253,119 @@ func (r *Runner) runActive(ctx context.Context, st *projState) {
 
 // follow ensures the schema, loads the checkpoint and applies every batch the
 // subscription delivers from it.
+//
+// A batch that holds nothing for the projector (see Interested) moves its
+// position in memory at once, so WaitFor in this process never waits for
+// it, but reaches the stored checkpoint only after skipFlushDelay (or with
+// the next applied batch, which stores its own end): under load nearly every
+// batch is of no interest to most projectors, and storing each skip was a
+// transaction per projector per batch. Nothing is lost by the delay: after a
+// crash the projector re-reads events it would skip again.
 func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Duration) error {
 	pos, err := prepare(ctx, r.pool, st.p)
 	if err != nil {
 		return err
 	}
 	r.advance(st, pos, false)
-	expected := pos
+	cp := &checkpointer{r: r, ctx: ctx, name: st.p.Name(), stored: pos}
+	defer cp.close()
 	return r.store.Subscribe(ctx, pos, func(ctx context.Context, events []eventstore.RecordedEvent) error {
-		next, err := applyBatch(ctx, r.pool, st.p, expected, events)
-		if err != nil {
-			return err
+		if len(events) == 0 {
+			return nil
 		}
-		expected = next
-		r.advance(st, next, true)
+		cp.mu.Lock()
+		defer cp.mu.Unlock()
+		if cp.resync {
+			return errResync
+		}
+		last := events[len(events)-1].Position
+		if !concerns(st.p, events) {
+			cp.skipped(last)
+		} else {
+			next, err := applyBatch(ctx, r.pool, st.p, cp.stored, events)
+			if err != nil {
+				return err
+			}
+			cp.stored, cp.pending = next, false
+		}
+		r.advance(st, last, true)
 		*backoff = orDefault(r.RetryBackoff, defaultRetryBackoff)
 		return nil
 	})
+}
+
+// skipFlushDelay is how long a skipped batch's end may wait in memory
+// before it is stored (see follow). It bounds how far a waiter in another
+// process, which polls stored checkpoints, can be held up by batches the
+// projector had nothing to do with.
+const skipFlushDelay = 10 * time.Millisecond
+
+// checkpointer stores the checkpoint of one following projector: applied
+// batches store theirs in their own transaction; skipped ones are stored
+// after skipFlushDelay by a timer. mu serialises the two.
+type checkpointer struct {
+	r    *Runner
+	ctx  context.Context
+	name string
+
+	mu      sync.Mutex
+	stored  eventstore.Position // the checkpoint as stored
+	target  eventstore.Position // where the skipped batches end
+	pending bool                // target is ahead of stored
+	timer   *time.Timer
+	resync  bool // the stored checkpoint moved under us (a rebuild)
+	closed  bool
+}
+
+// skipped records that every event up to last is of no interest; mu held.
+func (c *checkpointer) skipped(last eventstore.Position) {
+	c.target, c.pending = last, true
+	if c.timer == nil {
+		c.timer = time.AfterFunc(skipFlushDelay, c.flush)
+	} else {
+		c.timer.Reset(skipFlushDelay)
+	}
+}
+
+// flush stores the skipped position (the timer's function).
+func (c *checkpointer) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
+	c.store(c.ctx)
+}
+
+// store writes target if it is pending; mu held.
+func (c *checkpointer) store(ctx context.Context) {
+	if !c.pending {
+		return
+	}
+	err := skipBatch(ctx, c.r.pool, c.name, c.stored, c.target)
+	switch {
+	case err == nil:
+		c.stored, c.pending = c.target, false
+	case errors.Is(err, errResync):
+		c.resync = true // the next batch makes follow start over
+	case ctx.Err() == nil:
+		// Kept pending: the next skip or applied batch stores it.
+		c.r.log.Warn("projections: cannot store checkpoint", zap.String("projection", c.name), zap.Error(err))
+	}
+}
+
+// close stores a pending position (briefly, even though the follow context
+// may be over) and stops the timer.
+func (c *checkpointer) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	c.store(ctx)
 }
 
 // advance records a checkpoint this runner read or wrote as active applier.
@@ -682,9 +779,7 @@ func skipBatch(ctx context.Context, pool *pgxpool.Pool, name string, expected, l
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN`)
 	b.Queue(`SET LOCAL synchronous_commit TO off`)
-	b.Queue(`UPDATE projection_checkpoints
-		    SET commit_pos = $2, prepare_pos = $3, updated_at = now(), last_error = NULL, last_error_at = NULL
-		  WHERE name = $1 AND commit_pos = $4 AND prepare_pos = $5`,
+	b.Queue(moveCheckpointSQL,
 		name, toDB(last.Commit), toDB(last.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
 	b.Queue(`COMMIT`)
 	br := pool.SendBatch(ctx, b)
@@ -710,11 +805,12 @@ func skipBatch(ctx context.Context, pool *pgxpool.Pool, name string, expected, l
 }
 
 // applyBatch applies events, which follow position expected in the log, and
-// moves the checkpoint, in one transaction. If the stored checkpoint moved
-// past expected (another applier got there first, or a rebuild swapped the
-// tables in), the events it covers are skipped; if it covers the whole batch
-// or went backwards, nothing is written and errResync is returned. It returns
-// the new checkpoint.
+// moves the checkpoint to their end, in one transaction. The checkpoint is
+// moved only if it is still at expected; if another applier moved it (an
+// overlapping applier, or a rebuild swapping the tables in) the transaction
+// rolls back, nothing is written, and errResync tells the caller to re-read
+// the stored checkpoint and continue from there. It returns the new
+// checkpoint.
 func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected eventstore.Position, events []eventstore.RecordedEvent) (eventstore.Position, error) {
 	if len(events) == 0 {
 		return expected, nil
@@ -723,43 +819,73 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 	if !concerns(p, events) {
 		return last, skipBatch(ctx, pool, p.Name(), expected, last)
 	}
-	var next eventstore.Position
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// A read model is derived data whose checkpoint commits with it: if
-		// the server crashes before this commit reaches disk, both roll back
-		// together and the batch is applied again from the durable log. So
-		// the commit need not wait for the WAL flush, which takes one fsync
-		// off the latency of every write that waits for its read model.
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
-			return err
-		}
-		stored, err := lockCheckpoint(ctx, tx, p.Name())
-		if err != nil {
-			return err
-		}
-		if stored != expected {
-			if stored.Less(expected) || stored.AtLeast(last) {
-				return errResync
-			}
-			i := 0
-			for i < len(events) && stored.AtLeast(events[i].Position) {
-				i++
-			}
-			events = events[i:]
-		}
-		if err := p.Apply(ctx, tx, events); err != nil {
-			return fmt.Errorf("apply: %w", err)
-		}
-		if err := storeCheckpoint(ctx, tx, p.Name(), last); err != nil {
-			return err
-		}
-		next = last
-		return nil
-	})
+	// A read model is derived data whose checkpoint commits with it: if the
+	// server crashes before this commit reaches disk, both roll back together
+	// and the batch is applied again from the durable log. So the commit need
+	// not wait for the WAL flush, which takes one fsync off the latency of
+	// every write that waits for its read model.
+	//
+	// The checkpoint row is locked before any read-model table is touched,
+	// the order prepare's schema changes take too (else the two deadlock).
+	// All three statements go in one round trip (the simple protocol runs
+	// them; the locked row itself is checked by moveCheckpoint).
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: `BEGIN; SET LOCAL synchronous_commit TO off; ` +
+		`SELECT 1 FROM projection_checkpoints WHERE name = ` + quoteLiteral(p.Name()) + ` FOR UPDATE`})
 	if err != nil {
 		return eventstore.Position{}, err
 	}
-	return next, nil
+	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
+	if err := p.Apply(ctx, tx, events); err != nil {
+		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
+	}
+	moved, err := moveCheckpoint(ctx, tx, p.Name(), expected, last)
+	if err != nil {
+		return eventstore.Position{}, err
+	}
+	if !moved {
+		return eventstore.Position{}, errResync
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return eventstore.Position{}, err
+	}
+	return last, nil
+}
+
+// validName reports whether name is a usable projector name: it is stored,
+// used in advisory lock keys and quoted into SQL (see quoteLiteral).
+func validName(name string) bool {
+	if name == "" || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings
+// is on, PostgreSQL's default since 9.1, so only quotes are doubled).
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// moveCheckpointSQL moves checkpoint $1 to ($2, $3) if it is at ($4, $5).
+const moveCheckpointSQL = `UPDATE projection_checkpoints
+    SET commit_pos = $2, prepare_pos = $3, updated_at = now(), last_error = NULL, last_error_at = NULL
+  WHERE name = $1 AND commit_pos = $4 AND prepare_pos = $5`
+
+// moveCheckpoint moves name's checkpoint from expected to next, if it is
+// still at expected; it reports whether it was. Waiting for the row lock
+// makes an overlapping applier's commit decide: its move wins, this one
+// finds the checkpoint elsewhere.
+func moveCheckpoint(ctx context.Context, tx pgx.Tx, name string, expected, next eventstore.Position) (bool, error) {
+	tag, err := tx.Exec(ctx,
+		moveCheckpointSQL,
+		name, toDB(next.Commit), toDB(next.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
 }
 
 // applyUpTo applies the log from the stored checkpoint until it is at or

@@ -419,8 +419,12 @@ func TestCrashHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = r.Run(ctx) }()
+	// Its requests say who sent them: the receiver must never answer one (a
+	// request still on its way when the child is killed would otherwise be
+	// answered 2xx to nobody, and counted as a delivery).
+	client := &http.Client{Transport: senderTransport{"child"}}
 	d := &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: store}, Lease: time.Second, Timeout: time.Minute,
-		PollInterval: 20 * time.Millisecond}
+		PollInterval: 20 * time.Millisecond, Client: client}
 	_ = d.Run(ctx) // until killed
 }
 
@@ -430,13 +434,11 @@ func TestCrashHelperProcess(t *testing.T) {
 // message arrives, none twice under the same attempt number.
 func TestKilledMidDeliveryLosesNothing(t *testing.T) {
 	e := newTestEnv(t)
-	var blocking atomic.Bool
-	blocking.Store(true)
 	unblock := make(chan struct{})
 	var blockedMu sync.Mutex
 	blocked := map[string]bool{}
 	rc := newReceiver(t, nil, func(h hit) int {
-		if blocking.Load() {
+		if h.Sender == "child" {
 			blockedMu.Lock()
 			blocked[h.ID] = true
 			blockedMu.Unlock()
@@ -473,7 +475,6 @@ func TestKilledMidDeliveryLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-	blocking.Store(false)
 	close(unblock)
 	e.runSubscriber(e.pool)
 	e.runDispatcher(e.pool)
@@ -539,4 +540,14 @@ func TestStoppedDispatcherHandsBackItsAttempts(t *testing.T) {
 	if hits := rc.all(); hits[len(hits)-1].Attempt != "2" {
 		t.Fatalf("hits %+v", hits)
 	}
+}
+
+// senderTransport marks each request with the process that sent it
+// (senderHeader), for receivers of tests with several dispatchers.
+type senderTransport struct{ name string }
+
+func (t senderTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set(senderHeader, t.name)
+	return http.DefaultTransport.RoundTrip(req)
 }

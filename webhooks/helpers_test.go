@@ -154,11 +154,15 @@ func (e *testEnv) runDispatcher(pool *pgxpool.Pool, mutate ...func(*Dispatcher))
 	return d, stop
 }
 
+// senderHeader names the test process a request came from.
+const senderHeader = "X-Test-Sender"
+
 // hit is one request a receiver got; Status is -1 while the receiver has
 // not answered yet.
 type hit struct {
 	ID, Event string
 	Attempt   string
+	Sender    string // senderHeader, set by test dispatchers that name themselves
 	Sig       string
 	SigOK     bool
 	Status    int
@@ -182,7 +186,7 @@ func newReceiver(t *testing.T, secret func() string, respond func(h hit) int) *r
 		body, _ := io.ReadAll(req.Body)
 		var env Envelope
 		_ = json.Unmarshal(body, &env)
-		h := hit{ID: env.ID, Event: env.Event, Attempt: req.Header.Get(AttemptHeader), At: time.Now(), Body: body,
+		h := hit{ID: env.ID, Event: env.Event, Attempt: req.Header.Get(AttemptHeader), Sender: req.Header.Get(senderHeader), At: time.Now(), Body: body,
 			Sig: req.Header.Get(SignatureHeader), Status: -1,
 			SigOK: req.Header.Get("User-Agent") == UserAgent && req.Header.Get("Content-Type") == "application/json" &&
 				(r.secret == nil || Verify(r.secret(), body, req.Header.Get(SignatureHeader)))}

@@ -133,26 +133,29 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 		lastSeq int64
 		revs    []int64
 	)
-	call := func() error {
+	call := func(checkIDs bool) error {
 		return s.pool.QueryRow(ctx,
-			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9)`,
-			streams, expected, counts, ids, types, data, meta, sidx, off,
+			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9, $10)`,
+			streams, expected, counts, ids, types, data, meta, sidx, off, checkIDs,
 		).Scan(&tx, &lastSeq, &revs)
 	}
-	err := call()
+	// The first call skips es_append's idempotency check (an index probe per
+	// event that only a retry can need). A retry of an append that already
+	// committed cannot pass unnoticed: it fails on the stream revision its
+	// first attempt moved, or on the event id's unique index. So does an
+	// identical append committing meanwhile (a client retrying while its
+	// first attempt is still in flight).
+	err := call(false)
 	if err != nil && len(ids) > 0 && isRaceLoss(err) {
-		// The idempotency check in es_append reads before it locks, so an
-		// identical append committing meanwhile (a client retrying while its
-		// first attempt is still in flight) makes this one fail on the
-		// stream's revision or the event id. If any of the ids is stored now,
-		// a second call settles it: events only ever get added, so it takes
-		// the idempotent path or reports the ids as stored elsewhere.
+		// If any of the ids is stored now, a second call with the check
+		// settles it: events only ever get added, so it takes the idempotent
+		// path or reports the ids as stored elsewhere.
 		var stored bool
 		if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, ids).Scan(&stored); qerr != nil {
 			return eventstore.AppendResult{}, qerr
 		}
 		if stored {
-			err = call()
+			err = call(true)
 		}
 	}
 	if err != nil {

@@ -561,6 +561,23 @@ func testIdempotentEventIDs(t *testing.T, s eventstore.Store) {
 		t.Errorf("global log has %d events; want 4 (repeats must not duplicate)", len(ours))
 	}
 
+	// Expected Any and Exact retries too: the repeat must not append again
+	// (Any would otherwise accept it) nor fail on the revision it moved.
+	e := p + "-e"
+	evE := events("E", 2)
+	anyAppend := eventstore.StreamAppend{Stream: e, Expected: eventstore.Any, Events: evE}
+	firstE := mustAppend(t, s, anyAppend)
+	if again, err := s.Append(ctx, anyAppend); err != nil || again.Position != firstE.Position {
+		t.Errorf("repeating an append with expected Any: %v at %v; want success at %v", err, again.Position, firstE.Position)
+	}
+	evE2 := events("E2", 1)
+	exact := eventstore.StreamAppend{Stream: e, Expected: eventstore.Exact(1), Events: evE2}
+	mustAppend(t, s, exact)
+	if _, err := s.Append(ctx, exact); err != nil {
+		t.Errorf("repeating an append with an exact expected revision: %v", err)
+	}
+	sameIDs(t, "stream e", recIDs(mustReadStream(t, s, e, 0, 0)), append(ids(evE), ids(evE2)...))
+
 	d := p + "-d"
 	reused := evA[0]
 	reused.Data = []byte(`{"other":true}`)
