@@ -110,11 +110,7 @@ func newShop(t *testing.T, env *cliEnv, db, name, phone string, last *eventstore
 func TestAuditAndEventsExportCommands(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewURL(t)
-	env, closeEnv, err := openEnv(ctx, mustConfig(t, db), nopLogger(), &bytes.Buffer{}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeEnv()
+	env := testEnv(t, db)
 	var last eventstore.Position
 	a := newShop(t, env, db, "Shop", "08031110001", &last)
 	b := newShop(t, env, db, "Other", "08031110002", &last)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -19,6 +20,18 @@ func cli(t *testing.T, dbURL string, args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), args, &out, &errOut)
 	return out.String(), err
+}
+
+// testEnv opens the commands' environment on db (the event store, pool and
+// projectors), closed when the test ends.
+func testEnv(t *testing.T, db string) *cliEnv {
+	t.Helper()
+	env, closeEnv, err := openEnv(context.Background(), mustConfig(t, db), nopLogger(), io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeEnv)
+	return env
 }
 
 func TestOperatorCommands(t *testing.T) {
@@ -90,11 +103,7 @@ func TestOperatorCommands(t *testing.T) {
 		t.Fatal("unknown merchant accepted")
 	}
 	// Every change is in the read models when the commands return.
-	env, closeEnv, err := openEnv(context.Background(), mustConfig(t, db), nopLogger(), &bytes.Buffer{}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeEnv()
+	env := testEnv(t, db)
 	var revoked bool
 	var allow []string
 	var fees, hook, sec string

@@ -64,11 +64,7 @@ func TestProjectionsStatusShowsWebhookSubscriber(t *testing.T) {
 
 	// Webhooks turned on: the subscriber starts at the head; it is not
 	// running, so what happens next is its lag.
-	env, closeEnv, err := openEnv(context.Background(), mustConfig(t, db), nopLogger(), io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeEnv()
+	env := testEnv(t, db)
 	installed, err := webhooks.Install(context.Background(), env.Store, env.Pool)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -30,11 +29,7 @@ import (
 func TestProjectionsRebuildCommand(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewURL(t)
-	env, closeEnv, err := openEnv(ctx, mustConfig(t, db), nopLogger(), &bytes.Buffer{}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeEnv()
+	env := testEnv(t, db)
 	var last eventstore.Position
 	s := newShop(t, env, db, "Shop", "08031110001", &last)
 	if err := projections.CatchUpTo(ctx, env.Store, env.Pool, nil, last, env.Projectors...); err != nil {

@@ -134,11 +134,7 @@ func TestServeWebhooksRole(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	env, closeEnv, err := openEnv(context.Background(), mustConfig(t, db), nopLogger(), io.Discard, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeEnv()
+	env := testEnv(t, db)
 	// The subscriber starts at the head of the log when first installed:
 	// write only once it is.
 	waitUntil(t, "the webhook subscriber", func() bool {
