@@ -12,9 +12,9 @@ import (
 
 // TestReadyzChecksWebhookSubscriber: a server running the webhooks role
 // reports the subscriber's lag in /readyz and is not ready while the
-// subscriber is missing or too far behind.
+// subscriber is missing or further behind than its own limit.
 func TestReadyzChecksWebhookSubscriber(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.ReadyWebhooks = true; c.MaxReadyLag = 2 })
+	h := newHarness(t, func(c *Config) { c.ReadyWebhooks = true; c.MaxReadyWebhookLag = 2 })
 	ready := func() (int, map[string]any) {
 		r := h.do(req{path: "/readyz"})
 		return r.Status, r.obj()
@@ -41,8 +41,8 @@ func TestReadyzChecksWebhookSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventuallyReady("installed", 200, func(out map[string]any) bool { return out["webhookLag"] == 0.0 })
-	// Events the stopped subscriber has not seen, more than MaxReadyLag;
-	// the read models have them.
+	// Events the stopped subscriber has not seen, more than its limit; the
+	// read models have them.
 	for range 3 {
 		h.newMerchant(true)
 	}
@@ -59,4 +59,33 @@ func TestReadyzChecksWebhookSubscriber(t *testing.T) {
 	go func() { defer close(done); _ = r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	eventuallyReady("subscriber caught up", 200, func(out map[string]any) bool { return out["webhookLag"] == 0.0 })
+}
+
+// TestReadyzWebhookLagHasItsOwnLimit: a subscriber further behind than the
+// projection limit, but within its own (default) limit, is reported and
+// leaves the API ready: late webhooks are no reason to stop serving.
+func TestReadyzWebhookLagHasItsOwnLimit(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ReadyWebhooks = true; c.MaxReadyLag = 2 })
+	if _, err := webhooks.Install(context.Background(), h.store, h.pool); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		h.newMerchant(true)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := h.do(req{path: "/readyz"})
+		out := r.obj()
+		lag, _ := out["webhookLag"].(float64)
+		if lag > 2 && out["projectionLag"] == 0.0 {
+			if r.Status != 200 {
+				t.Fatalf("subscriber %v events behind (limit 100,000): /readyz %d %v", lag, r.Status, out)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz %d %v", r.Status, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

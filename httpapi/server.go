@@ -33,9 +33,15 @@ type Config struct {
 	// their own, larger cap.
 	JSONBodyLimit      int64
 	MultipartBodyLimit int64
-	// MaxReadyLag is the projection lag (events) above which /readyz fails;
-	// with ReadyWebhooks, the webhook subscriber's lag too.
+	// MaxReadyLag is the projection lag (events) above which /readyz fails.
 	MaxReadyLag int64
+	// MaxReadyWebhookLag is the webhook subscriber's lag (events) above
+	// which /readyz fails, with ReadyWebhooks (default 100,000). It is
+	// separate and higher because a slow subscriber delays notifications but
+	// not a single API answer: taking the instance out of a load balancer
+	// for it would turn late webhooks into a down API. The limit catches a
+	// subscriber that is stuck, not one that is busy.
+	MaxReadyWebhookLag int64
 	// ReadyWebhooks is set when the process runs the webhooks role: /readyz
 	// then also reports and checks the webhook subscriber's lag
 	// (webhookLag), read with the projection lag when the waiter can
@@ -110,6 +116,9 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if cfg.MaxReadyLag == 0 {
 		cfg.MaxReadyLag = 10000
+	}
+	if cfg.MaxReadyWebhookLag == 0 {
+		cfg.MaxReadyWebhookLag = 100_000
 	}
 	if cfg.PublicURL == "" {
 		cfg.PublicURL = "http://localhost:8080"
@@ -234,7 +243,7 @@ func (s *Server) readyz(c echo.Context) error {
 			}
 			// No checkpoint yet: the subscriber has not started.
 			out["webhookLag"] = hook
-			if hook == nil || *hook > s.cfg.MaxReadyLag {
+			if hook == nil || *hook > s.cfg.MaxReadyWebhookLag {
 				ok = false
 			}
 		} else {
