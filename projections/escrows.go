@@ -29,9 +29,9 @@ func NewEscrows() Escrows { return Escrows{states: &escrowStates{m: map[string]c
 // revision. An entry is only used to apply the event with the next
 // revision; anything else (a batch applied again after its transaction
 // rolled back, a restart, another process having applied events meanwhile)
-// misses and reads the row, so the cache can be stale but never wrong. A
-// state taken from it is only extended once: the entry is replaced by the
-// result.
+// misses and reads the row, so the cache can be stale but never wrong.
+// Sharing a cached state is safe because escrow.Apply never changes its
+// input (it copies the slices it extends).
 type escrowStates struct {
 	mu sync.Mutex
 	m  map[string]cachedEscrow
