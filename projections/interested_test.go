@@ -66,19 +66,11 @@ func TestUninterestingBatchesOnlyMoveTheCheckpoint(t *testing.T) {
 // A following projector stores the end of batches it skipped shortly after
 // them (or with its next applied batch), not in a transaction per batch; a
 // waiter in the same process sees the skip at once, a standby runner in
-// another process once it is stored, and stopping stores what is pending.
+// another process once it is stored.
 func TestSkippedBatchesAreStoredLazily(t *testing.T) {
 	e := newEnv(t)
 	c := interested{newCounter("lazy")}
-	active := testRunner(e.store, e.pool, e.log, c)
-	stop := start(t, active)
-	waitUntil(t, 5*time.Second, "active runner", func() bool {
-		st, err := Status(context.Background(), e.pool, e.store, c)
-		return err == nil && st[0].Active
-	})
-	poolB, storeB := openStore(t, e.url)
-	standby := testRunner(storeB, poolB, e.log, interested{newCounter("lazy")})
-	start(t, standby)
+	active, standby := activeAndStandby(t, e, c, 0)
 
 	for i := range 30 {
 		// s-0 only: nothing for the projector, which reads s-1.
@@ -109,15 +101,87 @@ func TestSkippedBatchesAreStoredLazily(t *testing.T) {
 	if got := checkpointOf(t, e.pool, c.name); got.Less(rel.Position) {
 		t.Fatalf("stored checkpoint %s after an applied batch ending at %s", got, rel.Position)
 	}
-	// Skips just before a stop are stored by the stop.
+}
+
+// Under a steady stream of skipped batches, closer together than the flush
+// delay, the position is still stored every delay: a standby's waiter is
+// answered while the stream goes on (it was not, when each skip pushed the
+// flush back).
+func TestSkipsAreStoredDuringASteadyStream(t *testing.T) {
+	e := newEnv(t)
+	c := interested{newCounter("steady")}
+	_, standby := activeAndStandby(t, e, c, 100*time.Millisecond)
+	standby.WaitTimeout = time.Second
+	first := appendEvents(t, e.store, 1, 1)
+	stop := make(chan struct{})
+	writing := make(chan struct{})
+	go func() {
+		defer close(writing)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			appendEvents(t, e.store, 1, 1)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	err := standby.WaitFor(context.Background(), first)
+	select {
+	case <-writing:
+		t.Fatal("the writer stopped early")
+	default:
+	}
+	close(stop)
+	<-writing
+	if err != nil {
+		t.Fatalf("standby wait during a steady stream of skips: %v", err)
+	}
+}
+
+// With a long flush delay the skipped position stays in memory (the
+// laziness), and stopping the runner stores it.
+func TestStoppingStoresSkippedPosition(t *testing.T) {
+	e := newEnv(t)
+	c := interested{newCounter("stopping")}
+	active := testRunner(e.store, e.pool, e.log, c)
+	active.SkipFlushDelay = time.Hour
+	stop := start(t, active)
+	waitUntil(t, 5*time.Second, "active runner", func() bool {
+		st, err := Status(context.Background(), e.pool, e.store, c)
+		return err == nil && st[0].Active
+	})
+	before := checkpointOf(t, e.pool, c.name)
 	last := visible(t, e.store, appendEvents(t, e.store, 3, 1))
 	if err := active.WaitFor(context.Background(), last); err != nil {
 		t.Fatal(err)
+	}
+	if got := checkpointOf(t, e.pool, c.name); got != before {
+		t.Fatalf("stored checkpoint moved to %s within the flush delay (was %s)", got, before)
 	}
 	stop()
 	if got := checkpointOf(t, e.pool, c.name); got != last {
 		t.Fatalf("stored checkpoint %s after stop, want %s", got, last)
 	}
+}
+
+// activeAndStandby starts a runner of p that becomes active (with the given
+// flush delay, 0 for the default) and a standby runner of the same
+// projector over another pool, as a second process.
+func activeAndStandby(t *testing.T, e *env, p interested, delay time.Duration) (active, standby *Runner) {
+	t.Helper()
+	active = testRunner(e.store, e.pool, e.log, p)
+	active.SkipFlushDelay = delay
+	start(t, active)
+	waitUntil(t, 5*time.Second, "active runner", func() bool {
+		st, err := Status(context.Background(), e.pool, e.store, p)
+		return err == nil && st[0].Active
+	})
+	poolB, storeB := openStore(t, e.url)
+	standby = testRunner(storeB, poolB, e.log, interested{newCounter(p.name)})
+	start(t, standby)
+	return active, standby
 }
 
 func TestProjectorNames(t *testing.T) {

@@ -61,6 +61,9 @@ type Runner struct {
 	// RetryBackoff is the first pause after a failing batch; it doubles on
 	// every further failure up to 30 s (default 100 ms).
 	RetryBackoff time.Duration
+	// SkipFlushDelay is how long the end of batches a projector skipped may
+	// wait in memory before it is stored (default 10 ms; see follow).
+	SkipFlushDelay time.Duration
 
 	mu       sync.Mutex
 	progress chan struct{} // closed and replaced whenever a known checkpoint moves
@@ -256,7 +259,7 @@ func (r *Runner) runActive(ctx context.Context, st *projState) {
 //
 // A batch that holds nothing for the projector (see Interested) moves its
 // position in memory at once, so WaitFor in this process never waits for
-// it, but reaches the stored checkpoint only after skipFlushDelay (or with
+// it, but reaches the stored checkpoint only after SkipFlushDelay (or with
 // the next applied batch, which stores its own end): under load nearly every
 // batch is of no interest to most projectors, and storing each skip was a
 // transaction per projector per batch. Nothing is lost by the delay: after a
@@ -267,7 +270,7 @@ func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Durati
 		return err
 	}
 	r.advance(st, pos, false)
-	cp := &checkpointer{r: r, ctx: ctx, name: st.p.Name(), stored: pos}
+	cp := &checkpointer{r: r, ctx: ctx, name: st.p.Name(), stored: pos, delay: orDefault(r.SkipFlushDelay, defaultSkipFlushDelay)}
 	defer cp.close()
 	return r.store.Subscribe(ctx, pos, func(ctx context.Context, events []eventstore.RecordedEvent) error {
 		if len(events) == 0 {
@@ -294,36 +297,45 @@ func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Durati
 	})
 }
 
-// skipFlushDelay is how long a skipped batch's end may wait in memory
-// before it is stored (see follow). It bounds how far a waiter in another
-// process, which polls stored checkpoints, can be held up by batches the
-// projector had nothing to do with.
-const skipFlushDelay = 10 * time.Millisecond
+// defaultSkipFlushDelay is how long a skipped batch's end may wait in
+// memory before it is stored (see follow). It bounds how far a waiter in
+// another process, which polls stored checkpoints, can be held up by batches
+// the projector had nothing to do with.
+const defaultSkipFlushDelay = 10 * time.Millisecond
 
 // checkpointer stores the checkpoint of one following projector: applied
 // batches store theirs in their own transaction; skipped ones are stored
-// after skipFlushDelay by a timer. mu serialises the two.
+// after delay by a timer. mu serialises the two.
 type checkpointer struct {
-	r    *Runner
-	ctx  context.Context
-	name string
+	r     *Runner
+	ctx   context.Context
+	name  string
+	delay time.Duration
 
 	mu      sync.Mutex
 	stored  eventstore.Position // the checkpoint as stored
 	target  eventstore.Position // where the skipped batches end
 	pending bool                // target is ahead of stored
 	timer   *time.Timer
+	armed   bool // the timer will fire
 	resync  bool // the stored checkpoint moved under us (a rebuild)
 	closed  bool
 }
 
 // skipped records that every event up to last is of no interest; mu held.
+// The timer runs from the first skip not yet stored and is not pushed back
+// by later ones: under a steady stream of skips the position is still
+// stored every delay, not only once the stream pauses.
 func (c *checkpointer) skipped(last eventstore.Position) {
 	c.target, c.pending = last, true
+	if c.armed {
+		return
+	}
+	c.armed = true
 	if c.timer == nil {
-		c.timer = time.AfterFunc(skipFlushDelay, c.flush)
+		c.timer = time.AfterFunc(c.delay, c.flush)
 	} else {
-		c.timer.Reset(skipFlushDelay)
+		c.timer.Reset(c.delay)
 	}
 }
 
@@ -331,10 +343,15 @@ func (c *checkpointer) skipped(last eventstore.Position) {
 func (c *checkpointer) flush() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.armed = false
 	if c.closed {
 		return
 	}
 	c.store(c.ctx)
+	if c.pending && !c.resync && c.ctx.Err() == nil {
+		c.armed = true // storing failed: try again, not only at the next skip
+		c.timer.Reset(c.delay)
+	}
 }
 
 // store writes target if it is pending; mu held.
