@@ -8,9 +8,7 @@ import (
 	"io"
 	"os"
 	"text/tabwriter"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
 	"github.com/escrowd/escrowd/internal/audit"
@@ -35,39 +33,14 @@ func cmdAudit(ctx context.Context, env *cliEnv, args []string) error {
 		return usageError("audit: --merchant is required")
 	}
 	opts := audit.Options{Log: env.Log}
-	var bar *progressbar.ProgressBar
+	var progress *eventProgress
 	if isTerminal(env.Stderr) {
-		opts.Progress = func(done, total int64) {
-			if bar == nil {
-				limit := total
-				if limit <= 0 {
-					limit = -1 // unknown: a spinner
-				}
-				bar = progressbar.NewOptions64(limit,
-					progressbar.OptionSetWriter(env.Stderr),
-					progressbar.OptionSetDescription("audit replay"),
-					progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(),
-					progressbar.OptionSetItsString("events"),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionOnCompletion(func() { fmt.Fprintln(env.Stderr) }),
-				)
-			}
-			if total > 0 {
-				_ = bar.Set64(min(done, bar.GetMax64()-1))
-			} else {
-				_ = bar.Set64(done)
-			}
-		}
+		progress = newEventProgress(env.Stderr, "audit replay")
+		opts.Progress = progress.update
 	}
 	rep, err := audit.RunWith(ctx, env.Store, env.Pool, *id, opts)
-	if bar != nil {
-		if err == nil {
-			_ = bar.Finish()
-		} else {
-			_ = bar.Exit()
-		}
+	if progress != nil {
+		progress.finish(err)
 	}
 	if err != nil {
 		return err

@@ -11,8 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -141,33 +139,9 @@ func projectionsRebuild(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	for _, p := range targets {
 		began := time.Now()
-		var bar *progressbar.ProgressBar
-		err := projections.Rebuild(ctx, env.Pool, env.Store, p, env.Log, func(done, total int64) {
-			if bar == nil {
-				bar = progressbar.NewOptions64(max(total, 1),
-					progressbar.OptionSetWriter(env.Stderr),
-					progressbar.OptionSetDescription("rebuild "+p.Name()),
-					progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(),
-					progressbar.OptionSetItsString("events"),
-					progressbar.OptionSetPredictTime(true),
-					progressbar.OptionThrottle(100*time.Millisecond),
-					progressbar.OptionOnCompletion(func() { fmt.Fprintln(env.Stderr) }),
-				)
-			}
-			if total > bar.GetMax64() {
-				bar.ChangeMax64(total)
-			}
-			// Completion is Finish's call: the log may still grow.
-			_ = bar.Set64(min(done, bar.GetMax64()-1))
-		})
-		if bar != nil {
-			if err == nil {
-				_ = bar.Finish()
-			} else {
-				_ = bar.Exit()
-			}
-		}
+		progress := newEventProgress(env.Stderr, "rebuild "+p.Name())
+		err := projections.Rebuild(ctx, env.Pool, env.Store, p, env.Log, progress.update)
+		progress.finish(err)
 		if err != nil {
 			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
 		}
