@@ -8,8 +8,6 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,19 +139,10 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 
 	run := rand.Int64() // references are unique across b.N runs
 	var (
-		next     atomic.Int64
-		failed   atomic.Bool
-		firstErr error
-		errOnce  sync.Once
-		wg       sync.WaitGroup
 		creates  = make([][]time.Duration, clients)
 		pays     = make([][]time.Duration, clients)
 		confirms = make([][]time.Duration, clients)
 	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err })
-		failed.Store(true)
-	}
 	lifecycle := func(w int, i int64) error {
 		seller := sellers[int(i)%escrowSellers]
 		buyer := buyers[int(i)%nBuyers]
@@ -196,30 +185,7 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 		confirms[w] = append(confirms[w], d)
 		return nil
 	}
-	b.ResetTimer()
-	start := time.Now()
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !failed.Load() {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				if err := lifecycle(w, i); err != nil {
-					fail(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
+	elapsed := runClients(b, clients, lifecycle)
 
 	// Conservation: customers + merchant + platform hold the initial funding,
 	// split as the fee rules say.

@@ -17,8 +17,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,65 +287,36 @@ func BenchmarkWalletTransferHTTP(b *testing.B) {
 
 	run := rand.Int64() // references are unique across b.N runs
 	var (
-		next     atomic.Int64
-		failed   atomic.Bool
-		firstErr error
-		errOnce  sync.Once
-		wg       sync.WaitGroup
 		intents  = make([][]time.Duration, ledgerClients)
 		verifies = make([][]time.Duration, ledgerClients)
 	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err })
-		failed.Store(true)
-	}
-	b.ResetTimer()
-	start := time.Now()
-	for w := range ledgerClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !failed.Load() {
-				i := next.Add(1)
-				if i > int64(b.N) {
-					return
-				}
-				from := rand.IntN(ledgerCustomers)
-				to := rand.IntN(ledgerCustomers - 1)
-				if to >= from {
-					to++
-				}
-				ref := fmt.Sprintf("wt-%x-%d", run, i)
-				_, d, err := c.do("POST", "/v1/payment/create-intent", std, custs[from].id, fmt.Sprintf(
-					`{"reference":%q,"amount":%s,"transactionType":"wallet_transfer","walletDetails":{"phone":%q,"narration":"bench"}}`,
-					ref, ledgerTransfer, custs[to].phone))
-				if err != nil {
-					fail(err)
-					return
-				}
-				intents[w] = append(intents[w], d)
-				env, d, err := c.do("POST", "/v1/payment/verify", std, custs[from].id, fmt.Sprintf(`{"reference":%q}`, ref))
-				if err != nil {
-					fail(err)
-					return
-				}
-				var rec struct {
-					Status string `json:"status"`
-				}
-				if err := json.Unmarshal(env.Data, &rec); err != nil || rec.Status != "success" {
-					fail(fmt.Errorf("verify %s: status %q (%v): %s", ref, rec.Status, err, env.Data))
-					return
-				}
-				verifies[w] = append(verifies[w], d)
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
+	elapsed := runClients(b, ledgerClients, func(w int, i int64) error {
+		from := rand.IntN(ledgerCustomers)
+		to := rand.IntN(ledgerCustomers - 1)
+		if to >= from {
+			to++
+		}
+		ref := fmt.Sprintf("wt-%x-%d", run, i)
+		_, d, err := c.do("POST", "/v1/payment/create-intent", std, custs[from].id, fmt.Sprintf(
+			`{"reference":%q,"amount":%s,"transactionType":"wallet_transfer","walletDetails":{"phone":%q,"narration":"bench"}}`,
+			ref, ledgerTransfer, custs[to].phone))
+		if err != nil {
+			return err
+		}
+		intents[w] = append(intents[w], d)
+		env, d, err := c.do("POST", "/v1/payment/verify", std, custs[from].id, fmt.Sprintf(`{"reference":%q}`, ref))
+		if err != nil {
+			return err
+		}
+		var rec struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(env.Data, &rec); err != nil || rec.Status != "success" {
+			return fmt.Errorf("verify %s: status %q (%v): %s", ref, rec.Status, err, env.Data)
+		}
+		verifies[w] = append(verifies[w], d)
+		return nil
+	})
 	if after := sum(); after != before {
 		b.Fatalf("money not conserved: wallets held %d kobo before the transfers and %d after", before, after)
 	}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
@@ -79,4 +82,46 @@ func benchKobo(ns ...json.Number) (int64, error) {
 		total += a
 	}
 	return total.Kobo(), nil
+}
+
+// runClients runs b.N operations on clients goroutines (a closed loop: each
+// starts its next operation when the last one answered) with the benchmark
+// timer running, and returns the time they took. op(w, i) is operation i
+// (1..b.N) on goroutine w; the first error stops every goroutine and fails
+// the benchmark.
+func runClients(b *testing.B, clients int, op func(w int, i int64) error) time.Duration {
+	b.Helper()
+	var (
+		next     atomic.Int64
+		failed   atomic.Bool
+		firstErr error
+		errOnce  sync.Once
+		wg       sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for w := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !failed.Load() {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := op(w, i); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					failed.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if firstErr != nil {
+		b.Fatal(firstErr)
+	}
+	return elapsed
 }
