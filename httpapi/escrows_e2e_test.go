@@ -15,6 +15,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/money"
 )
 
 // escrowForm builds a real multipart/form-data body with fields and
@@ -51,16 +52,15 @@ func (h *harness) createEscrow(cid string, fields map[string]string, images int)
 		headers: map[string]string{"Content-Type": ct}})
 }
 
-func (h *harness) merchantBalance() (main, escrow float64) {
+func (h *harness) merchantBalance() (main, escrow money.Amount) {
 	h.t.Helper()
-	b := h.do(req{path: "/v1/merchant/balance", key: h.sa()}).expect(h.t, 200, "").obj()
-	return b["mainBalance"].(float64), b["escrowBalance"].(float64)
+	return h.balances(h.do(req{path: "/v1/merchant/balance", key: h.sa()}).expect(h.t, 200, ""))
 }
 
-func (h *harness) expectMerchant(main, escrow float64) {
+func (h *harness) expectMerchant(main, escrow any) {
 	h.t.Helper()
-	if m, e := h.merchantBalance(); m != main || e != escrow {
-		h.t.Fatalf("merchant wallet main %v escrow %v, want %v %v", m, e, main, escrow)
+	if m, e := h.merchantBalance(); m != h.amount(main) || e != h.amount(escrow) {
+		h.t.Fatalf("merchant wallet main %s escrow %s, want %s %s", m, e, h.amount(main), h.amount(escrow))
 	}
 }
 

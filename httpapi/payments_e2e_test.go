@@ -2,7 +2,9 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/domaintest"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/reference"
 )
 
@@ -21,19 +24,64 @@ func (h *harness) topUp(cid string, amount any) resp {
 	return h.do(req{method: "POST", path: "/v1/payment/topup", key: h.std(), cid: cid, body: map[string]any{"amount": amount}})
 }
 
-func (h *harness) wallet(cid string) (main, escrow float64) {
+// wallet is the customer's balances as GET /v1/wallet shows them, read
+// exactly (never through a float64).
+func (h *harness) wallet(cid string) (main, escrow money.Amount) {
 	h.t.Helper()
-	d := h.do(req{path: "/v1/wallet", key: h.std(), cid: cid}).expect(h.t, 200, "Wallet fetched successfully").obj()
-	if d["customerId"] != cid || d["currency"] != "NGN" {
+	r := h.do(req{path: "/v1/wallet", key: h.std(), cid: cid}).expect(h.t, 200, "Wallet fetched successfully")
+	if d := r.obj(); d["customerId"] != cid || d["currency"] != "NGN" {
 		h.t.Fatalf("wallet %v", d)
 	}
-	return d["mainBalance"].(float64), d["escrowBalance"].(float64)
+	return h.balances(r)
 }
 
-func (h *harness) expectWallet(cid string, main, escrow float64) {
+// balances reads mainBalance and escrowBalance of a response's data as the
+// exact decimals they are written in.
+func (h *harness) balances(r resp) (main, escrow money.Amount) {
 	h.t.Helper()
-	if m, e := h.wallet(cid); m != main || e != escrow {
-		h.t.Fatalf("wallet of %s = main %v escrow %v, want %v %v", cid, m, e, main, escrow)
+	var env struct {
+		Data struct {
+			Main   json.Number `json:"mainBalance"`
+			Escrow json.Number `json:"escrowBalance"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.Raw, &env); err != nil {
+		h.t.Fatalf("balances: %v: %s", err, r.Raw)
+	}
+	var err error
+	if main, err = money.Parse(env.Data.Main.String()); err != nil {
+		h.t.Fatalf("mainBalance %q: %v", env.Data.Main, err)
+	}
+	if escrow, err = money.Parse(env.Data.Escrow.String()); err != nil {
+		h.t.Fatalf("escrowBalance %q: %v", env.Data.Escrow, err)
+	}
+	return main, escrow
+}
+
+// amount is an expected balance: naira as a literal with at most two
+// decimals (1025.5), or a money.Amount read earlier; compared in kobo.
+func (h *harness) amount(v any) money.Amount {
+	h.t.Helper()
+	switch x := v.(type) {
+	case money.Amount:
+		return x
+	case int:
+		return money.Naira(int64(x))
+	case float64:
+		k := math.Round(x * 100)
+		if math.Abs(x*100-k) > 1e-6 {
+			h.t.Fatalf("expected balance %v has more than two decimals", x)
+		}
+		return money.Amount(int64(k))
+	}
+	h.t.Fatalf("expected balance of type %T", v)
+	return 0
+}
+
+func (h *harness) expectWallet(cid string, main, escrow any) {
+	h.t.Helper()
+	if m, e := h.wallet(cid); m != h.amount(main) || e != h.amount(escrow) {
+		h.t.Fatalf("wallet of %s = main %s escrow %s, want %s %s", cid, m, e, h.amount(main), h.amount(escrow))
 	}
 }
 
@@ -462,14 +510,14 @@ func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
 		}
 		return r.Status == 200
 	})
-	aOut, bOut := float64(moved[0].Load()), float64(moved[1].Load())
+	aOut, bOut := moved[0].Load(), moved[1].Load()
 	// b (5000) can always afford its ten sends of 500; a (550) at least one.
 	if bOut != 10 || aOut < 1 {
 		t.Fatalf("transfers out of a %v, out of b %v", aOut, bOut)
 	}
 	ma, _ := h.wallet(a)
 	mb, _ := h.wallet(b)
-	if ma != 550-500*aOut+500*bOut || mb != 5000+500*aOut-500*bOut {
+	if ma != money.Naira(550-500*aOut+500*bOut) || mb != money.Naira(5000+500*aOut-500*bOut) {
 		t.Fatalf("wallets after transfers: a %v, b %v; %v out of a, %v out of b", ma, mb, aOut, bOut)
 	}
 	h.assertZeroSum()
@@ -495,11 +543,11 @@ func TestReusedReferenceMovesMoneyOnce(t *testing.T) {
 	// 20 racing verifies of it: the money moves once.
 	parallel(20, func(int) bool { return h.verify(a, "same").expect(t, 200, "").Status == 200 })
 	m, _ := h.wallet(a)
-	if m < 8981 || m > 9000 {
+	if m < money.Naira(8981) || m > money.Naira(9000) {
 		t.Fatalf("sender main %v: the transfer moved more than once", m)
 	}
-	if got, _ := h.wallet(receiver); got != 10000-m {
-		t.Fatalf("receiver main %v, want exactly what the sender paid (%v)", got, 10000-m)
+	if got, _ := h.wallet(receiver); got != money.Naira(10000)-m {
+		t.Fatalf("receiver main %v, want exactly what the sender paid (%v)", got, money.Naira(10000)-m)
 	}
 	hist := h.do(req{path: "/v1/payment/history?reference=same", key: h.std(), cid: a}).expect(t, 200, "").Data.([]any)
 	if len(hist) != 1 {
@@ -592,8 +640,8 @@ func TestMixedWorkloadZeroSum(t *testing.T) {
 	}
 	good, failing := nuban(t, "058", "7", false), nuban(t, "058", "8", true)
 	var mu sync.Mutex
-	withdrawn := 0.0 // successful bank payouts incl. fee
-	deposited := 0.0
+	var withdrawn money.Amount // successful bank payouts incl. fee
+	var deposited money.Amount
 	parallel(n, func(i int) bool {
 		cid := cids[i]
 		for j := 0; j < 6; j++ {
@@ -624,20 +672,20 @@ func TestMixedWorkloadZeroSum(t *testing.T) {
 			mu.Lock()
 			switch rec := r.obj(); {
 			case rec["transactionType"] == "deposit":
-				deposited += 1500.25
+				deposited += money.Amount(150025)
 			case rec["transactionType"] == "withdrawal" && rec["status"] == "success":
-				withdrawn += 950
+				withdrawn += money.Naira(950)
 			}
 			mu.Unlock()
 		}
 		return true
 	})
-	total := 0.0
+	var total money.Amount
 	for _, cid := range cids {
 		m, e := h.wallet(cid)
 		total += m + e
 	}
-	if want := n*20000 + deposited - withdrawn; total != want {
+	if want := money.Naira(n*20000) + deposited - withdrawn; total != want {
 		t.Fatalf("customers hold %v, want %v", total, want)
 	}
 	h.assertZeroSum()
