@@ -40,12 +40,11 @@ type TestAccount struct {
 
 // State is an intent.
 type State struct {
-	Phase        Phase
-	Staged       ledger.Record    // the payer's record as staged: what the client asked for
-	Record       ledger.Record    // the payer's record, as it stands
-	Counterparty *ledger.Record   // a transfer's receiving record, once settled
-	Movement     *ledger.Movement // what executing it moved
-	TestAccount  *TestAccount
+	Phase       Phase
+	Staged      ledger.Record    // the payer's record as staged: what the client asked for
+	Record      ledger.Record    // the payer's record, as it stands
+	Movement    *ledger.Movement // what executing it moved
+	TestAccount *TestAccount
 }
 
 // Exists reports whether the intent has been created.
@@ -120,12 +119,11 @@ func Apply(s State, ev domain.Event) State {
 		s = State{Phase: Staged, Staged: e.Record, Record: e.Record, TestAccount: e.TestAccount}
 	case Settled:
 		s.Phase, s.Movement = Done, e.Movement
-		for i := range e.Records {
-			r := e.Records[i]
+		// A transfer's receiving record is in the event (and the receiver's
+		// wallet); the payment's state keeps only its own.
+		for _, r := range e.Records {
 			if r.ID == s.Record.ID {
 				s.Record = r
-			} else {
-				s.Counterparty = &r
 			}
 		}
 	case PayoutStarted:
