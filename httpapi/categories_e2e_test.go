@@ -232,6 +232,19 @@ func TestCategoryLifecycle(t *testing.T) {
 	if r2.Status != 201 || string(r2.Raw) != string(r1.Raw) || r2.Header.Get("Idempotency-Replayed") != "true" {
 		t.Fatalf("replay %d %s", r2.Status, r2.Raw)
 	}
+	// The write and its claim marker are one append (one transaction), so
+	// a retry that takes an abandoned claim over knows whether it wrote.
+	evs, err := h.store.ReadAll(context.Background(), eventstore.Start, 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commits := map[string][]uint64{}
+	for _, e := range evs {
+		commits[e.Type] = append(commits[e.Type], e.Position.Commit)
+	}
+	if w, c := commits["idempotency.write"], commits["category.created"]; len(w) != 1 || c[len(c)-1] != w[0] {
+		t.Fatalf("claim marker commits %v, category commits %v: want one marker, in the last create's transaction", w, c)
+	}
 }
 
 // Ten concurrent creates of one name, in several cases, make one category.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/app"
 )
 
 // Idempotency-Key handling (api-decisions §2), after Stripe: the first
@@ -45,12 +49,14 @@ const (
 	msgIdempotencyKeyTooLong  = "Idempotency-Key must be at most 255 characters"
 	msgIdempotencyKeyMismatch = "Idempotency key reused with a different request"
 	msgIdempotencyInProgress  = "A request with this idempotency key is in progress"
+	msgIdempotencyOutcomeLost = "A request with this idempotency key was executed but its response was lost; read the resource to see the outcome"
 )
 
 // IdempotencyStore keeps Idempotency-Key records in PostgreSQL, so every
 // server instance sharing the database honours them.
 type IdempotencyStore struct {
 	pool      *pgxpool.Pool
+	fencer    ClaimFencer
 	now       func() time.Time
 	maxBody   int64
 	log       *zap.Logger
@@ -76,6 +82,19 @@ func WithIdempotencyMaxBody(n int64) IdempotencyOption {
 // (storing a response that was already sent, cleanup).
 func WithIdempotencyLogger(l *zap.Logger) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.log = l }
+}
+
+// ClaimFencer ties idempotency claims to the writes made under them (see
+// app.Claim); *app.Engine is one.
+type ClaimFencer interface {
+	FenceClaim(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (wrote bool, err error)
+}
+
+// WithIdempotencyFence makes every command a request runs write under its
+// claim, so a retry that takes an abandoned claim over never runs a request
+// that already wrote. Without it a takeover cannot tell.
+func WithIdempotencyFence(f ClaimFencer) IdempotencyOption {
+	return func(s *IdempotencyStore) { s.fencer = f }
 }
 
 // NewIdempotencyStore returns a store on pool.
@@ -109,7 +128,7 @@ func (s *IdempotencyStore) Middleware() echo.MiddlewareFunc {
 			if err != nil {
 				return err
 			}
-			return s.serve(c, next, p.KeyID, key, requestFingerprint(req, body))
+			return s.serve(c, next, p, key, requestFingerprint(req, body))
 		}
 	}
 }
@@ -172,14 +191,17 @@ func requestFingerprint(req *http.Request, body []byte) []byte {
 // storedResponse is a completed (or in-flight) record.
 type storedResponse struct {
 	fingerprint []byte
+	owner       []byte
+	createdAt   time.Time
 	complete    bool
 	status      int
 	headers     http.Header
 	body        []byte
 }
 
-func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, scope, key string, fp []byte) error {
+func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Principal, key string, fp []byte) error {
 	ctx := c.Request().Context()
+	scope := p.KeyID
 	for range idempotencyClaimAttempts {
 		now := s.now()
 		s.maybeSweep(ctx, now)
@@ -199,8 +221,23 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, scope, k
 		if !found {
 			continue // released (failed or swept) since our claim: claim again
 		}
+		expired := !rec.createdAt.After(now.Add(-idempotencyTTL))
+		sameRequest := bytes.Equal(rec.fingerprint, fp)
+		abandoned := !rec.complete && sameRequest && !rec.createdAt.After(now.Add(-idempotencyAbandonAfter))
 		switch {
-		case !bytes.Equal(rec.fingerprint, fp):
+		case expired || abandoned:
+			taken, err := s.takeOver(c, p, key, fp, owner, rec, expired, now)
+			if err != nil {
+				return err
+			}
+			switch taken {
+			case tookOver:
+				return s.execute(c, next, scope, key, owner)
+			case answered:
+				return nil
+			}
+			continue // another retry changed the row first
+		case !sameRequest:
 			return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyKeyMismatch)
 		case !rec.complete:
 			return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
@@ -210,20 +247,15 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, scope, k
 	return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
 }
 
-// claim inserts an in-flight row, or takes over an expired row (any
-// request) or an abandoned in-flight one (the same request only). It reports
-// whether this request now owns the key.
+// claim inserts an in-flight row; it reports whether this request now owns
+// the key (false: the key has a row already).
 func (s *IdempotencyStore) claim(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
 	var one int
 	err := s.pool.QueryRow(ctx, `
-INSERT INTO http_idempotency_keys AS k (key_id, idempotency_key, fingerprint, owner, created_at)
+INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at)
 VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (key_id, idempotency_key) DO UPDATE SET
-    fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner, created_at = EXCLUDED.created_at,
-    completed_at = NULL, status = NULL, headers = NULL, body = NULL
-WHERE k.created_at <= $6
-   OR (k.completed_at IS NULL AND k.created_at <= $7 AND k.fingerprint = EXCLUDED.fingerprint)
-RETURNING 1`, scope, key, fp, owner, now, now.Add(-idempotencyTTL), now.Add(-idempotencyAbandonAfter)).Scan(&one)
+ON CONFLICT (key_id, idempotency_key) DO NOTHING
+RETURNING 1`, scope, key, fp, owner, now).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -233,15 +265,77 @@ RETURNING 1`, scope, key, fp, owner, now, now.Add(-idempotencyTTL), now.Add(-ide
 	return true, nil
 }
 
+type takeOverOutcome int
+
+const (
+	lostRace takeOverOutcome = iota // the row changed: look again
+	tookOver                        // this request owns the key: run it
+	answered                        // the request had run: its outcome was answered
+)
+
+// takeOver claims a key whose row has expired (any request may) or whose
+// in-flight claim was abandoned (a retry of the same request). An in-flight
+// claim is fenced first, so its request can never write after this point;
+// if it already wrote, a retry of it is not run again but answered that
+// the outcome was lost.
+func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, key string, fp, owner []byte, old storedResponse, expired bool, now time.Time) (takeOverOutcome, error) {
+	ctx := c.Request().Context()
+	wrote := false
+	if !old.complete && s.fencer != nil {
+		var err error
+		wrote, err = s.fencer.FenceClaim(ctx, old.owner, p.KeyID, key, domain.Meta{MerchantID: p.MerchantID,
+			Environment: domain.Environment(p.Environment), Actor: p.KeyID, RequestID: c.Request().Header.Get("X-Request-Id")})
+		if err != nil {
+			return lostRace, fmt.Errorf("idempotency fence: %w", err)
+		}
+	}
+	if wrote && !expired {
+		rec := lostOutcome()
+		tag, err := s.pool.Exec(ctx, `
+UPDATE http_idempotency_keys SET owner = $4, status = $5, headers = $6, body = $7, completed_at = $8
+WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND completed_at IS NULL`,
+			p.KeyID, key, old.owner, owner, rec.status, rec.headers, rec.body, now)
+		if err != nil {
+			return lostRace, fmt.Errorf("idempotency outcome: %w", err)
+		}
+		if tag.RowsAffected() == 0 {
+			return lostRace, nil
+		}
+		s.log.Error("idempotency: a request wrote but its response was never stored",
+			zap.String("key_id", p.KeyID), zap.String("idempotency_key", key))
+		return answered, replayStored(c, rec)
+	}
+	tag, err := s.pool.Exec(ctx, `
+UPDATE http_idempotency_keys
+SET fingerprint = $4, owner = $5, created_at = $6, completed_at = NULL, status = NULL, headers = NULL, body = NULL
+WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND (completed_at IS NOT NULL) = $7`,
+		p.KeyID, key, old.owner, fp, owner, now, old.complete)
+	if err != nil {
+		return lostRace, fmt.Errorf("idempotency takeover: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return lostRace, nil
+	}
+	return tookOver, nil
+}
+
+// lostOutcome is the stored answer for a request that wrote and then died
+// before its response was stored: running it again could move money twice.
+func lostOutcome() storedResponse {
+	body, _ := json.Marshal(idempotencyErrorBody{Status: http.StatusConflict, Message: msgIdempotencyOutcomeLost})
+	return storedResponse{complete: true, status: http.StatusConflict,
+		headers: http.Header{echo.HeaderContentType: {echo.MIMEApplicationJSON}}, body: append(body, '\n')}
+}
+
 func (s *IdempotencyStore) load(ctx context.Context, scope, key string) (storedResponse, bool, error) {
 	var (
 		rec    storedResponse
 		status *int32
 	)
 	err := s.pool.QueryRow(ctx, `
-SELECT fingerprint, completed_at IS NOT NULL, status, headers, body
+SELECT fingerprint, owner, created_at, completed_at IS NOT NULL, status, headers, body
 FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, key).
-		Scan(&rec.fingerprint, &rec.complete, &status, &rec.headers, &rec.body)
+		Scan(&rec.fingerprint, &rec.owner, &rec.createdAt, &rec.complete, &status, &rec.headers, &rec.body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rec, false, nil
 	}
@@ -267,9 +361,16 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// The response may be gone to the client while the request context is
 	// cancelled; recording it must not be.
 	ctx := context.WithoutCancel(c.Request().Context())
+	claim := app.NewClaim(owner, scope, key)
+	if s.fencer != nil {
+		req := c.Request()
+		c.SetRequest(req.WithContext(app.WithClaim(req.Context(), claim)))
+	}
 	defer func() {
 		res.Writer = capture.ResponseWriter
-		if !done { // panicking: the recover middleware answers 500
+		// Panicking: the recover middleware answers 500. A request that
+		// wrote keeps its claim; a retry finds it abandoned and fenced.
+		if !done && !claim.Wrote() {
 			s.release(ctx, scope, key, owner)
 		}
 	}()
@@ -282,7 +383,10 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 		status = http.StatusOK
 		capture.header = res.Header().Clone()
 	}
-	if status >= http.StatusInternalServerError {
+	// A server error that changed nothing releases the key for a retry; one
+	// after a write (the read models lagging behind a saved change) is the
+	// outcome, stored and replayed like any other.
+	if status >= http.StatusInternalServerError && !claim.Wrote() {
 		s.release(ctx, scope, key, owner)
 		return nil
 	}

@@ -17,17 +17,50 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
+
+// idemWrite steers the /v1/write handler of an idemEnv.
+type idemWrite struct {
+	before func(call int64)         // runs before the append
+	result chan error               // receives the append's error
+	after  func(echo.Context) error // answers instead of 201
+}
+
+type thingHappened struct {
+	Call int64 `json:"call"`
+}
+
+func (thingHappened) EventType() string { return "thing.happened" }
+
+var thingKind = app.Kind[int]{Name: "thing", Registry: domain.NewRegistry(func() domain.Event { return &thingHappened{} }),
+	Apply: func(n int, _ domain.Event) int { return n + 1 }}
+
+// things counts the events of stream "thing-<id>".
+func (env *idemEnv) things(id string) int {
+	env.t.Helper()
+	evs, err := env.store.ReadStream(context.Background(), thingKind.StreamName(id), 0, 0)
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	return len(evs)
+}
 
 // errIdemUnprocessable stands for a domain error the app's error handler
 // maps to a 4xx: not an *echo.HTTPError, yet a stored outcome.
 var errIdemUnprocessable = errors.New("unprocessable")
 
 type idemEnv struct {
-	t       *testing.T
-	e       *echo.Echo
-	pool    *pgxpool.Pool
+	t     *testing.T
+	e     *echo.Echo
+	pool  *pgxpool.Pool
+	store eventstore.Store
+	// write steers /v1/write: what it does before and after its append.
+	write   idemWrite
 	now     atomic.Int64 // unix nanoseconds
 	calls   atomic.Int64
 	fails   atomic.Int64 // /v1/flaky fails while > 0
@@ -40,11 +73,20 @@ func newIdemEnv(t *testing.T) *idemEnv {
 	t.Helper()
 	env := &idemEnv{t: t, pool: pgtest.NewPool(t), entered: make(chan struct{}, 16), release: make(chan struct{})}
 	env.now.Store(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-	store := NewIdempotencyStore(env.pool, WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() }))
+	env.store = postgres.New(env.pool)
+	t.Cleanup(env.store.Close)
+	engine := app.NewEngine(env.store, 100)
+	store := NewIdempotencyStore(env.pool, WithIdempotencyFence(engine),
+		WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() }))
 
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		if c.Response().Committed {
+			return
+		}
+		var de *domain.Error
+		if errors.As(err, &de) {
+			_ = c.JSON(statusOf(de.Code), map[string]any{"status": statusOf(de.Code), "message": de.Message})
 			return
 		}
 		if errors.Is(err, errIdemUnprocessable) {
@@ -111,6 +153,33 @@ func newIdemEnv(t *testing.T) *idemEnv {
 		n := env.calls.Add(1)
 		env.entered <- struct{}{}
 		<-env.release
+		return c.JSON(http.StatusCreated, map[string]any{"call": n})
+	})
+	// /v1/write appends one event to stream "thing-<body>" through the
+	// engine, as every money-moving command does.
+	e.POST("/v1/write", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		b, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		w := env.write
+		if w.before != nil {
+			w.before(n)
+		}
+		_, err = engine.Do(c.Request().Context(), domain.Meta{}, func(tx *app.Tx) error {
+			app.Append(tx, thingKind, string(b), thingHappened{Call: n})
+			return nil
+		})
+		if w.result != nil {
+			w.result <- err
+		}
+		if err != nil {
+			return err
+		}
+		if w.after != nil {
+			return w.after(c)
+		}
 		return c.JSON(http.StatusCreated, map[string]any{"call": n})
 	})
 	e.DELETE("/v1/panic", func(c echo.Context) error {
@@ -424,4 +493,138 @@ func TestIdempotencyMultipartIgnoresBoundary(t *testing.T) {
 	idemWantReplayOf(t, env.do(http.MethodPut, "/v1/form", "key1", "m", ct, body), first)
 	ct, body = form("boundary-three-33", "boots")
 	idemWantStatus(t, env.do(http.MethodPut, "/v1/form", "key1", "m", ct, body), http.StatusConflict)
+}
+
+// A request that wrote and then died before its response was stored (here:
+// it never finishes) must not run again when a retry takes its abandoned
+// claim over: the retry learns that the write happened and answers so.
+func TestIdempotencyWriteWithoutStoredResponseIsNotRunAgain(t *testing.T) {
+	env := newIdemEnv(t)
+	hang := make(chan struct{})
+	defer close(hang)
+	env.write = idemWrite{after: func(c echo.Context) error {
+		if env.calls.Load() > 1 { // a second run: the failure under test
+			return c.JSON(http.StatusCreated, map[string]any{})
+		}
+		env.entered <- struct{}{}
+		<-hang
+		return nil
+	}}
+	go env.post("/v1/write", "key1", "w", `a`)
+	<-env.entered // the append has committed; no response is stored
+
+	idemWantStatus(t, env.post("/v1/write", "key1", "w", `a`), http.StatusConflict) // in flight
+	env.advance(idempotencyAbandonAfter + time.Second)
+	lost := env.post("/v1/write", "key1", "w", `a`)
+	idemWantStatus(t, lost, http.StatusConflict)
+	if !strings.Contains(lost.Body.String(), msgIdempotencyOutcomeLost) || lost.Header().Get(headerIdempotencyReplayed) != "true" {
+		t.Fatalf("retry of a request that wrote: %v %s", lost.Header(), lost.Body)
+	}
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), lost)
+	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
+		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
+	}
+}
+
+// A retry that takes over a claim whose request has not written yet runs
+// the request; the abandoned request, waking up, can no longer write.
+func TestIdempotencyTakeoverFencesTheAbandonedRequest(t *testing.T) {
+	env := newIdemEnv(t)
+	proceed := map[int64]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	results := make(chan error, 2)
+	env.write = idemWrite{before: func(n int64) { env.entered <- struct{}{}; <-proceed[n] }, result: results}
+	first := make(chan *httptest.ResponseRecorder)
+	go func() { first <- env.post("/v1/write", "key1", "w", `a`) }()
+	<-env.entered // claimed, not written
+
+	env.advance(idempotencyAbandonAfter + time.Second)
+	retry := make(chan *httptest.ResponseRecorder)
+	go func() { retry <- env.post("/v1/write", "key1", "w", `a`) }()
+	<-env.entered
+	close(proceed[2]) // the retry writes
+	if err := <-results; err != nil {
+		t.Fatalf("the retry's append: %v", err)
+	}
+	won := <-retry
+	idemWantStatus(t, won, http.StatusCreated)
+
+	close(proceed[1]) // the abandoned request wakes up
+	if err := <-results; !errors.Is(err, app.ErrClaimLost) {
+		t.Fatalf("the abandoned request's append: %v, want ErrClaimLost", err)
+	}
+	idemWantStatus(t, <-first, http.StatusConflict)
+	if w := env.things("a"); w != 1 {
+		t.Fatalf("%d events written, want 1", w)
+	}
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), won)
+}
+
+// A server error after a write (the read models lagging behind a saved
+// change) is the request's outcome: a retry replays it and writes nothing.
+func TestIdempotencyServerErrorAfterWriteIsStored(t *testing.T) {
+	env := newIdemEnv(t)
+	env.write = idemWrite{after: func(c echo.Context) error {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": 503, "message": "saved, read later"})
+	}}
+	first := env.post("/v1/write", "key1", "w", `a`)
+	idemWantStatus(t, first, http.StatusServiceUnavailable)
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), first)
+	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
+		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
+	}
+}
+
+// A panic after a write keeps the claim: the key stays in flight and, once
+// abandoned, answers that the outcome was lost; it never runs again.
+func TestIdempotencyPanicAfterWriteKeepsKey(t *testing.T) {
+	env := newIdemEnv(t)
+	env.write = idemWrite{after: func(echo.Context) error { panic("after the write") }}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic")
+			}
+		}()
+		env.post("/v1/write", "key1", "w", `a`)
+	}()
+	idemWantStatus(t, env.post("/v1/write", "key1", "w", `a`), http.StatusConflict)
+	env.advance(idempotencyAbandonAfter + time.Second)
+	lost := env.post("/v1/write", "key1", "w", `a`)
+	if !strings.Contains(lost.Body.String(), msgIdempotencyOutcomeLost) {
+		t.Fatalf("retry after a panic that wrote: %d %s", lost.Code, lost.Body)
+	}
+	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
+		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
+	}
+}
+
+// Retries racing to take one abandoned claim over: exactly one runs.
+func TestIdempotencyRacingTakeoversRunOnce(t *testing.T) {
+	env := newIdemEnv(t)
+	proceed := make(chan struct{})
+	env.write = idemWrite{before: func(int64) { env.entered <- struct{}{}; <-proceed }}
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- env.post("/v1/write", "key1", "w", `a`) }()
+	<-env.entered
+	env.advance(idempotencyAbandonAfter + time.Second)
+
+	const retries = 8
+	answers := make(chan *httptest.ResponseRecorder, retries)
+	for range retries {
+		go func() { answers <- env.post("/v1/write", "key1", "w", `a`) }()
+	}
+	<-env.entered // one retry took over; the others must answer without running
+	codes := map[int]int{}
+	for range retries - 1 {
+		codes[(<-answers).Code]++
+	}
+	close(proceed) // let the winner and the abandoned request go on
+	codes[(<-answers).Code]++
+	codes[(<-first).Code]++
+	if codes[http.StatusCreated] != 1 || codes[http.StatusConflict] != retries {
+		t.Fatalf("answers by status: %v, want one 201 and %d 409", codes, retries)
+	}
+	if n, w := env.calls.Load(), env.things("a"); n != 2 || w != 1 {
+		t.Fatalf("handler ran %d times and wrote %d events, want 2 and 1", n, w)
+	}
 }

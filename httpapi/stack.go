@@ -19,7 +19,8 @@ const aggregateCacheSize = 100_000
 // the tests and the benchmarks share. reg may be nil.
 func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Waiter, log *zap.Logger, reg *prometheus.Registry) *Server {
 	q := projections.NewQueries(pool)
-	svc := app.NewService(app.NewEngine(store, aggregateCacheSize))
+	engine := app.NewEngine(store, aggregateCacheSize)
+	svc := app.NewService(engine)
 	for env, addr := range cfg.BSCMasterAddress {
 		if addr != "" {
 			svc.CryptoMaster[env] = addr
@@ -31,7 +32,7 @@ func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Wai
 		Queries:   q,
 		Waiter:    waiter,
 		Limiter:   NewPGRateLimiter(pool, cfg.RateLimitPerMinute),
-		Idem:      NewIdempotencyStore(pool, WithIdempotencyLogger(orNop(log))),
+		Idem:      NewIdempotencyStore(pool, WithIdempotencyLogger(orNop(log)), WithIdempotencyFence(engine)),
 		Registry:  reg,
 		Ping:      pool.Ping,
 		Directory: QueriesDirectory{Q: q},

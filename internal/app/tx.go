@@ -160,14 +160,14 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 			}
 			return eventstore.AppendResult{}, err
 		}
-		appends, err := e.build(tx, meta)
+		appends, metaJSON, err := e.build(tx, meta)
 		if err != nil {
 			return eventstore.AppendResult{}, err
 		}
 		if len(appends) == 0 {
 			return eventstore.AppendResult{}, nil
 		}
-		res, err := e.store.Append(ctx, appends...)
+		res, err := e.append(ctx, appends, metaJSON)
 		if err == nil {
 			for _, name := range tx.order {
 				ts := tx.streams[name]
@@ -192,13 +192,39 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 	return eventstore.AppendResult{}, lastErr
 }
 
-func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, error) {
+// append writes appends, under the context's idempotency claim if any.
+func (e *Engine) append(ctx context.Context, appends []eventstore.StreamAppend, metaJSON []byte) (eventstore.AppendResult, error) {
+	claim := claimFrom(ctx)
+	if claim == nil {
+		return e.store.Append(ctx, appends...)
+	}
+	claim.mu.Lock()
+	defer claim.mu.Unlock()
+	appends, err := claim.stamp(appends, e, metaJSON)
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	res, err := e.store.Append(ctx, appends...)
+	return res, claim.settle(res, err)
+}
+
+func marshalMeta(meta domain.Meta) ([]byte, error) { return json.Marshal(meta) }
+
+func eventData(e *Engine, ev domain.Event, metaJSON []byte) (eventstore.EventData, error) {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return eventstore.EventData{}, err
+	}
+	return eventstore.EventData{ID: e.NewID(), Type: ev.EventType(), Data: data, Metadata: metaJSON}, nil
+}
+
+func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, []byte, error) {
 	if meta.OccurredAt.IsZero() {
 		meta.OccurredAt = e.Now()
 	}
-	metaJSON, err := json.Marshal(meta)
+	metaJSON, err := marshalMeta(meta)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []eventstore.StreamAppend
 	for _, name := range tx.order {
@@ -214,15 +240,15 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, err
 			sa.Expected = eventstore.Exact(uint64(ts.rev))
 		}
 		for _, ev := range ts.events {
-			data, err := json.Marshal(ev)
+			d, err := eventData(e, ev, metaJSON)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			sa.Events = append(sa.Events, eventstore.EventData{ID: e.NewID(), Type: ev.EventType(), Data: data, Metadata: metaJSON})
+			sa.Events = append(sa.Events, d)
 		}
 		out = append(out, sa)
 	}
-	return out, nil
+	return out, metaJSON, nil
 }
 
 // Peek reads an aggregate outside a command from the cache, reading the
