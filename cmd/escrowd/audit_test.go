@@ -190,9 +190,16 @@ func TestAuditAndEventsExportCommands(t *testing.T) {
 	types := map[string]bool{}
 	for i, l := range lines {
 		re := mine[i]
+		want, err := redactData(re.Type, re.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if l.Position != re.Position || l.Stream != re.Stream || l.Revision != re.Revision || l.Type != re.Type ||
-			!l.RecordedAt.Equal(re.RecordedAt) || !jsonEqual(l.Data, re.Data) || l.Metadata.MerchantID != a.merchantID {
+			!l.RecordedAt.Equal(re.RecordedAt) || !jsonEqual(l.Data, want) || l.Metadata.MerchantID != a.merchantID {
 			t.Fatalf("line %d: %+v, want event %+v", i, l, re)
+		}
+		if l.Type == "merchant.created" && !strings.Contains(string(l.Data), `"live":"[redacted]"`) {
+			t.Fatalf("signing secrets exported: %s", l.Data)
 		}
 		if i > 0 && !lines[i-1].Position.Less(l.Position) {
 			t.Fatalf("line %d out of commit order", i)
@@ -206,6 +213,18 @@ func TestAuditAndEventsExportCommands(t *testing.T) {
 	}
 	if strings.Contains(out, b.merchantID) || strings.Contains(out, b.customerID) {
 		t.Fatal("the other merchant's events were exported")
+	}
+
+	// --secrets exports the stored data as it is.
+	out, _, code = runEscrowd(t, db, "events", "export", "--merchant", a.merchantID, "--secrets")
+	if full := exported(t, out); code != 0 || len(full) != len(mine) {
+		t.Fatalf("export --secrets: exit %d, %d lines", code, len(full))
+	} else {
+		for i, l := range full {
+			if !jsonEqual(l.Data, mine[i].Data) {
+				t.Fatalf("export --secrets line %d: %s, want %s", i, l.Data, mine[i].Data)
+			}
+		}
 	}
 
 	out, _, code = runEscrowd(t, db, "events", "export", "--merchant", a.merchantID, "--type", "wallet.posted,payment.settled")

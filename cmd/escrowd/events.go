@@ -15,8 +15,9 @@ import (
 )
 
 // cmdEvents implements `escrowd events export --merchant M [--from T]
-// [--to T] [--type T1,T2]`: the merchant's events (those whose metadata
-// names it) in commit order, one JSON object a line, for auditors to replay.
+// [--to T] [--type T1,T2] [--secrets]`: the merchant's events (those whose
+// metadata names it) in commit order, one JSON object a line, for auditors
+// to replay. Credentials and BVNs are redacted unless --secrets.
 func cmdEvents(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 {
 		return usageError("events: want a subcommand: export")
@@ -48,6 +49,7 @@ func eventsExport(ctx context.Context, env *cliEnv, args []string) error {
 	fromFlag := fs.String("from", "", "only events recorded at or after this time (RFC 3339 or YYYY-MM-DD)")
 	toFlag := fs.String("to", "", "only events recorded before this time (RFC 3339; YYYY-MM-DD includes that day)")
 	types := fs.String("type", "", "only events of these types (comma-separated, e.g. payment.settled)")
+	secrets := fs.Bool("secrets", false, "export signing secrets, key digests and full BVNs instead of redacting them")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err.Error())
 	}
@@ -109,8 +111,14 @@ func eventsExport(ctx context.Context, env *cliEnv, args []string) error {
 			if len(re.Metadata) == 0 || json.Unmarshal(re.Metadata, &meta) != nil || meta.MerchantID != *id {
 				continue
 			}
+			data := rawJSON(re.Data)
+			if !*secrets {
+				if data, err = redactData(re.Type, data); err != nil {
+					return fmt.Errorf("events export: event %s: %w", re.ID, err)
+				}
+			}
 			if err := enc.Encode(exportedEvent{Position: re.Position, ID: re.ID.String(), Stream: re.Stream, Revision: re.Revision,
-				Type: re.Type, Data: rawJSON(re.Data), Metadata: rawJSON(re.Metadata), RecordedAt: re.RecordedAt.UTC()}); err != nil {
+				Type: re.Type, Data: data, Metadata: rawJSON(re.Metadata), RecordedAt: re.RecordedAt.UTC()}); err != nil {
 				return err
 			}
 		}

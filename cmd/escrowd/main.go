@@ -43,7 +43,8 @@ Usage:
   escrowd projections status [--json]              read models and the webhook subscriber: checkpoint, lag
   escrowd projections rebuild [NAME]                read models only (never the webhook subscriber)
   escrowd audit --merchant M [--json]               replay and check a merchant's money (exit 1 on any difference)
-  escrowd events export --merchant M [--from T] [--to T] [--type T]   the merchant's events as JSON lines
+  escrowd events export --merchant M [--from T] [--to T] [--type T] [--secrets]
+                                                    the merchant's events as JSON lines (credentials redacted)
   escrowd demo                                      create (once) and print a demo merchant
   escrowd webhooks listen [--port 9000] [--secret S] [--body]   a local receiver that verifies and prints webhooks
 
