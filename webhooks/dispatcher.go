@@ -25,8 +25,17 @@ import (
 // claim (FOR UPDATE SKIP LOCKED), numbered, and its outcome is stored only
 // while that lease holds. Deliveries run on a bounded pool of workers with a
 // cap per merchant, so a slow or dead receiver holds at most PerMerchant
-// workers and never delays other merchants; nothing of it touches the API's
-// request path.
+// workers; nothing of it touches the API's request path.
+//
+// Many receivers dying at once must not take every worker either. A
+// merchant gets PerMerchant attempts only once this dispatcher has seen its
+// receiver answer within SlowAfter; until then (new, or after a restart) it
+// gets SlowPerMerchant. A merchant whose attempt runs past SlowAfter is
+// marked slow: SlowPerMerchant attempts, and all slow merchants together at
+// most SlowShare, until one of its attempts answers in time again. So a
+// receiver that dies holds at most SlowPerMerchant workers once it is seen
+// dying, and the merchants that answer keep Workers - SlowShare workers
+// however many receivers hang.
 type Dispatcher struct {
 	Pool      *pgxpool.Pool
 	Endpoints Endpoints
@@ -38,6 +47,13 @@ type Dispatcher struct {
 	PerMerchant int
 	// Timeout bounds one attempt (default 10 s, §5).
 	Timeout time.Duration
+	// SlowAfter marks a merchant slow when one of its attempts has run this
+	// long (default Timeout/2); a slow or not yet answering merchant gets
+	// SlowPerMerchant attempts at a time (default 2), and all slow merchants
+	// together SlowShare (default Workers/4, at least 1).
+	SlowAfter       time.Duration
+	SlowPerMerchant int
+	SlowShare       int
 	// Lease is how long an attempt is reserved; a dispatcher that dies
 	// mid-attempt loses it after this (default 1 min; keep it well above
 	// Timeout).
@@ -73,6 +89,8 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	inflight int
 	busy     map[string]int // attempts in flight per merchant
+	slow     map[string]bool // seen running past SlowAfter
+	prompt   map[string]bool // seen answering within SlowAfter
 	wake     chan struct{}
 	more     bool // the last claim was cut short by free workers
 }
@@ -89,6 +107,16 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.Timeout <= 0 {
 		d.Timeout = 10 * time.Second
+	}
+	if d.SlowAfter <= 0 {
+		d.SlowAfter = d.Timeout / 2
+	}
+	if d.SlowPerMerchant <= 0 {
+		d.SlowPerMerchant = 2
+	}
+	d.SlowPerMerchant = min(d.SlowPerMerchant, d.PerMerchant)
+	if d.SlowShare <= 0 {
+		d.SlowShare = max(d.Workers/4, 1)
 	}
 	if d.Lease <= 0 {
 		d.Lease = time.Minute
@@ -118,6 +146,8 @@ func (d *Dispatcher) defaults() {
 		d.MetricsInterval = DefaultMetricsInterval
 	}
 	d.busy = map[string]int{}
+	d.slow = map[string]bool{}
+	d.prompt = map[string]bool{}
 	d.wake = make(chan struct{}, 1)
 }
 
@@ -192,15 +222,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		d.mu.Lock()
 		free := min(d.Workers-d.inflight, 256)
-		busy := make(map[string]int, len(d.busy))
-		for m, n := range d.busy {
-			busy[m] = n
-		}
+		busy := d.claimLoad()
 		d.mu.Unlock()
 		var got []claimed
 		if free > 0 {
 			var err error
-			got, err = claim(ctx, d.Pool, free, d.PerMerchant, busy, d.Lease)
+			got, err = claim(ctx, d.Pool, free, d.SlowPerMerchant, busy, d.Lease)
 			if err != nil {
 				if ctx.Err() != nil {
 					break
@@ -230,7 +257,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					slowTimer := time.AfterFunc(d.SlowAfter, func() { d.setSlow(c.MerchantID, true) })
 					o, ok := d.attempt(ctx, c, eps[endpointKey{c.MerchantID, c.Environment}])
+					if slowTimer.Stop() && ok && o.Sent {
+						d.setSlow(c.MerchantID, false) // answered in time
+					}
 					d.mu.Lock()
 					d.inflight--
 					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
@@ -268,6 +299,56 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// claimLoad is what the claim counts as each merchant's attempts in flight,
+// against a cap of SlowPerMerchant for every merchant: prompt merchants
+// look less busy (room up to PerMerchant), and slow ones busier, so that
+// all of them together get at most SlowShare. Callers hold d.mu.
+func (d *Dispatcher) claimLoad() map[string]int {
+	load := make(map[string]int, len(d.busy)+len(d.slow)+len(d.prompt))
+	for m, n := range d.busy {
+		load[m] = n
+	}
+	for m := range d.prompt {
+		load[m] = d.busy[m] - (d.PerMerchant - d.SlowPerMerchant)
+	}
+	budget := d.SlowShare
+	for m := range d.slow {
+		budget -= d.busy[m]
+	}
+	for m := range d.slow { // map order: no slow merchant always goes last
+		room := min(d.SlowPerMerchant-d.busy[m], budget)
+		if room <= 0 {
+			load[m] = d.SlowPerMerchant // saturated
+			continue
+		}
+		budget -= room
+		load[m] = d.SlowPerMerchant - room
+	}
+	return load
+}
+
+// maxRemembered bounds the merchants remembered as slow or prompt; past it
+// the memory starts over (every merchant is probed again: harmless).
+const maxRemembered = 100_000
+
+// setSlow records that a merchant's attempt ran past SlowAfter (slow) or
+// answered within it.
+func (d *Dispatcher) setSlow(merchantID string, slow bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.slow)+len(d.prompt) >= maxRemembered {
+		clear(d.slow)
+		clear(d.prompt)
+	}
+	if slow {
+		d.slow[merchantID] = true
+		delete(d.prompt, merchantID)
+	} else {
+		d.prompt[merchantID] = true
+		delete(d.slow, merchantID)
+	}
 }
 
 type endpointKey struct {

@@ -390,7 +390,13 @@ func TestDeadMerchantDoesNotDelayOthers(t *testing.T) {
 	md := e.merchant(dead.srv.URL)
 	ma := e.merchant(alive.srv.URL)
 	e.runSubscriber(e.pool)
-	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Workers = 8; d.PerMerchant = 3; d.Timeout = 30 * time.Second })
+	// SlowPerMerchant = PerMerchant: the cap a merchant never seen
+	// answering gets is the one under test here (see isolation_test.go for
+	// the slow lane).
+	e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = 8, 3, 3
+		d.Timeout = 30 * time.Second
+	})
 	e.deposits(md.MerchantID, 40)
 	eventually(t, 10*time.Second, "dead receiver saturated", func() bool { return len(dead.all()) == 3 })
 	start := time.Now()

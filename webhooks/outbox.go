@@ -294,15 +294,17 @@ type claimed struct {
 // other dispatchers hold (SKIP LOCKED), messages queued behind an earlier
 // undelivered message of their order key, and merchants at their
 // concurrency cap: busy holds this dispatcher's attempts in flight per
-// merchant, perMerchant the cap. Leased rows become due again when the lease
-// ends, which is how a dead dispatcher's attempts are retried.
+// merchant, perMerchant the cap (a merchant's room is perMerchant minus its
+// busy count, which may be negative to allow it more). Leased rows become
+// due again when the lease ends, which is how a dead dispatcher's attempts
+// are retried.
 func claim(ctx context.Context, pool *pgxpool.Pool, n, perMerchant int, busy map[string]int, lease time.Duration) ([]claimed, error) {
 	var saturated, busyIDs []string
 	var busyN []int32
 	for m, k := range busy {
 		if k >= perMerchant {
 			saturated = append(saturated, m)
-		} else if k > 0 {
+		} else if k != 0 { // negative: a merchant allowed more than perMerchant
 			busyIDs = append(busyIDs, m)
 			busyN = append(busyN, int32(k))
 		}
