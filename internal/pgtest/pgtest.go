@@ -47,6 +47,23 @@ func withDB(raw, db string) string {
 // dropped when the test ends.
 func NewURL(tb testing.TB) string {
 	tb.Helper()
+	return newDB(tb, "t_", func(ctx context.Context, admin *pgx.Conn, server string) string {
+		return ensureTemplate(tb, ctx, admin, server)
+	})
+}
+
+// NewEmptyURL creates a fresh database with no schema at all (not cloned
+// from the migrated template), for tests of migrating itself, and returns
+// its URL; it is dropped when the test ends.
+func NewEmptyURL(tb testing.TB) string {
+	tb.Helper()
+	return newDB(tb, "e_", func(context.Context, *pgx.Conn, string) string { return "template0" })
+}
+
+// newDB creates a database named prefix + random hex from the template
+// template returns, dropped when the test ends.
+func newDB(tb testing.TB, prefix string, template func(ctx context.Context, admin *pgx.Conn, server string) string) string {
+	tb.Helper()
 	server := ServerURL(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -55,10 +72,10 @@ func NewURL(tb testing.TB) string {
 		tb.Fatalf("pgtest: connect: %v", err)
 	}
 	defer admin.Close(ctx)
-	tmpl := ensureTemplate(tb, ctx, admin, server)
+	tmpl := template(ctx, admin, server)
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	name := "t_" + hex.EncodeToString(b[:])
+	name := prefix + hex.EncodeToString(b[:])
 	if _, err := admin.Exec(ctx, fmt.Sprintf(`CREATE DATABASE %s TEMPLATE %s`, name, tmpl)); err != nil {
 		tb.Fatalf("pgtest: create database: %v", err)
 	}

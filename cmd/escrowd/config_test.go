@@ -1,0 +1,72 @@
+package main
+
+import (
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/escrowd/escrowd/domain"
+)
+
+// TestLoadConfigHostEnvironments: ESCROW_HOSTS and ESCROW_DEFAULT_ENVIRONMENT
+// as api-decisions §1 and §6 define them (host names matched without regard
+// to case; an unlisted host gets the default, test unless set).
+func TestLoadConfigHostEnvironments(t *testing.T) {
+	type hosts = map[string]domain.Environment
+	for _, tc := range []struct {
+		name        string
+		hosts, def  string
+		wantHosts   hosts
+		wantDefault domain.Environment
+		wantErr     string
+	}{
+		{name: "nothing set", wantHosts: hosts{}, wantDefault: domain.Test},
+		{name: "the spec's example", hosts: "api.example.com=live,staging.example.com=test",
+			wantHosts: hosts{"api.example.com": domain.Live, "staging.example.com": domain.Test}, wantDefault: domain.Test},
+		{name: "one host", hosts: "api.example.com=live", wantHosts: hosts{"api.example.com": domain.Live}, wantDefault: domain.Test},
+		{name: "default live", def: "live", wantHosts: hosts{}, wantDefault: domain.Live},
+		{name: "default live with a test host", hosts: "sandbox.example.com=test", def: "live",
+			wantHosts: hosts{"sandbox.example.com": domain.Test}, wantDefault: domain.Live},
+		{name: "explicit default test", def: "test", wantHosts: hosts{}, wantDefault: domain.Test},
+		{name: "host names are case-insensitive", hosts: "API.Example.COM=live,Staging.EXAMPLE.com=test",
+			wantHosts: hosts{"api.example.com": domain.Live, "staging.example.com": domain.Test}, wantDefault: domain.Test},
+		{name: "spaces around pairs, names and values", hosts: " api.example.com = live , staging.example.com=test ",
+			wantHosts: hosts{"api.example.com": domain.Live, "staging.example.com": domain.Test}, wantDefault: domain.Test},
+
+		{name: "pair without =", hosts: "api.example.com", wantErr: `ESCROW_HOSTS: "api.example.com" is not host=test|live`},
+		{name: "empty host", hosts: "=live", wantErr: `ESCROW_HOSTS: "=live" is not host=test|live`},
+		{name: "empty environment", hosts: "api.example.com=", wantErr: "ESCROW_HOSTS"},
+		{name: "unknown environment", hosts: "api.example.com=prod", wantErr: `ESCROW_HOSTS: "api.example.com=prod" is not host=test|live`},
+		{name: "environment in capitals", hosts: "api.example.com=LIVE", wantErr: "ESCROW_HOSTS"},
+		{name: "second pair malformed", hosts: "api.example.com=live,staging.example.com", wantErr: `"staging.example.com"`},
+		{name: "empty pair", hosts: "api.example.com=live,,staging.example.com=test", wantErr: "ESCROW_HOSTS"},
+		{name: "two = in a pair", hosts: "api.example.com=live=test", wantErr: "ESCROW_HOSTS"},
+		{name: "semicolon separator", hosts: "api.example.com=live;staging.example.com=test", wantErr: "ESCROW_HOSTS"},
+		{name: "unknown default", def: "prod", wantErr: "ESCROW_DEFAULT_ENVIRONMENT must be test or live"},
+		{name: "default in capitals", def: "Live", wantErr: "ESCROW_DEFAULT_ENVIRONMENT must be test or live"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://unused")
+			t.Setenv("ESCROW_HOSTS", tc.hosts)
+			t.Setenv("ESCROW_DEFAULT_ENVIRONMENT", tc.def)
+			c, err := LoadConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("LoadConfig() error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(c.Hosts, tc.wantHosts) || c.DefaultEnvironment != tc.wantDefault {
+				t.Fatalf("hosts %v default %q, want %v default %q", c.Hosts, c.DefaultEnvironment, tc.wantHosts, tc.wantDefault)
+			}
+			// The HTTP layer gets exactly this map and default.
+			hc := httpConfig(c)
+			if !maps.Equal(hc.Hosts, tc.wantHosts) || hc.DefaultEnvironment != tc.wantDefault {
+				t.Fatalf("http config hosts %v default %q", hc.Hosts, hc.DefaultEnvironment)
+			}
+		})
+	}
+}
