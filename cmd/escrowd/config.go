@@ -73,7 +73,9 @@ func LoadConfig() (Config, error) {
 			return c, fmt.Errorf("%s must be 0x followed by 40 hexadecimal characters", name)
 		}
 	}
-	c.WebhookAllowPriv, _ = strconv.ParseBool(getenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false"))
+	if c.WebhookAllowPriv, err = strconv.ParseBool(getenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false")); err != nil {
+		return c, fmt.Errorf("ESCROW_WEBHOOK_ALLOW_PRIVATE must be true or false")
+	}
 	ret, err := time.ParseDuration(getenv("ESCROW_WEBHOOK_RETENTION", webhooks.DefaultRetention.String()))
 	if err != nil || ret <= 0 {
 		return c, fmt.Errorf("ESCROW_WEBHOOK_RETENTION must be a positive duration such as 720h")
@@ -86,7 +88,16 @@ func LoadConfig() (Config, error) {
 			if !ok || h == "" || !e.Valid() {
 				return c, fmt.Errorf("ESCROW_HOSTS: %q is not host=test|live", pair)
 			}
-			c.Hosts[strings.ToLower(strings.TrimSpace(h))] = e
+			h = strings.ToLower(strings.TrimSpace(h))
+			if _, _, err := net.SplitHostPort(h); err == nil {
+				// Requests are matched by host name alone (the port is
+				// stripped), so this entry could never match.
+				return c, fmt.Errorf("ESCROW_HOSTS: %q must name a host without a port", h)
+			}
+			if prev, dup := c.Hosts[h]; dup && prev != e {
+				return c, fmt.Errorf("ESCROW_HOSTS: %q is mapped to both %s and %s", h, prev, e)
+			}
+			c.Hosts[h] = e
 		}
 	}
 	if tp := os.Getenv("ESCROW_TRUSTED_PROXIES"); tp != "" {

@@ -42,6 +42,12 @@ func TestLoadConfigHostEnvironments(t *testing.T) {
 		{name: "empty pair", hosts: "api.example.com=live,,staging.example.com=test", wantErr: "ESCROW_HOSTS"},
 		{name: "two = in a pair", hosts: "api.example.com=live=test", wantErr: "ESCROW_HOSTS"},
 		{name: "semicolon separator", hosts: "api.example.com=live;staging.example.com=test", wantErr: "ESCROW_HOSTS"},
+		{name: "host with a port (never matches: requests match by name)", hosts: "localhost:8080=live",
+			wantErr: `ESCROW_HOSTS: "localhost:8080" must name a host without a port`},
+		{name: "one host in two environments", hosts: "api.example.com=live,API.example.com=test",
+			wantErr: `ESCROW_HOSTS: "api.example.com" is mapped to both live and test`},
+		{name: "one host twice, same environment", hosts: "api.example.com=live,api.example.com=live",
+			wantHosts: hosts{"api.example.com": domain.Live}, wantDefault: domain.Test},
 		{name: "unknown default", def: "prod", wantErr: "ESCROW_DEFAULT_ENVIRONMENT must be test or live"},
 		{name: "default in capitals", def: "Live", wantErr: "ESCROW_DEFAULT_ENVIRONMENT must be test or live"},
 	} {
@@ -66,6 +72,29 @@ func TestLoadConfigHostEnvironments(t *testing.T) {
 			hc := httpConfig(c)
 			if !maps.Equal(hc.Hosts, tc.wantHosts) || hc.DefaultEnvironment != tc.wantDefault {
 				t.Fatalf("http config hosts %v default %q", hc.Hosts, hc.DefaultEnvironment)
+			}
+		})
+	}
+}
+
+func TestLoadConfigWebhookAllowPrivate(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    bool
+		wantErr bool
+	}{{"", false, false}, {"false", false, false}, {"true", true, false}, {"1", true, false}, {"yes", false, true}} {
+		t.Run(tc.value, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://unused")
+			t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", tc.value)
+			c, err := LoadConfig()
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "ESCROW_WEBHOOK_ALLOW_PRIVATE must be true or false") {
+					t.Fatalf("LoadConfig() error %v", err)
+				}
+				return
+			}
+			if err != nil || c.WebhookAllowPriv != tc.want {
+				t.Fatalf("AllowPrivate %v, err %v; want %v", c.WebhookAllowPriv, err, tc.want)
 			}
 		})
 	}
