@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,6 +145,18 @@ func TestRateLimitOverHTTP(t *testing.T) {
 	if ra, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || ra < 1 || ra > 60 {
 		t.Fatalf("Retry-After = %q", r.Header.Get("Retry-After"))
 	}
+	// The 429 carries the quota headers too: nothing left, the full quota
+	// back within the window.
+	if got := r.Header.Get("RateLimit-Policy"); got != "3;w=60" {
+		t.Fatalf("429 RateLimit-Policy = %q", got)
+	}
+	m := regexp.MustCompile(`^limit=3, remaining=0, reset=(\d+)$`).FindStringSubmatch(r.Header.Get("RateLimit"))
+	if m == nil {
+		t.Fatalf("429 RateLimit = %q", r.Header.Get("RateLimit"))
+	}
+	if reset, _ := strconv.Atoi(m[1]); reset < 1 || reset > 60 {
+		t.Fatalf("429 RateLimit reset = %d", reset)
+	}
 	// The limit is checked before the role: a limited standard key on a
 	// super-admin route still gets 429.
 	h.do(req{path: "/v1/probe/sa", key: h.std()}).expect(t, 429, "Too many request")
@@ -175,4 +188,114 @@ func TestTwoInstancesShareTheRateLimit(t *testing.T) {
 	if codes[200] != 5 || codes[429] != 5 {
 		t.Fatalf("codes %v: the limit must hold across instances", codes)
 	}
+}
+
+// TestAllowlistBeforeRateLimit: a live key from an address outside its
+// allowlist is refused for the address even when its quota is spent, and
+// the refusal spends no quota (api-decisions §1 order).
+func TestAllowlistBeforeRateLimit(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.RateLimitPerMinute = 2 })
+	h.probe(http.MethodGet, "/v1/probe", Policy{CID: CIDOptional})
+	live := key(h.m, domain.Live, merchant.Standard)
+	setAllow := func(entries ...string) {
+		t.Helper()
+		pos, err := h.svc.UpdateMerchant(context.Background(), h.m.MerchantID, func(merchant.State) ([]domain.Event, error) {
+			return []domain.Event{merchant.AllowlistSet{Entries: entries}}, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.wait(pos)
+	}
+	// Use up the quota from an allowed address.
+	for range 2 {
+		h.do(req{path: "/v1/probe", key: live, host: liveHost}).expect(t, 200, "ok")
+	}
+	h.do(req{path: "/v1/probe", key: live, host: liveHost}).expect(t, 429, "Too many request")
+	setAllow("10.1.2.3")
+	for range 2 {
+		r := h.do(req{path: "/v1/probe", key: live, host: liveHost}).expect(t, 403, "Unauthorized IP address")
+		for _, hd := range []string{"Retry-After", "RateLimit", "RateLimit-Policy"} {
+			if v := r.Header.Get(hd); v != "" {
+				t.Fatalf("a refused address reached the rate limit: %s = %q", hd, v)
+			}
+		}
+	}
+	// The quota is still spent: from an allowed address the key is limited.
+	setAllow("127.0.0.0/8")
+	h.do(req{path: "/v1/probe", key: live, host: liveHost}).expect(t, 429, "Too many request")
+}
+
+// TestAuthCheckOrder: where a request fails several rows of the auth table
+// of api-decisions §1, the earliest row decides the answer; checked on the
+// real routes.
+func TestAuthCheckOrder(t *testing.T) {
+	h := newHarness(t)
+	cust := h.createCustomer(h.sa(), "order@example.com", "08031234567")
+
+	t.Run("super-admin before customer-id forbidden", func(t *testing.T) {
+		routes := []struct{ method, path string }{
+			{"POST", "/v1/customer/create"},
+			{"PUT", "/v1/customer/update/" + cust},
+			{"PUT", "/v1/customer/permissions/" + cust},
+			{"PUT", "/v1/customer/block/" + cust},
+			{"PUT", "/v1/customer/unblock/" + cust},
+			{"PUT", "/v1/escrow/additional-fee/PT_UNKNOWN0000000000"},
+		}
+		body := customerBody("x@example.com", "08031234500")
+		for _, rt := range routes {
+			t.Run(rt.method+" "+rt.path, func(t *testing.T) {
+				// A standard key is refused for its role before the header is looked at.
+				h.do(req{method: rt.method, path: rt.path, key: h.std(), cid: cust, body: body}).expect(t, 401, "Access denied")
+				// The header is refused before it is resolved: an unknown id is still 400.
+				h.do(req{method: rt.method, path: rt.path, key: h.sa(), cid: "no-such-customer", body: body}).
+					expect(t, 400, "customer-id is not allowed in request header")
+			})
+		}
+		// Nothing was written by the refused requests.
+		got := h.do(req{path: "/v1/customer/get/" + cust, key: h.std()}).expect(t, 200, "Customer fetched successfully").obj()
+		if got["status"] != "active" || got["email"] != "order@example.com" {
+			t.Fatalf("customer changed by refused requests: %v", got)
+		}
+	})
+
+	t.Run("blocked before missing permission", func(t *testing.T) {
+		other := h.newMerchant(true)
+		otherSA := key(other, domain.Test, merchant.SuperAdmin)
+		foreign := h.createCustomer(otherSA, "foreign@example.com", "08031234569")
+		h.do(req{method: "PUT", path: "/v1/customer/permissions/" + cust, key: h.sa(),
+			body: map[string]any{"canBuy": false, "canSell": false}}).expect(t, 200, "Customer permissions updated successfully")
+		h.do(req{method: "PUT", path: "/v1/customer/block/" + cust, key: h.sa(), body: map[string]any{"reason": "review"}}).
+			expect(t, 200, "Customer blocked successfully")
+		h.do(req{method: "PUT", path: "/v1/customer/block/" + foreign, key: otherSA}).expect(t, 200, "Customer blocked successfully")
+
+		card := map[string]any{"gateway": "card"}
+		pay := req{method: "POST", path: "/v1/payment/escrow", key: h.std(), cid: cust, body: card}
+		sell := req{method: "POST", path: "/v1/escrow/create", key: h.std(), cid: cust, body: map[string]any{}}
+		cases := []struct {
+			name    string
+			r       req
+			status  int
+			message string
+		}{
+			{"pay escrow: blocked, no canBuy", pay, 401, "Your account is disabled. Please contact support"},
+			{"create escrow: blocked, no canSell", sell, 401, "Your account is disabled. Please contact support"},
+			{"another merchant's blocked customer", req{method: "POST", path: "/v1/payment/escrow", key: h.std(), cid: foreign, body: card},
+				403, "Customer does not belong to the merchant"},
+			{"unknown customer", req{method: "POST", path: "/v1/payment/escrow", key: h.std(), cid: "no-such-customer", body: card},
+				404, "Customer not found"},
+			{"standard key, no customer-id where required", req{method: "POST", path: "/v1/payment/escrow", key: h.std(), body: card},
+				400, "customer-id header is required"},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) { h.do(c.r).expect(t, c.status, c.message) })
+		}
+		h.do(req{method: "PUT", path: "/v1/customer/unblock/" + cust, key: h.sa()}).expect(t, 200, "Customer unblocked successfully")
+		h.do(pay).expect(t, 401, "Access denied")
+		h.do(sell).expect(t, 401, "Access denied")
+		h.do(req{method: "PUT", path: "/v1/customer/permissions/" + cust, key: h.sa(), body: map[string]any{"canBuy": true}}).
+			expect(t, 200, "Customer permissions updated successfully")
+		// Past auth: the handler answers.
+		h.do(pay).expect(t, 403, "This feature is not enabled on your merchant account")
+	})
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -199,7 +200,7 @@ func TestCustomerLookups(t *testing.T) {
 	lookup("email=ada@example.com&phone=08031234568").expect(t, 400, "No customer found with the provided email and phone")
 
 	for _, p := range []string{"08031234567", "2348031234567", "23408031234567"} {
-		got := h.do(req{path: "/v1/payment/verify-phone/" + p, key: h.std()}).expect(t, 200, "").obj()
+		got := h.do(req{path: "/v1/payment/verify-phone/" + p, key: h.std()}).expect(t, 200, "Customer fetched successfully").obj()
 		if got["customerId"] != id {
 			t.Fatalf("verify-phone %s: %v", p, got)
 		}
@@ -252,19 +253,286 @@ func TestUpdateCustomer(t *testing.T) {
 
 func TestReferenceData(t *testing.T) {
 	h := newHarness(t)
-	cs := h.do(req{path: "/v1/countries", key: h.std()}).expect(t, 200, "").Data.([]any)
-	iso := map[string]bool{}
-	for _, c := range cs {
-		iso[c.(map[string]any)["isoCode"].(string)] = true
+	cs := h.do(req{path: "/v1/countries", key: h.std()}).expect(t, 200, "Countries fetched successfully").Data.([]any)
+	byISO := map[string]map[string]any{}
+	ids := map[string]bool{}
+	for _, raw := range cs {
+		c := raw.(map[string]any)
+		if len(c) != 5 {
+			t.Errorf("country fields %v, want exactly id, name, isoCode, dialCode, currency", c)
+		}
+		for _, f := range []string{"id", "name", "isoCode", "dialCode", "currency"} {
+			if v, _ := c[f].(string); v == "" {
+				t.Errorf("country %v: %s missing", c, f)
+			}
+		}
+		if ids[c["id"].(string)] {
+			t.Errorf("country id %v twice", c["id"])
+		}
+		ids[c["id"].(string)] = true
+		byISO[c["isoCode"].(string)] = c
 	}
-	for _, want := range []string{"NG", "GH", "KE", "ZA", "GB", "US"} {
-		if !iso[want] {
-			t.Errorf("country %s missing", want)
+	want := map[string][4]string{ // id, name, dialCode, currency
+		"NG": {"cty_ng", "Nigeria", "234", "NGN"},
+		"GH": {"cty_gh", "Ghana", "233", "GHS"},
+		"KE": {"cty_ke", "Kenya", "254", "KES"},
+		"ZA": {"cty_za", "South Africa", "27", "ZAR"},
+		"GB": {"cty_gb", "United Kingdom", "44", "GBP"},
+		"US": {"cty_us", "United States", "1", "USD"},
+	}
+	for iso, w := range want {
+		c := byISO[iso]
+		if c == nil || c["id"] != w[0] || c["name"] != w[1] || c["dialCode"] != w[2] || c["currency"] != w[3] {
+			t.Errorf("country %s = %v, want %v", iso, c, w)
 		}
 	}
-	banks := h.do(req{path: "/v1/payment/bank-list", key: h.std()}).expect(t, 200, "").Data.([]any)
+	banks := h.do(req{path: "/v1/payment/bank-list", key: h.std()}).expect(t, 200, "Banks fetched successfully").Data.([]any)
 	if len(banks) < 20 {
 		t.Fatalf("%d banks", len(banks))
+	}
+	codes := map[string]string{}
+	for _, raw := range banks {
+		b := raw.(map[string]any)
+		name, _ := b["name"].(string)
+		code, _ := b["code"].(string)
+		if len(b) != 2 || name == "" || code == "" {
+			t.Errorf("bank %v, want exactly a name and a code", b)
+		}
+		if _, dup := codes[code]; dup {
+			t.Errorf("bank code %s twice", code)
+		}
+		codes[code] = name
+	}
+	for code, name := range map[string]string{"044": "Access Bank", "058": "Guaranty Trust Bank", "057": "Zenith Bank",
+		"090267": "Kuda Microfinance Bank", "090405": "Moniepoint Microfinance Bank"} {
+		if codes[code] != name {
+			t.Errorf("bank %s = %q, want %q", code, codes[code], name)
+		}
+	}
+	// Both are the same in the live environment.
+	h.do(req{path: "/v1/countries", key: key(h.m, domain.Live, merchant.Standard), host: liveHost}).expect(t, 200, "Countries fetched successfully")
+	h.do(req{path: "/v1/payment/bank-list", key: key(h.m, domain.Live, merchant.Standard), host: liveHost}).expect(t, 200, "Banks fetched successfully")
+}
+
+// TestCustomerIDRulePerRoute: every customer and reference-data route
+// treats the customer-id header as api-decisions §3 says: forbidden on the
+// customer routes (whatever it names), ignored on verify-phone, countries
+// and bank-list.
+func TestCustomerIDRulePerRoute(t *testing.T) {
+	h := newHarness(t)
+	own := h.createCustomer(h.sa(), "ada@example.com", "08031234567")
+	other := h.newMerchant(false)
+	foreign := h.createCustomer(key(other, domain.Test, merchant.SuperAdmin), "bob@example.com", "08031234568")
+	forbidden := []struct {
+		name         string
+		method, path string
+		body         any
+	}{
+		{"create", "POST", "/v1/customer/create", customerBody("new@example.com", "08031234599")},
+		{"get", "GET", "/v1/customer/get/" + own, nil},
+		{"list", "GET", "/v1/customers", nil},
+		{"lookup", "GET", "/v1/customers?email=ada@example.com", nil},
+		{"update", "PUT", "/v1/customer/update/" + own, map[string]any{"firstname": "Changed"}},
+		{"permissions", "PUT", "/v1/customer/permissions/" + own, map[string]any{"canBuy": false}},
+		{"block", "PUT", "/v1/customer/block/" + own, map[string]any{"reason": "x"}},
+		{"unblock", "PUT", "/v1/customer/unblock/" + own, nil},
+	}
+	for _, rt := range forbidden {
+		for _, cid := range []string{own, foreign, "no-such-customer"} {
+			t.Run(rt.name+" with customer-id "+cid, func(t *testing.T) {
+				h.do(req{method: rt.method, path: rt.path, key: h.sa(), cid: cid, body: rt.body}).
+					expect(t, 400, "customer-id is not allowed in request header")
+			})
+		}
+	}
+	// None of the refused writes happened.
+	got := h.do(req{path: "/v1/customer/get/" + own, key: h.sa()}).expect(t, 200, "Customer fetched successfully").obj()
+	if perms := got["permissions"].(map[string]any); got["firstname"] != "Ada" || got["status"] != "active" || perms["canBuy"] != true {
+		t.Fatalf("refused requests changed the customer: %v", got)
+	}
+	h.do(req{path: "/v1/customers?email=new@example.com", key: h.sa()}).expect(t, 400, "No customer found with the provided email")
+
+	ignored := []struct {
+		name, path, message string
+	}{
+		{"verify-phone", "/v1/payment/verify-phone/2348031234567", "Customer fetched successfully"},
+		{"countries", "/v1/countries", "Countries fetched successfully"},
+		{"bank-list", "/v1/payment/bank-list", "Banks fetched successfully"},
+	}
+	for _, rt := range ignored {
+		for _, cid := range []string{"", own, foreign, "no-such-customer"} {
+			t.Run(rt.name+" with customer-id "+cid, func(t *testing.T) {
+				r := h.do(req{path: rt.path, key: h.std(), cid: cid}).expect(t, 200, rt.message)
+				if rt.name == "verify-phone" && r.obj()["customerId"] != own {
+					t.Fatalf("verify-phone found %v, want %s", r.obj()["customerId"], own)
+				}
+			})
+		}
+	}
+}
+
+// TestCustomerCountry: a customer without countryId takes the merchant's
+// country; countryId may be a country id from GET /v1/countries.
+func TestCustomerCountry(t *testing.T) {
+	h := newHarness(t)
+	gm, err := h.svc.CreateMerchant(context.Background(), "Accra Shop", false, "GH", KeyDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.wait(gm.Position)
+	ghSA := key(gm, domain.Test, merchant.SuperAdmin)
+	checkCountry := func(t *testing.T, c map[string]any, id, name, iso, phone string) {
+		t.Helper()
+		ct, _ := c["country"].(map[string]any)
+		if c["countryId"] != id || c["phone"] != phone || ct["id"] != id || ct["name"] != name || ct["isoCode"] != iso {
+			t.Fatalf("country of %v: want %s %s %s, phone %s", c, id, name, iso, phone)
+		}
+	}
+
+	t.Run("inherits a non-NG merchant's country", func(t *testing.T) {
+		// A Ghanaian number in its international spelling (233 + 9 digits).
+		c := h.do(req{method: "POST", path: "/v1/customer/create", key: ghSA, body: customerBody("kofi@example.com", "233241234567")}).
+			expect(t, 201, "Customer created successfully").obj()
+		checkCountry(t, c, "cty_gh", "Ghana", "GH", "0241234567")
+		got := h.do(req{path: "/v1/customer/get/" + c["customerId"].(string), key: ghSA}).expect(t, 200, "Customer fetched successfully").obj()
+		checkCountry(t, got, "cty_gh", "Ghana", "GH", "0241234567")
+		// The merchant's own dial code resolves its lookups.
+		for _, p := range []string{"0241234567", "233241234567", "2330241234567"} {
+			v := h.do(req{path: "/v1/payment/verify-phone/" + p, key: ghSA}).expect(t, 200, "Customer fetched successfully").obj()
+			if v["customerId"] != c["customerId"] {
+				t.Fatalf("verify-phone %s: %v", p, v)
+			}
+		}
+	})
+
+	t.Run("countryId as an id from GET /v1/countries", func(t *testing.T) {
+		ghID := ""
+		for _, raw := range h.do(req{path: "/v1/countries", key: h.std()}).expect(t, 200, "Countries fetched successfully").Data.([]any) {
+			if c := raw.(map[string]any); c["isoCode"] == "GH" {
+				ghID = c["id"].(string)
+			}
+		}
+		if ghID == "" {
+			t.Fatal("no GH in /v1/countries")
+		}
+		c := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(),
+			body: customerBody("ama@example.com", "0201234567", "countryId", ghID)}).expect(t, 201, "Customer created successfully").obj()
+		checkCountry(t, c, ghID, "Ghana", "GH", "0201234567")
+		// The NG merchant's customers without countryId stay Nigerian.
+		n := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: customerBody("ngozi@example.com", "08031234567")}).
+			expect(t, 201, "Customer created successfully").obj()
+		checkCountry(t, n, "cty_ng", "Nigeria", "NG", "08031234567")
+	})
+}
+
+// TestCustomerEnvironmentIsolation: a customer of one environment does not
+// exist for the merchant's keys of the other, on every customer route.
+func TestCustomerEnvironmentIsolation(t *testing.T) {
+	h := newHarness(t)
+	type env struct {
+		name     string
+		sa, std  string
+		host     string
+		id       string
+		email    string
+		phone    string
+		otherEnv *env
+	}
+	test := &env{name: "test", sa: h.sa(), std: h.std(), email: "tess@example.com", phone: "08031234567"}
+	live := &env{name: "live", sa: key(h.m, domain.Live, merchant.SuperAdmin), std: key(h.m, domain.Live, merchant.Standard),
+		host: liveHost, email: "liv@example.com", phone: "08031234568"}
+	test.otherEnv, live.otherEnv = live, test
+	for _, e := range []*env{test, live} {
+		e.id = h.do(req{method: "POST", path: "/v1/customer/create", key: e.sa, host: e.host, body: customerBody(e.email, e.phone)}).
+			expect(t, 201, "Customer created successfully").obj()["customerId"].(string)
+	}
+	for _, e := range []*env{test, live} {
+		o := e.otherEnv // the customer is o's; e's keys must not see it
+		cases := []struct {
+			name    string
+			r       req
+			status  int
+			message string
+		}{
+			{"get", req{path: "/v1/customer/get/" + o.id, key: e.std}, 400, "Customer not found"},
+			{"lookup by email", req{path: "/v1/customers?email=" + o.email, key: e.std}, 400, "No customer found with the provided email"},
+			{"lookup by phone", req{path: "/v1/customers?phone=" + o.phone, key: e.std}, 400, "No customer found with the provided phone"},
+			{"verify-phone", req{path: "/v1/payment/verify-phone/" + o.phone, key: e.std}, 400, "No customer found with the provided phone"},
+			{"update", req{method: "PUT", path: "/v1/customer/update/" + o.id, key: e.sa, body: map[string]any{"firstname": "X"}}, 401, "Access denied"},
+			{"permissions", req{method: "PUT", path: "/v1/customer/permissions/" + o.id, key: e.sa, body: map[string]any{"canBuy": false}}, 400, "Customer not found"},
+			{"block", req{method: "PUT", path: "/v1/customer/block/" + o.id, key: e.sa, body: map[string]any{"reason": "x"}}, 400, "Customer not found"},
+			{"unblock", req{method: "PUT", path: "/v1/customer/unblock/" + o.id, key: e.sa}, 400, "Customer not found"},
+		}
+		for _, c := range cases {
+			t.Run(e.name+" key, "+o.name+" customer: "+c.name, func(t *testing.T) {
+				c.r.host = e.host
+				if c.r.method == "" {
+					c.r.method = "GET"
+				}
+				h.do(c.r).expect(t, c.status, c.message)
+			})
+		}
+		t.Run(e.name+" key, list", func(t *testing.T) {
+			rows := h.do(req{path: "/v1/customers", key: e.std, host: e.host}).expect(t, 200, "Customers fetched successfully").obj()["data"].([]any)
+			if len(rows) != 1 || rows[0].(map[string]any)["customerId"] != e.id || rows[0].(map[string]any)["environment"] != e.name {
+				t.Fatalf("%s list: %v", e.name, rows)
+			}
+		})
+	}
+	// Each customer is untouched and still visible in its own environment.
+	for _, e := range []*env{test, live} {
+		got := h.do(req{path: "/v1/customer/get/" + e.id, key: e.std, host: e.host}).expect(t, 200, "Customer fetched successfully").obj()
+		perms := got["permissions"].(map[string]any)
+		if got["firstname"] != "Ada" || got["status"] != "active" || perms["canBuy"] != true || got["environment"] != e.name {
+			t.Fatalf("%s customer changed from the other environment: %v", e.name, got)
+		}
+		v := h.do(req{path: "/v1/payment/verify-phone/" + e.phone, key: e.std, host: e.host}).expect(t, 200, "Customer fetched successfully").obj()
+		if v["customerId"] != e.id {
+			t.Fatalf("%s verify-phone: %v", e.name, v)
+		}
+	}
+}
+
+// TestCustomerAdminRouteErrors: the super-admin customer routes refuse
+// unknown ids, standard keys and other merchants' customers.
+func TestCustomerAdminRouteErrors(t *testing.T) {
+	h := newHarness(t)
+	own := h.createCustomer(h.sa(), "ada@example.com", "08031234567")
+	other := h.newMerchant(false)
+	foreign := h.createCustomer(key(other, domain.Test, merchant.SuperAdmin), "bob@example.com", "08031234568")
+	// The foreign customer is blocked, so unblocking it would be a change.
+	h.do(req{method: "PUT", path: "/v1/customer/block/" + foreign, key: key(other, domain.Test, merchant.SuperAdmin)}).
+		expect(t, 200, "Customer blocked successfully")
+	perms := map[string]any{"canSell": false}
+	upd := map[string]any{"firstname": "X"}
+	cases := []struct {
+		name    string
+		r       req
+		status  int
+		message string
+	}{
+		{"update unknown id", req{method: "PUT", path: "/v1/customer/update/no-such-customer", key: h.sa(), body: upd}, 401, "Access denied"},
+		{"permissions unknown id", req{method: "PUT", path: "/v1/customer/permissions/no-such-customer", key: h.sa(), body: perms}, 400, "Customer not found"},
+		{"block unknown id", req{method: "PUT", path: "/v1/customer/block/no-such-customer", key: h.sa()}, 400, "Customer not found"},
+		{"unblock unknown id", req{method: "PUT", path: "/v1/customer/unblock/no-such-customer", key: h.sa()}, 400, "Customer not found"},
+		{"permissions, standard key", req{method: "PUT", path: "/v1/customer/permissions/" + own, key: h.std(), body: perms}, 401, "Access denied"},
+		{"block, standard key", req{method: "PUT", path: "/v1/customer/block/" + own, key: h.std()}, 401, "Access denied"},
+		{"unblock, standard key", req{method: "PUT", path: "/v1/customer/unblock/" + own, key: h.std()}, 401, "Access denied"},
+		{"update, another merchant's customer", req{method: "PUT", path: "/v1/customer/update/" + foreign, key: h.sa(), body: upd}, 401, "Access denied"},
+		{"permissions, another merchant's customer", req{method: "PUT", path: "/v1/customer/permissions/" + foreign, key: h.sa(), body: perms}, 400, "Customer not found"},
+		{"block, another merchant's customer", req{method: "PUT", path: "/v1/customer/block/" + foreign, key: h.sa()}, 400, "Customer not found"},
+		{"unblock, another merchant's customer", req{method: "PUT", path: "/v1/customer/unblock/" + foreign, key: h.sa()}, 400, "Customer not found"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { h.do(c.r).expect(t, c.status, c.message) })
+	}
+	got := h.do(req{path: "/v1/customer/get/" + own, key: h.sa()}).expect(t, 200, "Customer fetched successfully").obj()
+	if p := got["permissions"].(map[string]any); p["canSell"] != true || got["status"] != "active" {
+		t.Fatalf("own customer changed by refused requests: %v", got)
+	}
+	f := h.do(req{path: "/v1/customer/get/" + foreign, key: key(other, domain.Test, merchant.Standard)}).expect(t, 200, "Customer fetched successfully").obj()
+	if p := f["permissions"].(map[string]any); p["canSell"] != true || f["status"] != "blocked" || f["firstname"] != "Ada" {
+		t.Fatalf("foreign customer changed by another merchant: %v", f)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -34,9 +35,11 @@ type harness struct {
 	api    *Server
 	svc    *app.Service
 	runner *projections.Runner
-	m      app.CreatedMerchant
-	pool   *pgxpool.Pool
-	store  *postgres.Store
+	// projecting runs the runner; tests stop it to make the read models lag.
+	projecting *runnerControl
+	m          app.CreatedMerchant
+	pool       *pgxpool.Pool
+	store      *postgres.Store
 }
 
 const liveHost = "api.escrowd.test"
@@ -52,12 +55,30 @@ func newHarness(t *testing.T, mutate ...func(*Config)) *harness {
 func startHarness(t *testing.T, also func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error,
 	mutate ...func(*Config)) *harness {
 	t.Helper()
+	return startHarnessWith(t, harnessOptions{}, also, mutate...)
+}
+
+// harnessOptions tune the parts of the harness that Config does not reach.
+type harnessOptions struct {
+	// log is the API's logger (default: none).
+	log *zap.Logger
+	// waitTimeout bounds the runner's WaitFor, so reads after writes give
+	// up (503) sooner than the default 5 s.
+	waitTimeout time.Duration
+}
+
+func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error,
+	mutate ...func(*Config)) *harness {
+	t.Helper()
 	pool := pgtest.NewPool(t)
 	store := postgres.New(pool)
 	t.Cleanup(store.Close)
 	ctx, cancel := context.WithCancel(context.Background())
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
-	loops := []func(context.Context) error{runner.Run}
+	runner.WaitTimeout = o.waitTimeout
+	projecting := &runnerControl{runner: runner}
+	projecting.start()
+	var loops []func(context.Context) error
 	if also != nil {
 		loops = append(loops, also(ctx, store, pool)...)
 	}
@@ -66,7 +87,7 @@ func startHarness(t *testing.T, also func(ctx context.Context, store *postgres.S
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run(ctx) }()
 	}
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	t.Cleanup(func() { projecting.stop(); cancel(); wg.Wait() })
 	// The listener comes first so uploaded files get URLs on this server.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,13 +98,44 @@ func startHarness(t *testing.T, also func(ctx context.Context, store *postgres.S
 	for _, m := range mutate {
 		m(&cfg)
 	}
-	api := NewStack(cfg, store, pool, runner, zap.NewNop(), nil)
-	h := &harness{t: t, api: api, svc: api.App(), runner: runner, pool: pool, store: store}
+	log := o.log
+	if log == nil {
+		log = zap.NewNop()
+	}
+	api := NewStack(cfg, store, pool, runner, log, nil)
+	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
 	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	h.m = h.newMerchant(true)
 	return h
+}
+
+// runnerControl runs a projection runner until stopped; it can be started
+// again (the runner resumes from its stored checkpoints).
+type runnerControl struct {
+	runner *projections.Runner
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (rc *runnerControl) start() {
+	if rc.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc.cancel, rc.done = cancel, make(chan struct{})
+	go func(done chan struct{}) { defer close(done); _ = rc.runner.Run(ctx) }(rc.done)
+}
+
+// stop ends the runner and waits until it has released its projectors.
+func (rc *runnerControl) stop() {
+	if rc.cancel == nil {
+		return
+	}
+	rc.cancel()
+	<-rc.done
+	rc.cancel = nil
 }
 
 func (h *harness) newMerchant(business bool) app.CreatedMerchant {
@@ -100,8 +152,16 @@ func (h *harness) wait(pos eventstore.Position) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.runner.WaitFor(ctx, pos); err != nil {
-		h.t.Fatal(err)
+	// A short runner WaitTimeout (harnessOptions) must not fail the
+	// harness's own waits: keep waiting until the deadline.
+	for {
+		err := h.runner.WaitFor(ctx, pos)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, projections.ErrLagging) || ctx.Err() != nil {
+			h.t.Fatal(err)
+		}
 	}
 }
 
@@ -142,6 +202,10 @@ func (h *harness) do(r req) resp {
 		body = strings.NewReader(b)
 	case []byte:
 		body = bytes.NewReader(b)
+	case io.Reader:
+		// A reader of unknown length: the client sends it chunked, with
+		// no Content-Length.
+		body = b
 	default:
 		raw, _ := json.Marshal(b)
 		body = bytes.NewReader(raw)
