@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,14 +18,25 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
 // newWebhookHarness is newHarness with the webhook role running too: the
 // subscriber (its own runner) and a dispatcher with a fast retry schedule.
 func newWebhookHarness(t *testing.T, mutate ...func(*Config)) *harness {
+	t.Helper()
+	return newWebhookHarnessWith(t, nil, mutate...)
+}
+
+// newWebhookHarnessWith is newWebhookHarness with the dispatcher tuned by
+// tune (when not nil) before it starts.
+func newWebhookHarnessWith(t *testing.T, tune func(*webhooks.Dispatcher), mutate ...func(*Config)) *harness {
 	t.Helper()
 	return startHarness(t, func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error {
 		hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
@@ -33,6 +45,9 @@ func newWebhookHarness(t *testing.T, mutate ...func(*Config)) *harness {
 		}
 		d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store},
 			PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond}}
+		if tune != nil {
+			tune(d)
+		}
 		return []func(context.Context) error{hooks.Run, d.Run}
 	}, mutate...)
 }
@@ -305,4 +320,420 @@ func TestWebhookURLRules(t *testing.T) {
 		body: map[string]any{"url": "https://127.0.0.1/cb"}}).expect(t, 200, "")
 	hp.do(req{method: "PUT", path: "/v1/merchant/webhook", key: key(hp.m, domain.Live, merchant.SuperAdmin), host: liveHost,
 		body: map[string]any{"url": "http://127.0.0.1/cb"}}).expect(t, 400, "A live callback URL must use https")
+}
+
+// TestWebhookDeliveryLogShowsNextAttempt: after a failed first attempt the
+// delivery log shows the message pending, its attempt and status code, and
+// the next attempt the first pause of §5 (5 s ± 10 %) after it; the retry
+// then comes no earlier.
+func TestWebhookDeliveryLogShowsNextAttempt(t *testing.T) {
+	if webhooks.DefaultSchedule[0] != 5*time.Second || webhooks.Jitter != 0.10 {
+		t.Fatalf("§5 schedule starts at 5 s ± 10%%, not %s ± %v", webhooks.DefaultSchedule[0], webhooks.Jitter)
+	}
+	// The production schedule and jitter (no Schedule or Rand override).
+	h := newWebhookHarnessWith(t, func(d *webhooks.Dispatcher) { d.Schedule = nil })
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 1)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	h.funded("b@x.com", "08035550002", 5000)
+
+	var d map[string]any
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		rows := h.do(req{path: "/v1/merchant/webhook/deliveries?status=pending", key: h.sa()}).expect(t, 200, "").obj()["data"].([]any)
+		if len(rows) == 1 && rows[0].(map[string]any)["attempts"] == 1.0 {
+			d = rows[0].(map[string]any)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pending delivery after a failed attempt: %v", rows)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	seen := time.Now() // the outcome, next attempt included, was stored before this
+	log := d["attemptLog"].([]any)
+	if d["status"] != "pending" || d["event"] != "payment.deposit.success" || d["lastStatusCode"] != 500.0 ||
+		d["lastError"] != "HTTP 500" || d["deliveredAt"] != nil || len(log) != 1 {
+		t.Fatalf("pending delivery %v", d)
+	}
+	first := log[0].(map[string]any)
+	if first["attempt"] != 1.0 || first["statusCode"] != 500.0 {
+		t.Fatalf("attempt log %v", log)
+	}
+	at := parseTime(t, first["at"])
+	ended := at.Add(time.Duration(first["durationMs"].(float64)) * time.Millisecond)
+	next := parseTime(t, d["nextAttemptAt"])
+	pause := webhooks.DefaultSchedule[0]
+	lo := time.Duration(float64(pause) * (1 - webhooks.Jitter))
+	hi := time.Duration(float64(pause) * (1 + webhooks.Jitter))
+	const slack = 5 * time.Millisecond // the log's millisecond durations
+	if next.Before(ended.Add(lo-slack)) || next.After(seen.Add(hi)) {
+		t.Fatalf("next attempt %s is %s after the attempt ended; want %s to %s", next, next.Sub(ended), lo, hi)
+	}
+
+	// The retry comes at the announced time and is delivered.
+	hits := rc.waitFor(t, 1)
+	if len(hits) != 1 || hits[0].Attempt != "2" || hits[0].ID != d["id"] {
+		t.Fatalf("hits %+v", hits)
+	}
+	done := h.do(req{path: "/v1/merchant/webhook/deliveries", key: h.sa()}).expect(t, 200, "").obj()["data"].([]any)[0].(map[string]any)
+	log = done["attemptLog"].([]any)
+	if done["status"] != "delivered" || done["attempts"] != 2.0 || done["lastStatusCode"] != 200.0 || done["nextAttemptAt"] != nil || len(log) != 2 {
+		t.Fatalf("delivered %v", done)
+	}
+	if retried := parseTime(t, log[1].(map[string]any)["at"]); retried.Before(next.Add(-slack)) {
+		t.Fatalf("retried at %s, before the announced %s", retried, next)
+	}
+}
+
+func parseTime(t *testing.T, v any) time.Time {
+	t.Helper()
+	s, _ := v.(string)
+	at, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("time %v: %v", v, err)
+	}
+	return at
+}
+
+// webhooksCaughtUp waits until the webhook subscriber has read the whole
+// log, so every message of what happened so far is in the outbox.
+func (h *harness) webhooksCaughtUp() {
+	h.t.Helper()
+	ctx := context.Background()
+	head, err := h.store.Head(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var c, p int64
+		if err := h.pool.QueryRow(ctx, `SELECT commit_pos, prepare_pos FROM projection_checkpoints WHERE name = $1`,
+			webhooks.SubscriberName).Scan(&c, &p); err != nil {
+			h.t.Fatal(err)
+		}
+		if (eventstore.Position{Commit: uint64(c), Prepare: uint64(p)}).AtLeast(head) {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("webhook subscriber at %d/%d, log head %s", c, p, head)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// allWebhooks waits for every message so far to be delivered and returns
+// the deliveries, checking that none was delivered twice or badly signed.
+func (h *harness) allWebhooks(rc *hookReceiver) []hookHit {
+	h.t.Helper()
+	h.webhooksCaughtUp()
+	total := h.do(req{path: "/v1/merchant/webhook/deliveries", key: h.sa()}).expect(h.t, 200, "").obj()["pagination"].(map[string]any)["count"].(float64)
+	hits := rc.waitFor(h.t, int(total))
+	seen := map[string]bool{}
+	for _, hh := range hits {
+		if !hh.SigOK || seen[hh.ID] {
+			h.t.Fatalf("%s %s: bad signature or delivered twice", hh.Event, hh.ID)
+		}
+		seen[hh.ID] = true
+	}
+	if len(hits) != int(total) {
+		h.t.Fatalf("%d deliveries for %v messages: %+v", len(hits), total, hits)
+	}
+	return hits
+}
+
+// apiRecords is every transaction record the API shows (the customers'
+// histories and the merchant's transactions), by id.
+func (h *harness) apiRecords(cids ...string) map[string]map[string]any {
+	h.t.Helper()
+	out := map[string]map[string]any{}
+	add := func(r resp) {
+		for _, x := range r.obj()["data"].([]any) {
+			rec := x.(map[string]any)
+			out[rec["id"].(string)] = rec
+		}
+	}
+	for _, cid := range cids {
+		add(h.do(req{path: "/v1/payment/history?limit=100", key: h.std(), cid: cid}).expect(h.t, 200, ""))
+	}
+	add(h.do(req{path: "/v1/merchant/transactions?limit=100", key: h.sa()}).expect(h.t, 200, ""))
+	return out
+}
+
+// paymentPayloads checks every payment.* message: its name is
+// payment.<transactionType>.<status> of its data, and the data is, whole,
+// the record the API shows (records) and, when given by reference, the
+// record an API call answered (answered). It returns the payment messages'
+// "event reference" keys with their counts.
+func paymentPayloads(t *testing.T, hits []hookHit, records map[string]map[string]any, answered map[string]map[string]any) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, hh := range hits {
+		if !strings.HasPrefix(hh.Event, "payment.") {
+			continue
+		}
+		d := hh.Data
+		if want := "payment." + fmt.Sprint(d["transactionType"]) + "." + fmt.Sprint(d["status"]); hh.Event != want {
+			t.Fatalf("event %s for a record %s", hh.Event, want)
+		}
+		rec, ok := records[fmt.Sprint(d["id"])]
+		if !ok {
+			t.Fatalf("%s: record %v is not in the API", hh.Event, d["id"])
+		}
+		if !reflect.DeepEqual(d, rec) {
+			t.Fatalf("%s payload differs from the API's record:\n%s\n%s", hh.Event, jsonOf(d), jsonOf(rec))
+		}
+		ref := fmt.Sprint(d["reference"])
+		if a, ok := answered[ref]; ok && !reflect.DeepEqual(d, a) {
+			t.Fatalf("%s payload differs from the API's answer for %s:\n%s\n%s", hh.Event, ref, jsonOf(d), jsonOf(a))
+		}
+		out[hh.Event+" "+ref]++
+	}
+	return out
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// withoutEscrows is a POST /v1/payment/escrow answer as the bare
+// transaction record (it also lists the escrows paid).
+func withoutEscrows(r map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range r {
+		if k != "escrows" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// depositsFailingFor is the test collection gateway, except that it refuses
+// deposits whose reference starts with prefix.
+type depositsFailingFor struct {
+	gateway.TestCollection
+	prefix string
+}
+
+func (g depositsFailingFor) Confirm(ctx context.Context, d ledger.Record) (payment.Outcome, error) {
+	if strings.HasPrefix(d.Reference, g.prefix) {
+		return payment.Outcome{OK: false, Reason: "No money arrived"}, nil
+	}
+	return g.TestCollection.Confirm(ctx, d)
+}
+
+// TestWebhookPaymentEventsFromRealFlows drives deposits (confirmed and
+// refused), withdrawals (paid out and reversed) and a wallet transfer
+// through the API: each settled record is announced exactly once, under
+// payment.<type>.<outcome>, with the record the API shows as its data;
+// pending stages announce nothing.
+func TestWebhookPaymentEventsFromRealFlows(t *testing.T) {
+	h := newWebhookHarness(t)
+	h.svc.Gateways[domain.Test] = gateway.Set{Collection: depositsFailingFor{prefix: "dep-fail"}, Payouts: gateway.TestPayouts{}}
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+
+	a := h.createCustomer(h.sa(), "a@x.com", "08031110007")
+	b := h.createCustomer(h.sa(), "b@x.com", "08031110008")
+	answered := map[string]map[string]any{}
+	top := h.topUp(a, 10000).expect(t, 200, "Wallet topped up successfully").obj()
+	answered[top["reference"].(string)] = top
+	for _, ref := range []string{"dep-ok", "dep-fail-1"} {
+		h.intent(a, map[string]any{"reference": ref, "amount": 700, "transactionType": "deposit"}).expect(t, 201, "")
+		answered[ref] = h.verify(a, ref).expect(t, 200, "").obj()
+	}
+	if answered["dep-fail-1"]["status"] != "failed" || answered["dep-ok"]["status"] != "success" {
+		t.Fatalf("deposits %v %v", answered["dep-ok"], answered["dep-fail-1"])
+	}
+	for ref, account := range map[string]string{"wd-ok": nuban(t, "058", "12", false), "wd-bad": nuban(t, "058", "34", true)} {
+		h.intent(a, bankWithdrawal(ref, 1000, account)).expect(t, 201, "")
+		answered[ref] = h.verify(a, ref).expect(t, 200, "").obj()
+	}
+	if answered["wd-ok"]["status"] != "success" || answered["wd-bad"]["status"] != "reversed" {
+		t.Fatalf("withdrawals %v %v", answered["wd-ok"], answered["wd-bad"])
+	}
+	h.intent(a, map[string]any{"reference": "t-1", "amount": 1200.25, "transactionType": "wallet_transfer",
+		"walletDetails": map[string]any{"phone": "08031110008", "narration": "lunch"}}).expect(t, 201, "")
+	answered["t-1"] = h.verify(a, "t-1").expect(t, 200, "").obj()
+	// Verifying again announces nothing more.
+	h.verify(a, "t-1").expect(t, 200, "")
+	h.verify(a, "wd-bad").expect(t, 200, "")
+
+	hits := h.allWebhooks(rc)
+	records := h.apiRecords(a, b)
+	var incoming string // the receiver's side of the transfer
+	for id, r := range records {
+		if r["customerId"] == b {
+			incoming = fmt.Sprint(r["reference"])
+			if r["transactionType"] != "wallet_transfer" || r["creditType"] != "credit" || r["status"] != "success" {
+				t.Fatalf("receiver record %s: %v", id, r)
+			}
+		}
+	}
+	got := paymentPayloads(t, hits, records, answered)
+	want := map[string]int{
+		"payment.deposit.success " + top["reference"].(string): 1,
+		"payment.deposit.success dep-ok":                       1,
+		"payment.deposit.failed dep-fail-1":                    1,
+		"payment.withdrawal.success wd-ok":                     1,
+		"payment.withdrawal.reversed wd-bad":                   1,
+		"payment.wallet_transfer.success t-1":                  1,
+		"payment.wallet_transfer.success " + incoming:          1,
+	}
+	if len(hits) != len(want) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("payment events\n got %v\nwant %v", got, want)
+	}
+}
+
+// escrowHits indexes escrow messages by "event escrowId" and checks each
+// is delivered once; order holds the arrival positions.
+func escrowHits(t *testing.T, hits []hookHit) (byKey map[string]hookHit, order map[string]int) {
+	t.Helper()
+	byKey, order = map[string]hookHit{}, map[string]int{}
+	for i, hh := range hits {
+		if !strings.HasPrefix(hh.Event, "escrow.") {
+			continue
+		}
+		k := hh.Event + " " + fmt.Sprint(hh.Data["id"])
+		if _, dup := byKey[k]; dup {
+			t.Fatalf("%s announced twice", k)
+		}
+		byKey[k], order[k] = hh, i
+	}
+	return byKey, order
+}
+
+func (h *harness) escrowByToken(token string) map[string]any {
+	h.t.Helper()
+	return h.do(req{path: "/v1/escrow/verify/" + token, key: h.std()}).expect(h.t, 200, "").obj()
+}
+
+// TestWebhooksClaimLifecycle: an escrow the seller claims after the
+// delivery window yields escrow.created, escrow.ongoing and escrow.claimed
+// in order, each with the escrow as the API shows it then, and the
+// funding, commission and delivery records exactly as the API shows them.
+func TestWebhooksClaimLifecycle(t *testing.T) {
+	h := newWebhookHarness(t)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	seller := h.createCustomer(h.sa(), "s@x.com", "08035550021")
+	buyer := h.createCustomer(h.sa(), "b@x.com", "08035550022")
+	answered := map[string]map[string]any{}
+	top := h.topUp(buyer, 5000).expect(t, 200, "").obj()
+	answered[top["reference"].(string)] = top
+	e := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer",
+		"maxDelivery": "1", "deliveryTimeline": "minutes"}, 0).expect(t, 201, "").obj()
+	id, token := e["id"].(string), e["paymentToken"].(string)
+	created := h.escrowByToken(token)
+	h.do(req{method: "PUT", path: "/v1/escrow/additional-fee/" + token, key: h.sa(),
+		body: map[string]any{"additionalFee": 200}}).expect(t, 200, "")
+	paid := h.pay(buyer, "p-1", 1225, id).expect(t, 200, "Payment successful").obj()
+	answered["p-1"] = withoutEscrows(paid)
+	ongoing := h.escrowByToken(token)
+	h.svc.Engine.Now = func() time.Time { return time.Now().UTC().Add(61 * time.Second) }
+	h.do(req{path: "/v1/escrow/claim-funds/" + token, key: h.std(), cid: seller}).expect(t, 200, "Funds claimed successfully")
+	claimed := h.escrowByToken(token)
+	if claimed["status"] != "CLAIMED" {
+		t.Fatalf("claimed %v", claimed)
+	}
+
+	hits := h.allWebhooks(rc)
+	byKey, order := escrowHits(t, hits)
+	for k, want := range map[string]map[string]any{"escrow.created " + id: created, "escrow.ongoing " + id: ongoing,
+		"escrow.claimed " + id: claimed} {
+		hh, ok := byKey[k]
+		if !ok {
+			t.Fatalf("no %s in %v", k, order)
+		}
+		if !reflect.DeepEqual(hh.Data, want) {
+			t.Fatalf("%s payload differs from the API's escrow:\n%s\n%s", k, jsonOf(hh.Data), jsonOf(want))
+		}
+	}
+	if len(byKey) != 3 || !(order["escrow.created "+id] < order["escrow.ongoing "+id] && order["escrow.ongoing "+id] < order["escrow.claimed "+id]) {
+		t.Fatalf("escrow events %v", order)
+	}
+	got := paymentPayloads(t, hits, h.apiRecords(seller, buyer), answered)
+	var commission, delivery string
+	for _, r := range h.apiRecords() {
+		switch r["transactionType"] {
+		case "commission":
+			commission = fmt.Sprint(r["reference"])
+		case "delivery":
+			delivery = fmt.Sprint(r["reference"])
+		}
+	}
+	want := map[string]int{
+		"payment.deposit.success " + top["reference"].(string): 1,
+		"payment.escrow.success p-1":                           1,
+		"payment.commission.success " + commission:             1,
+		"payment.delivery.success " + delivery:                 1,
+	}
+	if !reflect.DeepEqual(got, want) || len(hits) != len(want)+3 {
+		t.Fatalf("payment events\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestWebhooksMultiUnitClone: buying one unit of a multi-unit link
+// announces the clone (escrow.created, then escrow.ongoing for the clone),
+// never a status change of the link, and the clone's later life.
+func TestWebhooksMultiUnitClone(t *testing.T) {
+	h := newWebhookHarness(t)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	seller := h.createCustomer(h.sa(), "s@x.com", "08035550031")
+	buyer := h.createCustomer(h.sa(), "b@x.com", "08035550032")
+	answered := map[string]map[string]any{}
+	top := h.topUp(buyer, 5000).expect(t, 200, "").obj()
+	answered[top["reference"].(string)] = top
+	link := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer", "totalQuantity": "2"}, 0).
+		expect(t, 201, "").obj()
+	lid := link["id"].(string)
+	linkCreated := h.escrowByToken(link["paymentToken"].(string))
+	paid := h.pay(buyer, "unit-1", 1025, lid).expect(t, 200, "").obj()
+	answered["unit-1"] = withoutEscrows(paid)
+	clone := paid["escrows"].([]any)[0].(map[string]any)
+	cid, ctoken := clone["id"].(string), clone["paymentToken"].(string)
+	if cid == lid || clone["parentId"] != lid {
+		t.Fatalf("clone %v", clone)
+	}
+	ongoing := h.escrowByToken(ctoken)
+	h.do(req{method: "POST", path: "/v1/escrow/confirm-payment/" + cid, key: h.std(), cid: buyer}).expect(t, 200, "")
+	completed := h.escrowByToken(ctoken)
+
+	hits := h.allWebhooks(rc)
+	byKey, order := escrowHits(t, hits)
+	if len(byKey) != 4 {
+		t.Fatalf("escrow events %v", order)
+	}
+	for k, want := range map[string]map[string]any{"escrow.created " + lid: linkCreated, "escrow.ongoing " + cid: ongoing,
+		"escrow.completed " + cid: completed} {
+		if hh, ok := byKey[k]; !ok || !reflect.DeepEqual(hh.Data, want) {
+			t.Fatalf("%s payload differs from the API's escrow:\n%s\n%s", k, jsonOf(hh.Data), jsonOf(want))
+		}
+	}
+	cc, ok := byKey["escrow.created "+cid]
+	if !ok {
+		t.Fatalf("no escrow.created for the clone: %v", order)
+	}
+	if d := cc.Data; d["parentId"] != lid || d["status"] != "PENDING" || d["paymentToken"] != ctoken || d["totalQuantity"] != 1.0 || d["buyerId"] != nil {
+		t.Fatalf("clone created %v", d)
+	}
+	if !(order["escrow.created "+cid] < order["escrow.ongoing "+cid] && order["escrow.ongoing "+cid] < order["escrow.completed "+cid]) {
+		t.Fatalf("clone events out of order: %v", order)
+	}
+	got := paymentPayloads(t, hits, h.apiRecords(seller, buyer), answered)
+	var commission string
+	for _, r := range h.apiRecords() {
+		if r["transactionType"] == "commission" {
+			commission = fmt.Sprint(r["reference"])
+		}
+	}
+	want := map[string]int{
+		"payment.deposit.success " + top["reference"].(string): 1,
+		"payment.escrow.success unit-1":                        1,
+		"payment.commission.success " + commission:             1,
+	}
+	if !reflect.DeepEqual(got, want) || len(hits) != len(want)+4 {
+		t.Fatalf("payment events\n got %v\nwant %v", got, want)
+	}
 }

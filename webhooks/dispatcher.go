@@ -88,7 +88,7 @@ type Dispatcher struct {
 
 	mu       sync.Mutex
 	inflight int
-	busy     map[string]int // attempts in flight per merchant
+	busy     map[string]int  // attempts in flight per merchant
 	slow     map[string]bool // seen running past SlowAfter
 	prompt   map[string]bool // seen answering within SlowAfter
 	wake     chan struct{}

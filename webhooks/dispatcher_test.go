@@ -429,8 +429,10 @@ func TestCrashHelperProcess(t *testing.T) {
 	// request still on its way when the child is killed would otherwise be
 	// answered 2xx to nobody, and counted as a delivery).
 	client := &http.Client{Transport: senderTransport{"child"}}
+	// SlowPerMerchant: a merchant never seen answering may have several
+	// attempts in flight, so several hang when the process is killed.
 	d := &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: store}, Lease: time.Second, Timeout: time.Minute,
-		PollInterval: 20 * time.Millisecond, Client: client}
+		PollInterval: 20 * time.Millisecond, Client: client, SlowPerMerchant: 8}
 	_ = d.Run(ctx) // until killed
 }
 
@@ -453,6 +455,11 @@ func TestKilledMidDeliveryLosesNothing(t *testing.T) {
 		}
 		return 200
 	})
+	// A failure must still let the receiver's handlers return, or closing
+	// the receiver (an earlier cleanup) waits for them forever.
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(unblock) }) }
+	t.Cleanup(release)
 	m := e.merchant(rc.srv.URL)
 	if _, err := Install(context.Background(), e.store, e.pool); err != nil {
 		t.Fatal(err)
@@ -481,7 +488,7 @@ func TestKilledMidDeliveryLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-	close(unblock)
+	release()
 	e.runSubscriber(e.pool)
 	e.runDispatcher(e.pool)
 	<-written
@@ -556,4 +563,74 @@ func (t senderTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set(senderHeader, t.name)
 	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestDefaultTimeoutIsTenSeconds: §5 counts a delivery as successful only
+// with a 2xx within 10 s.
+func TestDefaultTimeoutIsTenSeconds(t *testing.T) {
+	d := &Dispatcher{}
+	d.defaults()
+	if d.Timeout != 10*time.Second {
+		t.Fatalf("default timeout %s, want 10s", d.Timeout)
+	}
+	if d.Lease <= d.Timeout {
+		t.Fatalf("default lease %s must outlast the timeout %s", d.Lease, d.Timeout)
+	}
+}
+
+// TestUnansweredAttemptTimesOutAndRetries: a receiver that never answers
+// costs each attempt Timeout, no more; the attempt is logged as not
+// delivered (no status code, the timeout as the error) and retried after
+// the schedule's pauses, then the message fails.
+func TestUnansweredAttemptTimesOutAndRetries(t *testing.T) {
+	e := newTestEnv(t)
+	hang := make(chan struct{})
+	defer close(hang) // before the receiver's cleanup, which waits for its handlers
+	var m app.CreatedMerchant
+	rc := newReceiver(t, func() string { return m.SigningSecrets[domain.Test] }, func(hit) int { <-hang; return 200 })
+	m = e.merchant(rc.srv.URL)
+	const timeout = 300 * time.Millisecond
+	schedule := []time.Duration{50 * time.Millisecond, 150 * time.Millisecond}
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Timeout = timeout; d.Schedule = schedule })
+	id := e.deposits(m.MerchantID, 1)[0].String()
+
+	eventually(t, 10*time.Second, "the message failed", func() bool { return e.statuses()[StatusFailed] == 1 })
+	d, err := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "no response within " + timeout.String()
+	if d.Attempts != len(schedule)+1 || len(d.AttemptLog) != len(schedule)+1 || d.LastStatusCode != nil ||
+		d.LastError == nil || *d.LastError != want || d.DeliveredAt != nil || d.NextAttemptAt != nil {
+		t.Fatalf("delivery %+v", d)
+	}
+	for i, a := range d.AttemptLog {
+		if a.Attempt != i+1 || a.StatusCode != nil || a.Error == nil || *a.Error != want {
+			t.Fatalf("attempt %d: %+v", i+1, a)
+		}
+		// The attempt took the timeout: not less (it waited), not the lease.
+		if took := time.Duration(a.DurationMs) * time.Millisecond; took < timeout-5*time.Millisecond || took > timeout+2*time.Second {
+			t.Fatalf("attempt %d took %s with a %s timeout", i+1, took, timeout)
+		}
+		if i == 0 {
+			continue
+		}
+		// Retried after the schedule's pause (Rand 0.5: no jitter), counted
+		// from the end of the previous attempt.
+		gap := a.At.Sub(d.AttemptLog[i-1].At)
+		if least := timeout + schedule[i-1] - 5*time.Millisecond; gap < least || gap > least+3*time.Second {
+			t.Fatalf("attempt %d came %s after attempt %d; want about %s", i+1, gap, i, least)
+		}
+	}
+	// Each attempt reached the receiver, correctly signed.
+	hits := rc.all()
+	if len(hits) != len(schedule)+1 {
+		t.Fatalf("receiver got %d requests: %+v", len(hits), hits)
+	}
+	for i, h := range hits {
+		if h.ID != id || h.Attempt != strconv.Itoa(i+1) || !h.SigOK || h.Status != -1 {
+			t.Fatalf("request %d: %+v", i+1, h)
+		}
+	}
 }

@@ -182,7 +182,23 @@ type receiver struct {
 
 func newReceiver(t *testing.T, secret func() string, respond func(h hit) int) *receiver {
 	r := &receiver{secret: secret, respond: respond}
-	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	r.srv = httptest.NewServer(r.handler())
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// newTLSReceiver is newReceiver over https (a self-signed certificate for
+// 127.0.0.1, which r.srv.Client() and r.srv.Certificate() trust), as live
+// callbacks need.
+func newTLSReceiver(t *testing.T, secret func() string, respond func(h hit) int) *receiver {
+	r := &receiver{secret: secret, respond: respond}
+	r.srv = httptest.NewTLSServer(r.handler())
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
 		var env Envelope
 		_ = json.Unmarshal(body, &env)
@@ -205,9 +221,7 @@ func newReceiver(t *testing.T, secret func() string, respond func(h hit) int) *r
 			status = http.StatusServiceUnavailable
 		}
 		w.WriteHeader(status)
-	}))
-	t.Cleanup(r.srv.Close)
-	return r
+	})
 }
 
 func (r *receiver) all() []hit {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -175,5 +176,64 @@ func TestWebhookRetentionConfig(t *testing.T) {
 		if _, err := LoadConfig(); err == nil || !strings.Contains(err.Error(), "ESCROW_WEBHOOK_RETENTION") {
 			t.Fatalf("%q: %v", bad, err)
 		}
+	}
+}
+
+// TestWebhookAllowPrivateConfig: ESCROW_WEBHOOK_ALLOW_PRIVATE (default
+// false, §6) reaches the HTTP layer and the operator commands; anything
+// but a true value keeps private live callbacks refused.
+func TestWebhookAllowPrivateConfig(t *testing.T) {
+	db := pgtest.NewURL(t)
+	for _, tc := range []struct {
+		value string
+		want  bool
+	}{{"", false}, {"false", false}, {"0", false}, {"true", true}, {"1", true}, {"TRUE", true}} {
+		t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", tc.value)
+		c := mustConfig(t, db)
+		if c.WebhookAllowPriv != tc.want || httpConfig(c).WebhookAllowPrivate != tc.want {
+			t.Fatalf("ESCROW_WEBHOOK_ALLOW_PRIVATE=%q: config %v, http %v; want %v", tc.value, c.WebhookAllowPriv,
+				httpConfig(c).WebhookAllowPrivate, tc.want)
+		}
+	}
+	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "")
+	os.Unsetenv("ESCROW_WEBHOOK_ALLOW_PRIVATE") // restored by t.Setenv
+	if c := mustConfig(t, db); c.WebhookAllowPriv {
+		t.Fatal("private live callbacks allowed by default")
+	}
+	for _, bad := range []string{"yes", "on", "maybe"} {
+		t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", bad)
+		if c, err := LoadConfig(); err == nil && c.WebhookAllowPriv {
+			t.Fatalf("ESCROW_WEBHOOK_ALLOW_PRIVATE=%q allows private callbacks", bad)
+		}
+	}
+	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false")
+
+	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m app.CreatedMerchant
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	setLive := func(url string) error {
+		_, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "live", "--url", url)
+		return err
+	}
+	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false")
+	if err := setLive("https://127.0.0.1:9443/hook"); err == nil || !strings.Contains(err.Error(), "private or loopback") {
+		t.Fatalf("loopback live callback without the setting: %v", err)
+	}
+	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "true")
+	if err := setLive("https://127.0.0.1:9443/hook"); err != nil {
+		t.Fatalf("loopback live callback with the setting: %v", err)
+	}
+	if err := setLive("http://127.0.0.1:9443/hook"); err == nil || !strings.Contains(err.Error(), "https") {
+		t.Fatalf("the setting must not lift the https rule on live: %v", err)
+	}
+	var hook string
+	if err := testEnv(t, db).Pool.QueryRow(context.Background(), `SELECT webhook_live FROM rm_merchants WHERE merchant_id = $1`, m.MerchantID).
+		Scan(&hook); err != nil || hook != "https://127.0.0.1:9443/hook" {
+		t.Fatalf("live callback %q %v", hook, err)
 	}
 }
