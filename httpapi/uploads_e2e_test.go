@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -70,35 +69,22 @@ func uploadGIF(t *testing.T) []byte {
 	return uploadImage(t, func(w io.Writer, m image.Image) error { return gif.Encode(w, m, nil) })
 }
 
-// uploadDo sends a request with an arbitrary body (a nil length forces
-// chunked encoding) and decodes the envelope if there is one.
+// uploadDo sends a request with an arbitrary body (a reader of unknown
+// length is sent chunked) and its own content type, through h.do.
 func (h *harness) uploadDo(method, path, key, contentType string, body io.Reader, headers map[string]string) resp {
 	h.t.Helper()
-	hr, err := http.NewRequest(method, h.srv.URL+path, body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if key != "" {
-		hr.Header.Set("Authorization", "Bearer "+key)
+	hs := map[string]string{}
+	for k, v := range headers {
+		hs[k] = v
 	}
 	if contentType != "" {
-		hr.Header.Set("Content-Type", contentType)
+		hs["Content-Type"] = contentType
 	}
-	for k, v := range headers {
-		hr.Header.Set(k, v)
+	r := req{method: method, path: path, key: key, headers: hs}
+	if body != nil {
+		r.body = body
 	}
-	res, err := http.DefaultClient.Do(hr)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	out := resp{Status: res.StatusCode, Header: res.Header, Raw: raw}
-	if err := json.Unmarshal(raw, &out.Env); err == nil {
-		out.Message, _ = out.Env["message"].(string)
-		out.Data = out.Env["data"]
-	}
-	return out
+	return h.do(r)
 }
 
 // uploadProbe registers a multipart route that saves up to 5 images and

@@ -99,20 +99,7 @@ func TestCategoriesProjection(t *testing.T) {
 	}
 
 	// Apply the whole log once more, out of the runner: nothing changes.
-	events, err := e.store.ReadAll(ctx, eventstore.Start, 10000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (Categories{}).Apply(ctx, tx, events); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reapplyAll(t, e, Categories{})
 	if got, _ := list(domain.Test, all); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a replay %+v, want %+v", got, want)
 	}

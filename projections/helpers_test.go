@@ -309,3 +309,24 @@ func (e *env) service(t *testing.T) (*app.Service, app.Actor) {
 	}
 	return svc, app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
 }
+
+// reapplyAll applies the whole log once more to p, outside any runner and
+// checkpoint, in one transaction: an idempotent projector changes nothing.
+func reapplyAll(t *testing.T, e *env, p Projector) {
+	t.Helper()
+	ctx := context.Background()
+	events, err := e.store.ReadAll(ctx, eventstore.Start, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Apply(ctx, tx, events); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -86,20 +86,7 @@ func TestWhitelistProjection(t *testing.T) {
 	}
 
 	// Apply the whole log once more, out of the runner: nothing changes.
-	events, err := e.store.ReadAll(ctx, eventstore.Start, 10000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := (Whitelist{}).Apply(ctx, tx, events); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reapplyAll(t, e, Whitelist{})
 	if got := list(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a replay %+v, want %+v", got, want)
 	}
