@@ -171,6 +171,18 @@ type replayBody struct {
 
 func (b replayBody) Close() error { return b.orig.Close() }
 
+// idempotencyScope is whose keys a key is among: the API key's, and within
+// it the acting customer's (customer-id), as Stripe scopes keys to the
+// account a request acts for. Two customers of one merchant key may pick
+// the same Idempotency-Key; neither is ever answered with the other's
+// outcome.
+func idempotencyScope(keyID string, req *http.Request) string {
+	if cid := strings.TrimSpace(req.Header.Get("customer-id")); cid != "" {
+		return keyID + " customer:" + cid
+	}
+	return keyID
+}
+
 // requestFingerprint is SHA-256 over method, path and query, media type and
 // body. A multipart body's boundary is random per attempt, so it is blanked
 // out: a retry that re-encodes the same form is the same request.
@@ -201,7 +213,7 @@ type storedResponse struct {
 
 func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Principal, key string, fp []byte) error {
 	ctx := c.Request().Context()
-	scope := p.KeyID
+	scope := idempotencyScope(p.KeyID, c.Request())
 	for range idempotencyClaimAttempts {
 		now := s.now()
 		s.maybeSweep(ctx, now)
@@ -226,7 +238,7 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 		abandoned := !rec.complete && sameRequest && !rec.createdAt.After(now.Add(-idempotencyAbandonAfter))
 		switch {
 		case expired || abandoned:
-			taken, err := s.takeOver(c, p, key, fp, owner, rec, expired, now)
+			taken, err := s.takeOver(c, p, scope, key, fp, owner, rec, expired, now)
 			if err != nil {
 				return err
 			}
@@ -278,12 +290,12 @@ const (
 // claim is fenced first, so its request can never write after this point;
 // if it already wrote, a retry of it is not run again but answered that
 // the outcome was lost.
-func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, key string, fp, owner []byte, old storedResponse, expired bool, now time.Time) (takeOverOutcome, error) {
+func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, scope, key string, fp, owner []byte, old storedResponse, expired bool, now time.Time) (takeOverOutcome, error) {
 	ctx := c.Request().Context()
 	wrote := false
 	if !old.complete && s.fencer != nil {
 		var err error
-		wrote, err = s.fencer.FenceClaim(ctx, old.owner, p.KeyID, key, domain.Meta{MerchantID: p.MerchantID,
+		wrote, err = s.fencer.FenceClaim(ctx, old.owner, scope, key, domain.Meta{MerchantID: p.MerchantID,
 			Environment: domain.Environment(p.Environment), Actor: p.KeyID, RequestID: c.Request().Header.Get("X-Request-Id")})
 		if err != nil {
 			return lostRace, fmt.Errorf("idempotency fence: %w", err)
@@ -294,7 +306,7 @@ func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, key string, fp,
 		tag, err := s.pool.Exec(ctx, `
 UPDATE http_idempotency_keys SET owner = $4, status = $5, headers = $6, body = $7, completed_at = $8
 WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND completed_at IS NULL`,
-			p.KeyID, key, old.owner, owner, rec.status, rec.headers, rec.body, now)
+			scope, key, old.owner, owner, rec.status, rec.headers, rec.body, now)
 		if err != nil {
 			return lostRace, fmt.Errorf("idempotency outcome: %w", err)
 		}
@@ -302,14 +314,14 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND completed_at IS NU
 			return lostRace, nil
 		}
 		s.log.Error("idempotency: a request wrote but its response was never stored",
-			zap.String("key_id", p.KeyID), zap.String("idempotency_key", key))
+			zap.String("key_id", scope), zap.String("idempotency_key", key))
 		return answered, replayStored(c, rec)
 	}
 	tag, err := s.pool.Exec(ctx, `
 UPDATE http_idempotency_keys
 SET fingerprint = $4, owner = $5, created_at = $6, completed_at = NULL, status = NULL, headers = NULL, body = NULL
 WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND (completed_at IS NOT NULL) = $7`,
-		p.KeyID, key, old.owner, fp, owner, now, old.complete)
+		scope, key, old.owner, fp, owner, now, old.complete)
 	if err != nil {
 		return lostRace, fmt.Errorf("idempotency takeover: %w", err)
 	}

@@ -690,3 +690,31 @@ func TestMixedWorkloadZeroSum(t *testing.T) {
 	}
 	h.assertZeroSum()
 }
+
+// Two customers of one merchant key using the same Idempotency-Key are two
+// requests: each is executed and credited, neither is answered with the
+// other's record, and each repeat replays its own.
+func TestIdempotencyKeyIsPerCustomer(t *testing.T) {
+	h := newHarness(t)
+	a := h.createCustomer(h.sa(), "a@x.com", "08035557001")
+	b := h.createCustomer(h.sa(), "b@x.com", "08035557002")
+	key := map[string]string{"Idempotency-Key": "topup-1"}
+	topUp := func(cid string) resp {
+		return h.do(req{method: "POST", path: "/v1/payment/topup", key: h.std(), cid: cid, headers: key,
+			body: map[string]any{"amount": 5000}}).expect(t, 200, "Wallet topped up successfully")
+	}
+	ra, rb := topUp(a), topUp(b)
+	if rb.Header.Get("Idempotency-Replayed") != "" || rb.obj()["customerId"] != b || ra.obj()["customerId"] != a {
+		t.Fatalf("customer b got %s (replayed %q), a got %s", rb.Raw, rb.Header.Get("Idempotency-Replayed"), ra.Raw)
+	}
+	h.expectWallet(a, 5000, 0)
+	h.expectWallet(b, 5000, 0)
+	for cid, first := range map[string]resp{a: ra, b: rb} {
+		again := topUp(cid)
+		if again.Header.Get("Idempotency-Replayed") != "true" || string(again.Raw) != string(first.Raw) {
+			t.Fatalf("repeat for %s: %s, want the replay of %s", cid, again.Raw, first.Raw)
+		}
+	}
+	h.expectWallet(a, 5000, 0)
+	h.expectWallet(b, 5000, 0)
+}
