@@ -27,6 +27,10 @@ const (
 type Error struct {
 	Code    Code
 	Message string
+	// Resumable says that repeating the same request finishes what this one
+	// started (a payout whose provider did not answer): an Idempotency-Key
+	// is released for that repeat instead of replaying this answer.
+	Resumable bool
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -55,4 +59,10 @@ func ErrorMessage(err error) string {
 		return e.Message
 	}
 	return "Internal server error"
+}
+
+// IsResumable reports whether err is an *Error marked Resumable.
+func IsResumable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Resumable
 }

@@ -386,7 +386,8 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 			s.release(ctx, scope, key, owner)
 		}
 	}()
-	if err := next(c); err != nil {
+	err := next(c)
+	if err != nil {
 		c.Error(err)
 	}
 	done = true
@@ -395,17 +396,18 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 		status = http.StatusOK
 		capture.header = res.Header().Clone()
 	}
-	// A server error that changed nothing releases the key for a retry; one
-	// after a write (the read models lagging behind a saved change) is the
-	// outcome, stored and replayed like any other.
-	if status >= http.StatusInternalServerError && !claim.Wrote() {
+	// A server error that changed nothing releases the key for a retry, and
+	// so does one whose repeat resumes the request (domain.IsResumable);
+	// any other after a write (the read models lagging behind a saved
+	// change) is the outcome, stored and replayed like any other.
+	if status >= http.StatusInternalServerError && (!claim.Wrote() || domain.IsResumable(err)) {
 		s.release(ctx, scope, key, owner)
 		return nil
 	}
 	headers := handlerHeaders(before, capture.header)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := s.pool.Exec(sctx, `
+	_, err = s.pool.Exec(sctx, `
 UPDATE http_idempotency_keys
 SET status = $4, headers = $5, body = $6, completed_at = $7
 WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,

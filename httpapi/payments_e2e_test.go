@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -12,9 +13,12 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/domaintest"
+	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/internal/gateway"
 )
 
 // Payment helpers: all through real HTTP.
@@ -717,4 +721,52 @@ func TestIdempotencyKeyIsPerCustomer(t *testing.T) {
 	}
 	h.expectWallet(a, 5000, 0)
 	h.expectWallet(b, 5000, 0)
+}
+
+// payoutsFailingOnce: the provider does not answer the first payout, then
+// pays; it records every record id it was asked to pay.
+type payoutsFailingOnce struct {
+	mu    sync.Mutex
+	asked []string
+}
+
+func (p *payoutsFailingOnce) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.asked = append(p.asked, w.ID)
+	if len(p.asked) == 1 {
+		return payment.Outcome{}, errors.New("provider timed out")
+	}
+	return payment.Outcome{OK: true}, nil
+}
+
+// A payout whose provider does not answer leaves the debit standing and
+// answers 503; the same verify (same Idempotency-Key) then runs again and
+// finishes the payout, instead of replaying the 503 for 24 hours. The
+// customer is debited once and the provider is asked twice for one record.
+func TestUnansweredPayoutResumesUnderTheSameKey(t *testing.T) {
+	h := newHarness(t)
+	payouts := &payoutsFailingOnce{}
+	h.svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: payouts}
+	cid := h.funded("w@x.com", "08031117001", 10000)
+	h.intent(cid, bankWithdrawal("wd-1", 1000, nuban(t, "058", "12", false))).expect(t, 201, "")
+	key := map[string]string{"Idempotency-Key": "verify-wd-1"}
+	verify := func() resp {
+		return h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid, headers: key,
+			body: map[string]any{"reference": "wd-1"}})
+	}
+	verify().expect(t, 503, "The payout provider did not answer; verify again later")
+	h.expectWallet(cid, 8950, 0) // debited (amount + fee), payout unknown
+	done := verify().expect(t, 200, "Payment verified successfully")
+	if done.Header.Get("Idempotency-Replayed") != "" || done.obj()["status"] != "success" {
+		t.Fatalf("second verify: replayed %q, %s", done.Header.Get("Idempotency-Replayed"), done.Raw)
+	}
+	h.expectWallet(cid, 8950, 0)
+	if again := verify(); again.Header.Get("Idempotency-Replayed") != "true" || string(again.Raw) != string(done.Raw) {
+		t.Fatalf("third verify: %s, want the replay of %s", again.Raw, done.Raw)
+	}
+	if len(payouts.asked) != 2 || payouts.asked[0] != payouts.asked[1] || payouts.asked[0] != done.obj()["id"] {
+		t.Fatalf("provider asked for %v, want the record %v twice", payouts.asked, done.obj()["id"])
+	}
+	h.expectWallet(cid, 8950, 0)
 }

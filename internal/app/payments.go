@@ -21,6 +21,10 @@ var (
 	ErrPaymentsNotConfigured = domain.Invalidf("Payments are not configured for this environment")
 	ErrCryptoNotConfigured   = domain.Invalidf("Crypto is not configured for this environment")
 	ErrAccessDenied          = domain.Errorf(domain.Unauthenticated, "Access denied")
+	// ErrPayoutUnanswered: the debit stands and the payout's outcome is
+	// unknown; verifying again (the same request) asks the provider again.
+	ErrPayoutUnanswered = &domain.Error{Code: domain.Unavailable, Resumable: true,
+		Message: "The payout provider did not answer; verify again later"}
 )
 
 // IntentRequest is a create-intent after decoding.
@@ -337,7 +341,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		if err != nil {
 			// The debit stands and the payout is unknown: the intent stays
 			// pending and verifying again asks the provider again.
-			return st.Record, pos, domain.Errorf(domain.Unavailable, "The payout provider did not answer; verify again later")
+			return st.Record, pos, ErrPayoutUnanswered
 		}
 		res, err := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
 			return payment.FinishPayout(p, out, s.Engine.Now()), nil
