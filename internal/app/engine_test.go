@@ -10,6 +10,11 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/domaintest"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -176,3 +181,51 @@ func TestDecisionErrorAppendsNothing(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Fees an operator sets through another process count at once: instance A
+// has the merchant cached, instance B changes the fees, and A's next
+// escrow freezes the new fee terms and its next withdrawal charges the new
+// withdrawal fee (no expected revision would catch a stale read: neither
+// command writes the merchant).
+func TestNewFeesCountAtOnceAcrossInstances(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, actor := twoInstances(t)
+	draft := escrow.Draft{Amount: money.Naira(1000), Purpose: "Phone", WhoPays: "buyer"}
+	before, err := a.CreateEscrow(ctx, actor, "", draft) // caches the merchant in A
+	if err != nil {
+		t.Fatal(err)
+	}
+	newFees := merchant.DefaultFees
+	newFees.EscrowFeeBps, newFees.CommissionBps, newFees.BankWithdrawalFee = 400, 2500, 7000
+	if _, err := b.UpdateMerchant(ctx, actor.MerchantID, func(merchant.State) ([]domain.Event, error) {
+		return []domain.Event{merchant.FeesSet{Fees: newFees}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := a.CreateEscrow(ctx, actor, "", draft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.Escrow.FeeTerms; got.EscrowFeeBps != 400 || got.CommissionBps != 2500 {
+		t.Fatalf("escrow after the fee change froze %+v (before: %+v)", got, before.Escrow.FeeTerms)
+	}
+	if after.Escrow.Fee != money.Naira(40) || before.Escrow.Fee != money.Naira(25) {
+		t.Fatalf("fees %s then %s, want 25 then 40", before.Escrow.Fee, after.Escrow.Fee)
+	}
+	cid, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.TopUp(ctx, actor, cid, money.Naira(10000)); err != nil {
+		t.Fatal(err)
+	}
+	wd, err := a.CreateIntent(ctx, actor, cid, customer.Permissions{CanWithdraw: true}, IntentRequest{Reference: "wd-1",
+		Type: ledger.Withdrawal, Amount: money.Naira(1000),
+		Withdrawal: &ledger.WithdrawalDetails{AccountNumber: domaintest.NUBAN(t, "058", "12", false), BankCode: "058"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wd.Record.Fee != 7000 {
+		t.Fatalf("withdrawal fee %s, want the new 70", wd.Record.Fee)
+	}
+}

@@ -50,7 +50,7 @@ func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d 
 	id := s.newID()
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-		m, err := Read(tx, MerchantKind, a.MerchantID)
+		m, err := ReadLatest(tx, MerchantKind, a.MerchantID) // fees: an operator's change counts at once
 		if err != nil {
 			return err
 		}

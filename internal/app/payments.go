@@ -93,7 +93,7 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 	id := s.newID()
 	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-		m, err := Read(tx, MerchantKind, a.MerchantID)
+		m, err := ReadLatest(tx, MerchantKind, a.MerchantID) // fees: an operator's change counts at once
 		if err != nil {
 			return err
 		}

@@ -36,8 +36,21 @@ type txStream struct {
 
 // Read loads aggregate id of kind k within tx.
 func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
+	return read(tx, k, id, tx.fresh)
+}
+
+// ReadLatest is Read for an aggregate the command reads but does not write,
+// and whose changes by another process must count at once (an operator's
+// new fees): the cached state is caught up with the store first, one read
+// of the events after it. A written aggregate needs no such read: its
+// expected revision rejects a stale decision.
+func ReadLatest[S any](tx *Tx, k Kind[S], id string) (S, error) {
+	return read(tx, k, id, true)
+}
+
+func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 	stream := k.StreamName(id)
-	state, rev, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, tx.fresh)
+	state, rev, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, fresh)
 	if err != nil {
 		return state, err
 	}
