@@ -131,7 +131,7 @@ func TestCacheFoldsAppendedEvents(t *testing.T) {
 	if !ok {
 		t.Fatal("not cached after append")
 	}
-	fresh, rev, err := load(ctx, store, newCache(1), CustomerKind, CustomerKind.StreamName(id), true)
+	fresh, rev, _, err := load(ctx, store, newCache(1), CustomerKind, CustomerKind.StreamName(id), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,5 +227,43 @@ func TestNewFeesCountAtOnceAcrossInstances(t *testing.T) {
 	}
 	if wd.Record.Fee != 7000 {
 		t.Fatalf("withdrawal fee %s, want the new 70", wd.Record.Fee)
+	}
+}
+
+// A refusal is decided again only when it may rest on a cached state that
+// was not read from the store; one decided on what was just read is final
+// at once, and with a single attempt a refusal is still returned.
+func TestRefusalsAreDecidedAgainOnlyOnCachedState(t *testing.T) {
+	ctx := context.Background()
+	store := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(store.Close)
+	engine := NewEngine(store, 100)
+	if _, err := engine.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+		Append(tx, CustomerKind, "c1", customer.Blocked{Reason: "x"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	refusal := domain.Invalidf("no")
+	decides := 0
+	refuse := func(tx *Tx) error {
+		decides++
+		if _, err := Read(tx, CustomerKind, "c1"); err != nil {
+			return err
+		}
+		return refusal
+	}
+	cold := NewEngine(store, 100) // nothing cached: the read goes to the store
+	if _, err := cold.Do(ctx, domain.Meta{}, refuse); !errors.Is(err, refusal) || decides != 1 {
+		t.Fatalf("refusal on a store read: %v after %d decisions, want it after 1", err, decides)
+	}
+	decides = 0 // engine has c1 cached from its own append
+	if _, err := engine.Do(ctx, domain.Meta{}, refuse); !errors.Is(err, refusal) || decides != 2 {
+		t.Fatalf("refusal on a cached state: %v after %d decisions, want it after 2", err, decides)
+	}
+	decides = 0
+	engine.MaxAttempts = 1
+	if _, err := engine.Do(ctx, domain.Meta{}, refuse); !errors.Is(err, refusal) || decides != 1 {
+		t.Fatalf("single attempt: %v after %d decisions, want the refusal after 1", err, decides)
 	}
 }

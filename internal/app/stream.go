@@ -87,28 +87,26 @@ func (c *cache) evict(stream string) {
 }
 
 // load folds a stream, starting from the cached state when there is one and
-// reading only the events after it.
-func load[S any](ctx context.Context, store eventstore.Store, c *cache, k Kind[S], stream string, fresh bool) (S, int64, error) {
-	var (
-		state S
-		rev   int64 = -1
-	)
+// reading only the events after it. Unless fresh, a cached state is
+// returned without reading the store at all (cachedOnly).
+func load[S any](ctx context.Context, store eventstore.Store, c *cache, k Kind[S], stream string, fresh bool) (state S, rev int64, cachedOnly bool, err error) {
+	rev = -1
 	if hit, ok := c.get(stream); ok {
 		state, rev = hit.state.(S), hit.rev
 		if !fresh {
-			return state, rev, nil
+			return state, rev, true, nil
 		}
 	}
 	const page = 1000
 	for {
 		events, err := store.ReadStream(ctx, stream, uint64(rev+1), page)
 		if err != nil {
-			return state, rev, err
+			return state, rev, false, err
 		}
 		for _, re := range events {
 			ev, err := k.Registry.Decode(re.Type, re.Data)
 			if err != nil {
-				return state, rev, err
+				return state, rev, false, err
 			}
 			state = k.Apply(state, ev)
 			rev = int64(re.Revision)
@@ -118,5 +116,5 @@ func load[S any](ctx context.Context, store eventstore.Store, c *cache, k Kind[S
 		}
 	}
 	c.put(cached{stream: stream, state: state, rev: rev})
-	return state, rev, nil
+	return state, rev, false, nil
 }

@@ -22,6 +22,9 @@ type Tx struct {
 	streams map[string]*txStream
 	order   []string
 	fresh   bool
+	// stale: some Read answered from the cache without reading the store,
+	// so a refusal may rest on state another instance has changed.
+	stale bool
 }
 
 type txStream struct {
@@ -50,7 +53,10 @@ func ReadLatest[S any](tx *Tx, k Kind[S], id string) (S, error) {
 
 func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 	stream := k.StreamName(id)
-	state, rev, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, fresh)
+	state, rev, cachedOnly, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, fresh)
+	if cachedOnly {
+		tx.stale = true
+	}
 	if err != nil {
 		return state, err
 	}
@@ -164,8 +170,9 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 			// A refusal or a "nothing to do" appends nothing, so no expected
 			// revision proves the cached state it was decided on: another
 			// instance may have credited the wallet or unblocked the customer.
-			// Only a decision on fresh state is final.
-			if !tx.fresh && len(tx.order) > 0 {
+			// Only a decision on state read from the store is final.
+			if tx.stale && attempt+1 < e.MaxAttempts {
+				lastErr = err
 				continue
 			}
 			if errors.Is(err, ErrNothingToDo) {
@@ -269,11 +276,12 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, []b
 // use it for what staleness cannot make wrong, and re-read with Load before
 // refusing on it.
 func Peek[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, error) {
-	st, _, err := load(ctx, e.store, e.cache, k, k.StreamName(id), false)
+	st, _, _, err := load(ctx, e.store, e.cache, k, k.StreamName(id), false)
 	return st, err
 }
 
 // Load reads an aggregate outside a command (fresh from the store).
 func Load[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, int64, error) {
-	return load(ctx, e.store, e.cache, k, k.StreamName(id), true)
+	st, rev, _, err := load(ctx, e.store, e.cache, k, k.StreamName(id), true)
+	return st, rev, err
 }
