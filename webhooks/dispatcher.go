@@ -399,7 +399,12 @@ func (d *Dispatcher) attempt(ctx context.Context, c claimed, ep endpointResult) 
 		if ctx.Err() != nil {
 			return o, false
 		}
-		return d.judge(o, 0, fmt.Errorf("endpoint lookup: %w", ep.err)), true
+		// Counted like a sent attempt: a lookup that keeps failing must go
+		// through the schedule to failed, visibly, not loop unseen. The
+		// merchant sees a plain message; the cause goes to the log.
+		d.Log.Error("webhooks: endpoint lookup failed", zap.String("merchant_id", c.MerchantID), zap.Error(ep.err))
+		o.Sent = true
+		return d.judge(o, 0, errEndpointLookup), true
 	}
 	if ep.ep.URL == "" {
 		msg := "No callback URL is set for this environment"
@@ -440,6 +445,10 @@ func (d *Dispatcher) judge(o outcome, code int, err error) outcome {
 	}
 	return o
 }
+
+// errEndpointLookup is the logged error of an attempt whose callback URL
+// and secret could not be read.
+var errEndpointLookup = errors.New("the callback endpoint could not be looked up")
 
 // maxErrorBody is how much of a failing response is kept in the log.
 const maxErrorBody = 256

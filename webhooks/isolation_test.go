@@ -1,9 +1,13 @@
 package webhooks
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/escrowd/escrowd/domain"
 )
 
 // Receivers dying together must not take every worker. A merchant gets its
@@ -68,5 +72,37 @@ func TestManyDeadReceiversDoNotStarveOthers(t *testing.T) {
 	// And the live merchant, seen answering, ran up to PerMerchant at once.
 	if got := peak.Load(); got < 2 {
 		t.Fatalf("the live merchant never had more than %d attempts at once", got)
+	}
+}
+
+// failingEndpoints cannot look any endpoint up.
+type failingEndpoints struct{}
+
+func (failingEndpoints) Endpoint(context.Context, string, domain.Environment) (Endpoint, error) {
+	return Endpoint{}, errors.New("merchant stream does not decode")
+}
+
+// An endpoint that cannot be looked up counts as a failed attempt: the
+// message goes through the schedule to failed with every attempt logged,
+// instead of retrying its first pause forever and never showing up.
+func TestEndpointLookupFailuresReachFailed(t *testing.T) {
+	e := newTestEnv(t)
+	m := e.merchant("http://127.0.0.1:1/never")
+	e.runSubscriber(e.pool)
+	ids := e.deposits(m.MerchantID, 1)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Endpoints = failingEndpoints{} })
+	eventually(t, 10*time.Second, "the message failed", func() bool { return e.statuses()["failed"] == len(ids) })
+	var attempts, logged int
+	var lastErr string
+	if err := e.pool.QueryRow(context.Background(), `SELECT attempts, last_error FROM webhook_deliveries WHERE merchant_id = $1`,
+		m.MerchantID).Scan(&attempts, &lastErr); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+		WHERE d.merchant_id = $1`, m.MerchantID).Scan(&logged); err != nil {
+		t.Fatal(err)
+	}
+	if want := len(fastSchedule) + 1; attempts != want || logged != want || lastErr != errEndpointLookup.Error() {
+		t.Fatalf("attempts %d, logged %d, last error %q; want %d, %d, %q", attempts, logged, lastErr, want, want, errEndpointLookup)
 	}
 }
