@@ -29,8 +29,9 @@ type ProjectorStatus struct {
 // global log without reading it. Status, Lag and Rebuild use it when the
 // store has it and page through ReadAll otherwise.
 type EventCounter interface {
-	// CountEvents counts the events strictly after after and at or before upTo.
-	CountEvents(ctx context.Context, after, upTo eventstore.Position) (int64, error)
+	// CountEvents counts the events strictly after after and at or before
+	// upTo, at most limit of them when limit > 0.
+	CountEvents(ctx context.Context, after, upTo eventstore.Position, limit int64) (int64, error)
 }
 
 // countEvents counts events in (after, upTo]; with limit > 0 the count is
@@ -40,11 +41,7 @@ func countEvents(ctx context.Context, store eventstore.Store, after, upTo events
 		return 0, nil
 	}
 	if c, ok := store.(EventCounter); ok {
-		n, err := c.CountEvents(ctx, after, upTo)
-		if limit > 0 && n > limit {
-			n = limit
-		}
-		return n, err
+		return c.CountEvents(ctx, after, upTo, limit)
 	}
 	const page = 1000
 	var n int64

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -449,15 +450,20 @@ func (b *broadcaster) wait(ctx context.Context, gen uint64, timeout time.Duratio
 
 // CountEvents counts the events in (after, upTo] with one index range scan,
 // so lag reporting (readiness, status) never reads the events themselves.
-func (s *Store) CountEvents(ctx context.Context, after, upTo eventstore.Position) (int64, error) {
+// With limit > 0 the scan stops at limit events: a far-behind checkpoint
+// costs a readiness probe no more than a near one.
+func (s *Store) CountEvents(ctx context.Context, after, upTo eventstore.Position, limit int64) (int64, error) {
 	if !after.Less(upTo) {
 		return 0, nil
 	}
+	if limit <= 0 {
+		limit = math.MaxInt64
+	}
 	var n int64
 	err := s.pool.QueryRow(ctx,
-		`SELECT count(*) FROM es_events
-		 WHERE (tx_id, seq) > ($1::text::xid8, $2) AND (tx_id, seq) <= ($3::text::xid8, $4)`,
+		`SELECT count(*) FROM (SELECT 1 FROM es_events
+		 WHERE (tx_id, seq) > ($1::text::xid8, $2) AND (tx_id, seq) <= ($3::text::xid8, $4) LIMIT $5) s`,
 		strconv.FormatUint(after.Commit, 10), int64(after.Prepare),
-		strconv.FormatUint(upTo.Commit, 10), int64(upTo.Prepare)).Scan(&n)
+		strconv.FormatUint(upTo.Commit, 10), int64(upTo.Prepare), limit).Scan(&n)
 	return n, err
 }

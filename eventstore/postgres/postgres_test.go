@@ -230,8 +230,13 @@ func TestCountEventsMatchesReadAll(t *testing.T) {
 			after = all[c.from].Position
 		}
 		want := int64(max(0, c.to-c.from))
-		if n, err := s.CountEvents(ctx, after, all[c.to].Position); err != nil || n != want {
+		if n, err := s.CountEvents(ctx, after, all[c.to].Position, 0); err != nil || n != want {
 			t.Errorf("count (%d, %d] = %d, %v; want %d", c.from, c.to, n, err, want)
+		}
+		for _, limit := range []int64{1, 5, 100} {
+			if n, err := s.CountEvents(ctx, after, all[c.to].Position, limit); err != nil || n != min(want, limit) {
+				t.Errorf("count (%d, %d] limit %d = %d, %v; want %d", c.from, c.to, limit, n, err, min(want, limit))
+			}
 		}
 	}
 }

@@ -185,7 +185,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	rep.Position = rm.position
 	var total int64
 	if c, ok := store.(projections.EventCounter); ok {
-		if total, err = c.CountEvents(ctx, eventstore.Start, rm.position); err != nil {
+		if total, err = c.CountEvents(ctx, eventstore.Start, rm.position, 0); err != nil {
 			return rep, err
 		}
 	}
