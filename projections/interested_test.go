@@ -101,6 +101,12 @@ func TestSkippedBatchesAreStoredLazily(t *testing.T) {
 	if got := checkpointOf(t, e.pool, c.name); got.Less(rel.Position) {
 		t.Fatalf("stored checkpoint %s after an applied batch ending at %s", got, rel.Position)
 	}
+	// And a skip still pending from before that batch, flushed later, never
+	// moves it back.
+	time.Sleep(10 * defaultSkipFlushDelay)
+	if got := checkpointOf(t, e.pool, c.name); got != rel.Position {
+		t.Fatalf("stored checkpoint %s after the flush delay, want %s (it moved back)", got, rel.Position)
+	}
 }
 
 // Under a steady stream of skipped batches, closer together than the flush

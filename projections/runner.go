@@ -354,9 +354,15 @@ func (c *checkpointer) flush() {
 	}
 }
 
-// store writes target if it is pending; mu held.
+// store writes target if it is pending and ahead of what is stored (an
+// applied batch may have stored past it); mu held. A checkpoint only moves
+// forward.
 func (c *checkpointer) store(ctx context.Context) {
 	if !c.pending {
+		return
+	}
+	if !c.stored.Less(c.target) {
+		c.pending = false
 		return
 	}
 	err := skipBatch(ctx, c.r.pool, c.name, c.stored, c.target)
