@@ -52,12 +52,9 @@ BEGIN
             WHERE e.stream_id = p_streams[x.sidx];
             IF existing = array_length(p_ids, 1) AND matching = existing THEN
                 RETURN QUERY
-                -- The position of the last stored event of the append
-                -- (one row: tx id and seq of the same event).
-                SELECT e.tx_id::text, e.seq,
+                SELECT max(e.tx_id)::text, max(e.seq),
                        ARRAY(SELECT coalesce((SELECT s.revision FROM es_streams s WHERE s.stream_id = st), -1) FROM unnest(p_streams) st)
-                FROM es_events e WHERE e.event_id = ANY (p_ids)
-                ORDER BY e.tx_id DESC, e.seq DESC LIMIT 1;
+                FROM es_events e WHERE e.event_id = ANY (p_ids);
                 RETURN;
             END IF;
             RAISE EXCEPTION 'event id already stored' USING ERRCODE = 'ES002';
