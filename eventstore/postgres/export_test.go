@@ -4,3 +4,10 @@ package postgres
 // trims back to n once it holds 2n), so tests can make followers cross the
 // window's edges often. Call it before the first Subscribe.
 func SetTailWindow(s *Store, n int) { s.tail.max = n }
+
+// TailHits is how many reads the shared tail answered from its window.
+func TailHits(s *Store) int {
+	s.tail.mu.Lock()
+	defer s.tail.mu.Unlock()
+	return s.tail.hits
+}

@@ -31,6 +31,7 @@ type tail struct {
 	moved *broadcaster // head advanced
 	max   int
 	done  chan struct{}
+	hits  int // since calls answered from the window (tests)
 }
 
 func newTail(s *Store) *tail {
@@ -73,10 +74,14 @@ func (t *tail) since(pos eventstore.Position, limit int) ([]eventstore.RecordedE
 	}
 	i := sort.Search(len(t.buf), func(i int) bool { return pos.Less(t.buf[i].Position) })
 	j := min(len(t.buf), i+limit)
+	t.hits++
 	if i == j {
 		return nil, true
 	}
-	return append([]eventstore.RecordedEvent(nil), t.buf[i:j]...), true
+	// Shared, not copied: buffered events are never changed, appends go
+	// past len (and the capped slice never sees them), and trimming moves
+	// the window to a new array.
+	return t.buf[i:j:j], true
 }
 
 // run follows the log's end: woken by appends (in process and NOTIFY),

@@ -114,4 +114,8 @@ func TestTailWindowFollowers(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// The fast follower, at least, was served from memory.
+	if postgres.TailHits(s) == 0 {
+		t.Fatal("no read was answered from the shared tail")
+	}
 }
