@@ -770,3 +770,37 @@ func TestUnansweredPayoutResumesUnderTheSameKey(t *testing.T) {
 	}
 	h.expectWallet(cid, 8950, 0)
 }
+
+// countingCollection is the test collection gateway, counting how often it
+// is asked for deposit instructions.
+type countingCollection struct {
+	gateway.TestCollection
+	asked atomic.Int64
+}
+
+func (c *countingCollection) Instructions(ctx context.Context, d ledger.Record) (*payment.TestAccount, error) {
+	c.asked.Add(1)
+	return c.TestCollection.Instructions(ctx, d)
+}
+
+// The collection gateway (which may open a bank account per call) is asked
+// once per new deposit intent: not again by a repeat of the intent, nor by
+// the refusal that a different request under the same reference gets.
+func TestDepositInstructionsAreAskedOnce(t *testing.T) {
+	h := newHarness(t)
+	coll := &countingCollection{}
+	h.svc.Gateways[domain.Test] = gateway.Set{Collection: coll, Payouts: gateway.TestPayouts{}}
+	cid := h.createCustomer(h.sa(), "d@x.com", "08031117101")
+	body := map[string]any{"reference": "dep-once", "amount": 2500, "transactionType": "deposit"}
+	first := h.intent(cid, body).expect(t, 201, "")
+	if first.obj()["testAccount"] == nil {
+		t.Fatalf("no deposit instructions: %s", first.Raw)
+	}
+	again := h.intent(cid, body)
+	if again.Status != 201 || fmt.Sprint(again.obj()["testAccount"]) != fmt.Sprint(first.obj()["testAccount"]) {
+		t.Fatalf("repeat: %d %s, want the first instructions %v", again.Status, again.Raw, first.obj()["testAccount"])
+	}
+	if n := coll.asked.Load(); n != 1 {
+		t.Fatalf("collection gateway asked %d times, want 1", n)
+	}
+}

@@ -92,6 +92,22 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 	}
 	id := s.newID()
 	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
+	// The collection gateway is asked once per new deposit, outside the
+	// decision (which may run again): a real gateway may open an account
+	// per call. A repeat answers with the instructions it stored.
+	var instructions *payment.TestAccount
+	if in.Type == ledger.Deposit {
+		p, err := Peek(ctx, s.Engine, PaymentKind, stream)
+		if err != nil {
+			return out, err
+		}
+		if !p.Exists() {
+			if instructions, err = set.Collection.Instructions(ctx,
+				ledger.Record{MerchantID: a.MerchantID, Reference: in.Reference, Amount: in.Amount}); err != nil {
+				return out, err
+			}
+		}
+	}
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		m, err := ReadLatest(tx, MerchantKind, a.MerchantID) // fees: an operator's change counts at once
 		if err != nil {
@@ -126,13 +142,7 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 			intent.Wallet = &ledger.WalletDetails{Phone: to.Phone, Narration: in.Wallet.Narration, CustomerID: to.ID,
 				CustomerName: strings.TrimSpace(to.Firstname + " " + to.Lastname)}
 		}
-		if in.Type == ledger.Deposit {
-			ta, err := set.Collection.Instructions(tx.ctx, ledger.Record{MerchantID: a.MerchantID, Reference: in.Reference, Amount: in.Amount})
-			if err != nil {
-				return err
-			}
-			intent.TestAccount = ta
-		}
+		intent.TestAccount = instructions
 		p, err := Read(tx, PaymentKind, stream)
 		if err != nil {
 			return err
