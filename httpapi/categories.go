@@ -72,10 +72,7 @@ func (s *Server) deleteCategory(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.settle(c, pos); err != nil {
-		return err
-	}
-	return respond(c, http.StatusOK, "Category deleted successfully", nil)
+	return s.settleAndRespond(c, pos, http.StatusOK, "Category deleted successfully", nil)
 }
 
 func (s *Server) getCategory(c echo.Context) error {

@@ -34,10 +34,7 @@ func (s *Server) escrowRoutes() {
 // viewEscrows renders escrows for the acting customer (cid, "" for the
 // merchant), looking each category up once.
 func (s *Server) viewEscrows(c echo.Context, list []escrow.State) ([]projections.EscrowView, error) {
-	cid := ""
-	if cu, ok := CustomerFrom(c); ok {
-		cid = cu.ID
-	}
+	cid := sellerOf(c) // the acting customer
 	cats := map[string]*projections.Category{}
 	out := make([]projections.EscrowView, 0, len(list))
 	for _, e := range list {
@@ -158,7 +155,8 @@ func escrowPatch(f map[string]json.RawMessage) (escrow.Patch, error) {
 	return p, nil
 }
 
-// sellerOf is who acts as the seller: the customer-id, or "" (the merchant).
+// sellerOf is who acts (as the seller, on the selling routes): the
+// customer-id, or "" (the merchant).
 func sellerOf(c echo.Context) string {
 	if cu, ok := CustomerFrom(c); ok {
 		return cu.ID
