@@ -40,15 +40,9 @@ type CustomerRef struct {
 
 // Directory resolves keys and customers (backed by read models).
 type Directory interface {
-	// KeyByDigest returns the principal of an active (unrevoked) key.
-	KeyByDigest(ctx context.Context, digest string) (Principal, bool, error)
-	CustomerRef(ctx context.Context, customerID string) (CustomerRef, bool, error)
-}
-
-// CombinedDirectory is a Directory that can resolve a key and a customer in
-// one round trip; authenticate uses it when the request names a customer.
-type CombinedDirectory interface {
-	KeyAndCustomer(ctx context.Context, digest, customerID string) (Principal, bool, CustomerRef, bool, error)
+	// Resolve returns the principal of an active (unrevoked) key and, when
+	// customerID is not "", that customer, in one round trip.
+	Resolve(ctx context.Context, digest, customerID string) (p Principal, found bool, c CustomerRef, customerFound bool, err error)
 }
 
 // CIDRule says what a route does with the customer-id header.
@@ -136,19 +130,11 @@ func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 			if pol.CID == CIDIgnored {
 				cid = ""
 			}
-			var (
-				p                  Principal
-				found              bool
-				err                error
-				ref                CustomerRef
-				refFound, resolved bool
-			)
-			if combined, ok := s.dir.(CombinedDirectory); ok && cid != "" {
-				p, found, ref, refFound, err = combined.KeyAndCustomer(ctx, KeyDigest(key), cid)
-				resolved = true
-			} else {
-				p, found, err = s.dir.KeyByDigest(ctx, KeyDigest(key))
+			lookup := cid
+			if pol.CID == CIDForbidden {
+				lookup = "" // refused below; no need to read the customer
 			}
+			p, found, ref, refFound, err := s.dir.Resolve(ctx, KeyDigest(key), lookup)
 			if err != nil {
 				return err
 			}
@@ -183,11 +169,6 @@ func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 				}
 			}
 			if cid != "" {
-				if !resolved {
-					if ref, refFound, err = s.dir.CustomerRef(ctx, cid); err != nil {
-						return err
-					}
-				}
 				if !refFound {
 					return deny(domain.NotFound, "Customer not found")
 				}

@@ -63,5 +63,3 @@ func actor(c echo.Context) app.Actor {
 	return app.Actor{MerchantID: p.MerchantID, Environment: p.Environment, KeyID: p.KeyID,
 		RequestID: c.Request().Header.Get("X-Request-Id")}
 }
-
-func domainEnv(s string) domain.Environment { return domain.Environment(s) }
