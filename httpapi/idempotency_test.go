@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,6 +68,13 @@ type idemEnv struct {
 	reqID   atomic.Int64
 	entered chan struct{}
 	release chan struct{}
+	gates   sync.Map // call number -> chan int, see gate
+}
+
+// gate is the channel through which /v1/gated call n is told its status.
+func (env *idemEnv) gate(n int64) chan int {
+	ch, _ := env.gates.LoadOrStore(n, make(chan int, 1))
+	return ch.(chan int)
 }
 
 func newIdemEnv(t *testing.T) *idemEnv {
@@ -181,6 +189,14 @@ func newIdemEnv(t *testing.T) *idemEnv {
 			return w.after(c)
 		}
 		return c.JSON(http.StatusCreated, map[string]any{"call": n})
+	})
+	// /v1/gated waits for its own gate (by call number) and answers with
+	// the status sent through it.
+	e.POST("/v1/gated", func(c echo.Context) error {
+		n := env.calls.Add(1)
+		env.entered <- struct{}{}
+		status := <-env.gate(n)
+		return c.JSON(status, map[string]any{"call": n})
 	})
 	e.DELETE("/v1/panic", func(c echo.Context) error {
 		env.calls.Add(1)
@@ -330,6 +346,34 @@ func TestIdempotencyAbandonedClaimIsTakenOver(t *testing.T) {
 		t.Fatalf("no successor run: %s / %s", a.Body, b.Body)
 	}
 	idemWantReplayOf(t, replayed, successor)
+}
+
+// The abandoned run finishing after its successor, with a success or with a
+// server error, changes nothing of the successor's claim: its response is
+// not stored over the successor's, and its release does not delete it.
+func TestIdempotencyAbandonedRunFinishingLastChangesNothing(t *testing.T) {
+	for _, late := range []int{http.StatusCreated, http.StatusServiceUnavailable} {
+		t.Run(strconv.Itoa(late), func(t *testing.T) {
+			env := newIdemEnv(t)
+			first := make(chan *httptest.ResponseRecorder, 1)
+			go func() { first <- env.post("/v1/gated", "key1", "g", `{}`) }()
+			<-env.entered
+			env.advance(idempotencyAbandonAfter + time.Second)
+			second := make(chan *httptest.ResponseRecorder, 1)
+			go func() { second <- env.post("/v1/gated", "key1", "g", `{}`) }()
+			<-env.entered
+			env.gate(2) <- http.StatusCreated // the successor finishes first
+			successor := <-second
+			idemWantStatus(t, successor, http.StatusCreated)
+			env.gate(1) <- late // then the abandoned run
+			idemWantStatus(t, <-first, late)
+			replayed := env.post("/v1/gated", "key1", "g", `{}`)
+			idemWantReplayOf(t, replayed, successor)
+			if n := env.calls.Load(); n != 2 {
+				t.Fatalf("handler ran %d times, want 2", n)
+			}
+		})
+	}
 }
 
 func TestIdempotencyScopedToAPIKey(t *testing.T) {
@@ -593,6 +637,11 @@ func TestIdempotencyPanicAfterWriteKeepsKey(t *testing.T) {
 	if !strings.Contains(lost.Body.String(), msgIdempotencyOutcomeLost) {
 		t.Fatalf("retry after a panic that wrote: %d %s", lost.Code, lost.Body)
 	}
+	idemWantStatus(t, lost, http.StatusConflict)
+	if lost.Header().Get(headerIdempotencyReplayed) != "true" {
+		t.Fatalf("lost outcome without %s: %v", headerIdempotencyReplayed, lost.Header())
+	}
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), lost)
 	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
 		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
 	}
