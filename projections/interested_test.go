@@ -57,6 +57,22 @@ func TestUninterestingBatchesOnlyMoveTheCheckpoint(t *testing.T) {
 		count(t, e.pool, `SELECT count(DISTINCT event_id) FROM picky_seen`); all != distinct {
 		t.Fatalf("%d applications of %d events: some applied twice", all, distinct)
 	}
+	// And only the batches holding an s-1 event were applied: the others
+	// just moved the checkpoint. appendBulk writes s-1's events as one run
+	// of 15 per append (7 appends, one transaction each); the applied batch
+	// reaching into a run's start holds at most maxBatch-1 events before it,
+	// the one leaving its end at most maxBatch-1 after it, and no batch of
+	// at most 9 events reaches two runs (90 other events lie between them).
+	// Applying every batch instead would record all 595 other events.
+	const maxBatch = 3 + 2*3
+	runs := count(t, e.pool, `SELECT count(DISTINCT commit_pos) FROM picky_seen WHERE stream = 's-1'`)
+	if runs != 7 {
+		t.Fatalf("s-1 events applied from %d appends, want 7", runs)
+	}
+	if others := count(t, e.pool, `SELECT count(*) FROM picky_seen WHERE stream <> 's-1'`); others > runs*2*(maxBatch-1) {
+		t.Fatalf("%d events of other streams applied, want at most %d: batches without an s-1 event were applied",
+			others, runs*2*(maxBatch-1))
+	}
 	// A stale applier's skip is refused, not applied over a moved checkpoint.
 	if err := skipBatch(context.Background(), e.pool, c.name, eventstore.Start, head); err != errResync {
 		t.Fatalf("stale skip: %v, want errResync", err)

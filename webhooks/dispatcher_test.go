@@ -347,8 +347,13 @@ func TestTwoDispatchersNeverSendAnAttemptTwice(t *testing.T) {
 	long := []time.Duration{10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond,
 		10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
 	sched := func(d *Dispatcher) { d.Schedule = long; d.Workers = 16; d.PerMerchant = 4 }
-	e.runDispatcher(pgtest.OpenPool(t, e.url), sched)
-	e.runDispatcher(pgtest.OpenPool(t, e.url), sched)
+	// Each dispatcher names itself on its requests, so the receiver can
+	// tell that both took part.
+	sender := func(name string) func(*Dispatcher) {
+		return func(d *Dispatcher) { d.Client = &http.Client{Transport: senderTransport{name}} }
+	}
+	e.runDispatcher(pgtest.OpenPool(t, e.url), sched, sender("A"))
+	e.runDispatcher(pgtest.OpenPool(t, e.url), sched, sender("B"))
 	var ids []uuid.UUID
 	var wg sync.WaitGroup
 	var idMu sync.Mutex
@@ -376,6 +381,15 @@ func TestTwoDispatchersNeverSendAnAttemptTwice(t *testing.T) {
 		if got[id.String()] != 1 {
 			t.Fatalf("message %s delivered %d times", id, got[id.String()])
 		}
+	}
+	// Both dispatchers sent: the test proves nothing about two processes
+	// if one of them never claimed anything.
+	senders := map[string]int{}
+	for _, h := range rc.all() {
+		senders[h.Sender]++
+	}
+	if senders["A"] == 0 || senders["B"] == 0 || len(senders) != 2 {
+		t.Fatalf("requests by sender %v; want some from each of A and B, and from no one else", senders)
 	}
 }
 

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -147,7 +148,12 @@ func (e *testEnv) runDispatcher(pool *pgxpool.Pool, mutate ...func(*Dispatcher))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = d.Run(ctx) }()
+	go func() {
+		defer close(done)
+		if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			e.t.Errorf("dispatcher stopped: %v", err)
+		}
+	}()
 	var once sync.Once
 	stop = func() { once.Do(func() { cancel(); <-done }) }
 	e.t.Cleanup(stop)

@@ -376,6 +376,10 @@ func TestEdit(t *testing.T) {
 			given:  []domain.Event{link(multi(2)), UnitSold{CloneID: "c1", Remaining: 1}, UnitSold{CloneID: "c2", Remaining: 0}},
 			seller: "s1", p: Patch{TotalQuantity: ptr(5)},
 			want: &Edited{Terms: terms, Fee: money.Naira(250), Quantity: 5, At: now}},
+		{name: "sold-out multi-unit link edited without restocking",
+			given:  []domain.Event{link(multi(2)), UnitSold{CloneID: "c1", Remaining: 1}, UnitSold{CloneID: "c2", Remaining: 0}},
+			seller: "s1", p: Patch{Purpose: ptr("Tablet")},
+			want: &Edited{Terms: with(func(t *Terms) { t.Purpose = "Tablet" }), Fee: money.Naira(250), Quantity: 0, At: now}},
 
 		{name: "another customer", given: []domain.Event{link()}, seller: "s2", wantErr: ErrActionNotAllowed},
 		{name: "the buyer after payment", given: []domain.Event{link(), funded("b1")}, seller: "b1", wantErr: ErrActionNotAllowed},

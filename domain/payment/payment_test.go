@@ -93,6 +93,7 @@ func TestStage(t *testing.T) {
 		wantDepositDetails    = "A deposit takes no withdrawal, blockchain or wallet details"
 		wantWithdrawalDetails = "A withdrawal needs exactly one of withdrawalDetails or blockchainDetails"
 		wantWalletDetails     = "walletDetails is required for a wallet_transfer"
+		wantEscrowDetails     = "escrowDetails.escrowId is required for an escrow payment"
 	)
 	tests := []struct {
 		name    string
@@ -122,6 +123,10 @@ func TestStage(t *testing.T) {
 			want: &IntentCreated{Record: ledger.Record{ID: "t1", Reference: "ref-1", Amount: 25_050, Currency: "NGN",
 				Status: ledger.Pending, Type: ledger.WalletTransfer, CreditType: ledger.Debit, CustomerID: "c1", MerchantID: "m1",
 				Environment: domain.Test, Narration: "lunch", WalletDetails: peer(), CreatedAt: now, UpdatedAt: now}}},
+		{name: "escrow payment: a debit record naming the escrows", in: escrowIntent(),
+			want: &IntentCreated{Record: ledger.Record{ID: "t1", Reference: "ref-1", Amount: money.Naira(1025), Fee: money.Naira(25), Currency: "NGN",
+				Status: ledger.Pending, Type: ledger.EscrowPayment, CreditType: ledger.Debit, CustomerID: "c1", MerchantID: "m1",
+				Environment: domain.Test, EscrowDetails: &ledger.EscrowDetails{EscrowIDs: []string{"link-1"}}, CreatedAt: now, UpdatedAt: now}}},
 		{name: "exactly the minimum", in: with(depositIntent(), func(in *Intent) { in.Amount = money.Naira(100) }),
 			want: &IntentCreated{Record: record(with(depositIntent(), func(in *Intent) { in.Amount = money.Naira(100) })), TestAccount: testAccount()}},
 
@@ -145,6 +150,11 @@ func TestStage(t *testing.T) {
 		{name: "transfer without wallet details", in: with(transferIntent(), func(in *Intent) { in.Wallet = nil }), wantMsg: wantWalletDetails},
 		{name: "transfer with bank details instead", in: with(transferIntent(), func(in *Intent) { in.Wallet, in.Withdrawal = nil, bank() }), wantMsg: wantWalletDetails},
 		{name: "transfer with wallet and blockchain details", in: with(transferIntent(), func(in *Intent) { in.Blockchain = chain() }), wantMsg: wantWalletDetails},
+		{name: "escrow payment without escrow details", in: with(escrowIntent(), func(in *Intent) { in.Escrow = nil }), wantMsg: wantEscrowDetails},
+		{name: "escrow payment with no escrow ids", in: with(escrowIntent(), func(in *Intent) { in.Escrow = &ledger.EscrowDetails{} }), wantMsg: wantEscrowDetails},
+		{name: "escrow payment with empty escrow ids", in: with(escrowIntent(), func(in *Intent) { in.Escrow = &ledger.EscrowDetails{EscrowIDs: []string{}} }), wantMsg: wantEscrowDetails},
+		{name: "escrow payment with escrow and wallet details", in: with(escrowIntent(), func(in *Intent) { in.Wallet = peer() }), wantMsg: wantEscrowDetails},
+		{name: "escrow payment with escrow and bank details", in: with(escrowIntent(), func(in *Intent) { in.Withdrawal = bank() }), wantMsg: wantEscrowDetails},
 		{name: "transfer to oneself", in: with(transferIntent(), func(in *Intent) { in.Wallet.CustomerID = "c1" }), wantMsg: "You cannot transfer to yourself"},
 		{name: "commission type is not a payment", in: with(depositIntent(), func(in *Intent) { in.Type = ledger.Commission }),
 			wantMsg: "transactionType must be one of deposit, withdrawal, wallet_transfer, escrow"},

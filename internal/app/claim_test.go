@@ -8,6 +8,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
@@ -80,6 +81,67 @@ func TestClaimFence(t *testing.T) {
 		}
 		if got := streamTypes(t, store, WalletKind.StreamName("b")); len(got) != 0 {
 			t.Fatalf("a fenced claim wrote %v", got)
+		}
+	})
+
+	t.Run("a conflict on the written stream is retried, not taken for a lost claim", func(t *testing.T) {
+		claim := NewClaim([]byte("owner-c"), "k", "idem")
+		cctx := WithClaim(ctx, claim)
+		target := CustomerKind.StreamName("c")
+		metaJSON, err := marshalMeta(domain.Meta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each command reads the customer at a checked revision; on its first
+		// run another writer appends to the customer between the decision and
+		// the append, which then conflicts on the customer stream (not the
+		// claim's): the engine must decide again and write, the claim intact.
+		// The first command is the claim's first write (the claim stream
+		// expected absent), the second a later one (expected at a revision).
+		for i := range 2 {
+			runs := 0
+			_, err := engine.Do(cctx, domain.Meta{}, func(tx *Tx) error {
+				runs++
+				if _, err := Read(tx, CustomerKind, "c"); err != nil {
+					return err
+				}
+				if runs == 1 {
+					ev, err := eventData(engine, customer.Blocked{Reason: "other writer"}, metaJSON)
+					if err != nil {
+						return err
+					}
+					if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: target, Expected: eventstore.Any,
+						Events: []eventstore.EventData{ev}}); err != nil {
+						return err
+					}
+				}
+				Record(tx, CustomerKind, "c", customer.Blocked{Reason: "x"})
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("command %d after a conflict on the customer stream: %v", i, err)
+			}
+			if runs != 2 {
+				t.Fatalf("command %d decided %d times, want 2 (once more after the conflict)", i, runs)
+			}
+			if !claim.Wrote() {
+				t.Fatalf("command %d: the claim does not know it wrote", i)
+			}
+			got := streamTypes(t, store, claimStream([]byte("owner-c")))
+			want := []string{}
+			for range i + 1 {
+				want = append(want, "idempotency.write")
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("command %d: claim stream %v, want %v", i, got, want)
+			}
+			if got := streamTypes(t, store, target); len(got) != 2*(i+1) {
+				t.Fatalf("command %d: customer stream %v, want %d events (the other writer's and ours)", i, got, 2*(i+1))
+			}
+		}
+		// The claim is still held: a fence finds its writes.
+		if !fence("owner-c") {
+			t.Fatal("fencing the claim after its retried writes reports no write")
 		}
 	})
 }
