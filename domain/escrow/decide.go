@@ -119,7 +119,7 @@ type Patch struct {
 
 // Edit decides a seller's edit of an unpaid link; the fee is recomputed.
 func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
-	if !s.Exists() || s.SellerID != seller || s.Phase != AwaitingPayment || s.ParentID != "" {
+	if !s.Exists() || s.SellerID != seller || s.Status.Phase() != AwaitingPayment || s.ParentID != "" {
 		return Edited{}, ErrActionNotAllowed
 	}
 	t, qty := s.Terms, s.TotalQuantity
@@ -160,7 +160,7 @@ func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
 
 // Delete decides the seller's removal of an unpaid link.
 func Delete(s State, seller string, at time.Time) (Deleted, error) {
-	if !s.Exists() || s.SellerID != seller || s.Phase != AwaitingPayment {
+	if !s.Exists() || s.SellerID != seller || s.Status.Phase() != AwaitingPayment {
 		return Deleted{}, ErrActionNotAllowed
 	}
 	return Deleted{At: at}, nil
@@ -175,7 +175,7 @@ func SetAdditionalFee(s State, fee money.Amount, refundable *bool, at time.Time)
 	if fee < 0 {
 		return AdditionalFeeSet{}, ErrNegativeFee
 	}
-	if s.Phase != AwaitingPayment {
+	if s.Status.Phase() != AwaitingPayment {
 		return AdditionalFeeSet{}, ErrFeeFrozen
 	}
 	r := s.AdditionalFeeRefundable
@@ -190,7 +190,7 @@ func CheckCheckout(s State, buyerID string) error {
 	switch {
 	case !s.Exists():
 		return ErrNotFound
-	case s.Phase != AwaitingPayment:
+	case s.Status.Phase() != AwaitingPayment:
 		return ErrNotCheckoutable
 	case s.SellerID == buyerID:
 		return ErrOwnEscrow
@@ -242,7 +242,7 @@ func FundingMovement(merchantID string, env domain.Environment, buyerID string, 
 
 // Confirm decides the buyer's confirmation: COMPLETED.
 func Confirm(s State, buyerID string, at time.Time) (Released, error) {
-	if !s.Exists() || s.BuyerID == "" || s.BuyerID != buyerID || s.Phase != Opened || s.Status != Ongoing {
+	if !s.Exists() || s.BuyerID == "" || s.BuyerID != buyerID || s.Status != Ongoing {
 		return Released{}, ErrActionNotAllowed
 	}
 	return release(s, Completed, at), nil
@@ -250,7 +250,7 @@ func Confirm(s State, buyerID string, at time.Time) (Released, error) {
 
 // Claim decides the seller's claim after the delivery window: CLAIMED.
 func Claim(s State, seller string, at time.Time) (Released, error) {
-	if !s.Exists() || s.SellerID != seller || s.Phase != Opened || s.Status != Ongoing {
+	if !s.Exists() || s.SellerID != seller || s.Status != Ongoing {
 		return Released{}, ErrActionNotAllowed
 	}
 	if at.Before(s.ClaimableAt()) {

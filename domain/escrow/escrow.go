@@ -40,6 +40,18 @@ func (s Status) Terminal() bool {
 	return s == Completed || s == Claimed || s == Refunded || s == Split
 }
 
+// Phase is the state a status belongs to: PENDING awaits payment, a
+// terminal status is CLOSED, every other is OPENED.
+func (s Status) Phase() Phase {
+	switch {
+	case s == Pending:
+		return AwaitingPayment
+	case s.Terminal():
+		return Closed
+	}
+	return Opened
+}
+
 // WhoPays says who bears the escrow fee.
 type WhoPays string
 
@@ -89,7 +101,6 @@ type State struct {
 	ParentID                string             `json:"parentId,omitempty"`
 	Channel                 string             `json:"channel"`
 	Status                  Status             `json:"status"`
-	Phase                   Phase              `json:"state"`
 	Logs                    []string           `json:"logs"`
 	PaymentID               string             `json:"paymentId,omitempty"`
 	PaidAt                  time.Time          `json:"paidAt,omitempty"`
@@ -235,7 +246,7 @@ func Apply(s State, ev domain.Event) State {
 			SellerID: e.SellerID, Terms: e.Terms, FeeTerms: e.FeeTerms, Fee: e.Fee, AdditionalFee: e.AdditionalFee,
 			AdditionalFeeRefundable: e.AdditionalFeeRefundable, ImageURLs: append([]string{}, e.ImageURLs...),
 			TotalQuantity: e.TotalQuantity, MultiUnit: e.ParentID == "" && e.TotalQuantity > 1, ParentID: e.ParentID,
-			Channel: e.Channel, Status: Pending, Phase: AwaitingPayment, Logs: []string{string(Pending)},
+			Channel: e.Channel, Status: Pending, Logs: []string{string(Pending)},
 			CreatedAt: e.At, UpdatedAt: e.At}
 	case Edited:
 		s.Terms, s.Fee, s.TotalQuantity, s.UpdatedAt = e.Terms, e.Fee, e.Quantity, e.At
@@ -252,10 +263,10 @@ func Apply(s State, ev domain.Event) State {
 		s.TotalQuantity, s.UpdatedAt = e.Remaining, e.At
 	case Funded:
 		s.BuyerID, s.PaymentID, s.PaidAt, s.UpdatedAt = e.BuyerID, e.PaymentID, e.At, e.At
-		s.Status, s.Phase = Ongoing, Opened
+		s.Status = Ongoing
 		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
 	case Released:
-		s.Status, s.Phase, s.CompletedAt, s.UpdatedAt = e.Status, Closed, e.At, e.At
+		s.Status, s.CompletedAt, s.UpdatedAt = e.Status, e.At, e.At
 		s.Logs = append(append([]string{}, s.Logs...), string(e.Status))
 	}
 	return s

@@ -244,7 +244,7 @@ func TestCreatedState(t *testing.T) {
 			if s.MultiUnit != tt.wantMulti {
 				t.Fatalf("MultiUnit = %v, want %v", s.MultiUnit, tt.wantMulti)
 			}
-			if !s.Exists() || s.Status != Pending || s.Phase != AwaitingPayment || s.AdditionalFee != 0 ||
+			if !s.Exists() || s.Status != Pending || s.Status.Phase() != AwaitingPayment || s.AdditionalFee != 0 ||
 				!s.AdditionalFeeRefundable || !reflect.DeepEqual(s.Logs, []string{"PENDING"}) ||
 				!s.CreatedAt.Equal(t0) || !s.UpdatedAt.Equal(t0) {
 				t.Fatalf("state after Created: %+v", s)
@@ -434,7 +434,7 @@ func TestEditedState(t *testing.T) {
 		DeliveryTimeline: "hours"}, Fee: money.Naira(50), AddImages: images(1, 2), Quantity: 1, At: now})
 	if s.Terms.Amount != money.Naira(2000) || s.Fee != money.Naira(50) || s.Terms.WhoPays != Seller ||
 		!reflect.DeepEqual(s.ImageURLs, images(0, 3)) || !s.UpdatedAt.Equal(now) || !s.CreatedAt.Equal(t0) ||
-		s.Status != Pending || s.Phase != AwaitingPayment {
+		s.Status != Pending || s.Status.Phase() != AwaitingPayment {
 		t.Fatalf("state after Edited: %+v", s)
 	}
 
@@ -646,7 +646,10 @@ func TestBuySingleUnit(t *testing.T) {
 			}
 			want := s
 			want.BuyerID, want.PaymentID, want.PaidAt, want.UpdatedAt = "b1", "p1", now, now
-			want.Status, want.Phase, want.Logs = Ongoing, Opened, []string{"PENDING", "ONGOING"}
+			want.Status, want.Logs = Ongoing, []string{"PENDING", "ONGOING"}
+			if got.Funded.Status.Phase() != Opened {
+				t.Fatalf("funded state is %s, want OPENED", got.Funded.Status.Phase())
+			}
 			if !reflect.DeepEqual(got.Funded, want) {
 				t.Fatalf("funded state\n got  %+v\n want %+v", got.Funded, want)
 			}
@@ -685,14 +688,14 @@ func TestBuyMultiUnit(t *testing.T) {
 		t.Fatal("Purchase.Funded is not the clone with its events applied")
 	}
 	if c.ID != "e2" || c.ParentID != "e1" || c.MultiUnit || c.TotalQuantity != 1 || c.BuyerID != "b1" ||
-		c.Status != Ongoing || c.Phase != Opened || c.Due() != due || c.Held() != money.Naira(10125) ||
+		c.Status != Ongoing || c.Status.Phase() != Opened || c.Due() != due || c.Held() != money.Naira(10125) ||
 		!reflect.DeepEqual(c.Logs, []string{"PENDING", "ONGOING"}) {
 		t.Fatalf("funded clone %+v", c)
 	}
 
 	// The link stays on sale with one unit fewer, and sells out at 0.
 	s = fold(append([]domain.Event{l, feeSet(money.Naira(400), false)}, got.Link...)...)
-	if s.Status != Pending || s.Phase != AwaitingPayment || s.TotalQuantity != 1 || !s.MultiUnit || s.BuyerID != "" {
+	if s.Status != Pending || s.Status.Phase() != AwaitingPayment || s.TotalQuantity != 1 || !s.MultiUnit || s.BuyerID != "" {
 		t.Fatalf("link after one sale: %+v", s)
 	}
 	last, err := Buy(s, "b2", "p2", "e3", "PT_E3", now)
@@ -785,5 +788,15 @@ func TestOwned(t *testing.T) {
 				t.Fatalf("Owned() = %v, want %v", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// The state (AWAITING_PAYMENT, OPENED, CLOSED) follows from the status.
+func TestStatusPhase(t *testing.T) {
+	for status, want := range map[Status]Phase{Pending: AwaitingPayment, Ongoing: Opened, Disputed: Opened,
+		Investigating: Opened, Completed: Closed, Claimed: Closed, Refunded: Closed, Split: Closed} {
+		if got := status.Phase(); got != want {
+			t.Errorf("%s.Phase() = %s, want %s", status, got, want)
+		}
 	}
 }
