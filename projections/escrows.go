@@ -99,34 +99,64 @@ CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at 
 }
 
 func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	// Fold consecutive events of one escrow in memory and write once.
+	// Fold consecutive events of one escrow in memory and write once: one
+	// read for the states neither the batch nor the cache has, one upsert.
 	type folded struct {
 		state escrow.State
 		rev   uint64
 	}
 	pending := map[string]folded{}
 	var order []string
-	// load returns the state before the event at revision rev.
-	load := func(id string, rev uint64) (escrow.State, error) {
-		if f, ok := pending[id]; ok {
-			return f.state, nil
+	var missing []string
+	for _, re := range events {
+		id, ok := strings.CutPrefix(re.Stream, "escrow-")
+		if !ok {
+			continue
 		}
-		if rev == 0 {
-			return escrow.State{}, nil // the stream's first event
+		if _, seen := pending[id]; seen {
+			continue
 		}
-		if s, ok := p.states.get(id, rev-1); ok {
-			return s, nil
+		order = append(order, id)
+		f := folded{rev: re.Revision}
+		if re.Revision > 0 { // not the stream's first event: start from its state
+			if s, ok := p.states.get(id, re.Revision-1); ok {
+				f.state = s
+			} else {
+				missing = append(missing, id)
+			}
 		}
-		var doc []byte
-		err := tx.QueryRow(ctx, `SELECT state FROM rm_escrows WHERE id = $1`, id).Scan(&doc)
-		var s escrow.State
-		if errors.Is(err, pgx.ErrNoRows) {
-			return s, nil
-		}
+		pending[id] = f
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	if len(missing) > 0 {
+		rows, err := tx.Query(ctx, `SELECT id, state FROM rm_escrows WHERE id = ANY ($1)`, missing)
 		if err != nil {
-			return s, err
+			return err
 		}
-		return s, json.Unmarshal(doc, &s)
+		for rows.Next() {
+			var (
+				id  string
+				doc []byte
+				s   escrow.State
+			)
+			if err := rows.Scan(&id, &doc); err != nil {
+				rows.Close()
+				return err
+			}
+			if err := json.Unmarshal(doc, &s); err != nil {
+				rows.Close()
+				return err
+			}
+			f := pending[id]
+			f.state = s
+			pending[id] = f
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
 	}
 	for _, re := range events {
 		id, ok := strings.CutPrefix(re.Stream, "escrow-")
@@ -137,31 +167,37 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		if err != nil {
 			return err
 		}
-		s, err := load(id, re.Revision)
-		if err != nil {
-			return err
-		}
-		if _, seen := pending[id]; !seen {
-			order = append(order, id)
-		}
-		pending[id] = folded{state: escrow.Apply(s, ev), rev: re.Revision}
-	}
-	for _, id := range order {
 		f := pending[id]
-		s := f.state
+		pending[id] = folded{state: escrow.Apply(f.state, ev), rev: re.Revision}
+	}
+	n := len(order)
+	var (
+		ids, tokens, merchants, envs, sellers, buyers, statuses, categories = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		deleted = make([]bool, n)
+		docs    = make([]string, n)
+		created = make([]time.Time, n)
+	)
+	for i, id := range order {
+		s := pending[id].state
 		doc, err := json.Marshal(s)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
-			category_id, deleted, state, created_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)
-			ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
-			deleted = excluded.deleted, state = excluded.state`,
-			s.ID, s.PaymentToken, s.MerchantID, string(s.Environment), s.SellerID, s.BuyerID, string(s.Status),
-			s.Terms.CategoryID, s.Deleted, doc, s.CreatedAt); err != nil {
-			return err
-		}
-		p.states.put(id, f.rev, s)
+		ids[i], tokens[i], merchants[i], envs[i], sellers[i], buyers[i] = s.ID, s.PaymentToken, s.MerchantID, string(s.Environment), s.SellerID, s.BuyerID
+		statuses[i], categories[i], deleted[i], docs[i], created[i] = string(s.Status), s.Terms.CategoryID, s.Deleted, string(doc), s.CreatedAt
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
+		category_id, deleted, state, created_at)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+			$9::bool[], $10::json[], $11::timestamptz[])
+		ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
+		deleted = excluded.deleted, state = excluded.state`,
+		ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created); err != nil {
+		return err
+	}
+	for _, id := range order {
+		p.states.put(id, pending[id].rev, pending[id].state)
 	}
 	return nil
 }
