@@ -367,6 +367,7 @@ func TestIdempotencyAbandonedRunFinishingLastChangesNothing(t *testing.T) {
 			idemWantStatus(t, successor, http.StatusCreated)
 			env.gate(1) <- late // then the abandoned run
 			idemWantStatus(t, <-first, late)
+			env.gate(3) <- http.StatusCreated // a wrong third run fails below, not hangs
 			replayed := env.post("/v1/gated", "key1", "g", `{}`)
 			idemWantReplayOf(t, replayed, successor)
 			if n := env.calls.Load(); n != 2 {
