@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -38,18 +39,52 @@ func (h *harness) viewEscrow(token, cid string) map[string]any {
 	return h.do(req{path: "/v1/escrow/verify/" + token, key: h.std(), cid: cid}).expect(h.t, 200, "Escrow fetched successfully").obj()
 }
 
-// merchantEarnings sums the merchant ledger's commission and delivery
-// records: count and total of each type.
-func (h *harness) merchantEarnings() (count map[string]int, total map[string]float64) {
+// merchantLedger is the merchant's whole ledger (GET
+// /v1/merchant/transactions): count and exact total of each record type,
+// amounts read as the decimals they are written in (never via float64).
+func (h *harness) merchantLedger() (count map[string]int, total map[string]money.Amount) {
 	h.t.Helper()
-	rows := h.do(req{path: "/v1/merchant/transactions?limit=100", key: h.sa()}).expect(h.t, 200, "").obj()["data"].([]any)
-	count, total = map[string]int{}, map[string]float64{}
-	for _, r := range rows {
-		rec := r.(map[string]any)
-		typ := rec["transactionType"].(string)
-		if typ == "commission" || typ == "delivery" {
-			count[typ]++
-			total[typ] += rec["amount"].(float64)
+	r := h.do(req{path: "/v1/merchant/transactions?limit=100", key: h.sa()}).expect(h.t, 200, "")
+	var env struct {
+		Data struct {
+			Data []struct {
+				Type   string      `json:"transactionType"`
+				Amount json.Number `json:"amount"`
+			} `json:"data"`
+			Pagination struct {
+				Count      int64 `json:"count"`
+				IsLastPage bool  `json:"isLastPage"`
+			} `json:"pagination"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(r.Raw, &env); err != nil {
+		h.t.Fatalf("merchant transactions: %v: %s", err, r.Raw)
+	}
+	if !env.Data.Pagination.IsLastPage || env.Data.Pagination.Count != int64(len(env.Data.Data)) {
+		h.t.Fatalf("merchant transactions: %d rows of %d, isLastPage %v: not the whole ledger",
+			len(env.Data.Data), env.Data.Pagination.Count, env.Data.Pagination.IsLastPage)
+	}
+	count, total = map[string]int{}, map[string]money.Amount{}
+	for _, rec := range env.Data.Data {
+		a, err := money.Parse(rec.Amount.String())
+		if err != nil {
+			h.t.Fatalf("merchant record amount %q: %v", rec.Amount, err)
+		}
+		count[rec.Type]++
+		total[rec.Type] += a
+	}
+	return count, total
+}
+
+// merchantEarnings sums the merchant ledger's commission and delivery
+// records: count and exact total of each type.
+func (h *harness) merchantEarnings() (count map[string]int, total map[string]money.Amount) {
+	h.t.Helper()
+	all, sums := h.merchantLedger()
+	count, total = map[string]int{}, map[string]money.Amount{}
+	for _, typ := range []string{"commission", "delivery"} {
+		if all[typ] > 0 {
+			count[typ], total[typ] = all[typ], sums[typ]
 		}
 	}
 	return count, total
@@ -151,7 +186,7 @@ func TestEscrowMultiQuantitySettlement(t *testing.T) {
 
 	// Commission once per clone, the additional fee once per clone.
 	count, total := h.merchantEarnings()
-	if count["commission"] != 2 || total["commission"] != 50 || count["delivery"] != 2 || total["delivery"] != 200 {
+	if count["commission"] != 2 || total["commission"] != h.amount(50) || count["delivery"] != 2 || total["delivery"] != h.amount(200) {
 		t.Fatalf("merchant earnings %v %v", count, total)
 	}
 	h.assertZeroSum()
@@ -232,7 +267,7 @@ func TestEscrowSettlementBalanceMatrix(t *testing.T) {
 			if tc.additional > 0 {
 				wantDelivery = 1
 			}
-			if count["commission"] != 1 || total["commission"] != commission || count["delivery"] != wantDelivery || total["delivery"] != tc.additional {
+			if count["commission"] != 1 || total["commission"] != h.amount(commission) || count["delivery"] != wantDelivery || total["delivery"] != h.amount(tc.additional) {
 				t.Fatalf("merchant earnings %v %v", count, total)
 			}
 			h.assertZeroSum()

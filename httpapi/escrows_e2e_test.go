@@ -144,18 +144,26 @@ func TestEscrowLifecycleBalances(t *testing.T) {
 			h.expectWallet(buyer, 20000-tc.due, 0)
 			h.expectWallet(seller, tc.sellerGets, 0)
 			h.expectMerchant(tc.merchantMain, 0)
+			// api-decisions §4: the platform keeps fee − commission = 250 − 125.
+			h.expectPlatform(250 - 125)
 			h.do(req{method: "POST", path: "/v1/escrow/confirm-payment/" + id, key: h.std(), cid: buyer}).expect(t, 400, "Action not allowed")
 			h.expectWallet(seller, tc.sellerGets, 0)
+			h.expectPlatform(250 - 125)
 
-			// The merchant's ledger: commission and (when set) delivery.
-			mt := h.do(req{path: "/v1/merchant/transactions", key: h.sa()}).expect(t, 200, "").obj()["data"].([]any)
-			types := map[string]float64{}
-			for _, r := range mt {
-				rec := r.(map[string]any)
-				types[rec["transactionType"].(string)] += rec["amount"].(float64)
-			}
-			if types["commission"] != 125 || types["delivery"] != tc.additional {
+			// The merchant's ledger: commission and (when set) delivery,
+			// amounts read exactly.
+			counts, types := h.merchantLedger()
+			if types["commission"] != h.amount(125) || types["delivery"] != h.amount(tc.additional) {
 				t.Fatalf("merchant ledger %v", types)
+			}
+			// One commission record for the one settled escrow; one delivery
+			// record exactly when an additional fee is set; nothing else.
+			wantDelivery := 0
+			if tc.additional > 0 {
+				wantDelivery = 1
+			}
+			if counts["commission"] != 1 || counts["delivery"] != wantDelivery || len(counts) != 1+wantDelivery {
+				t.Fatalf("merchant ledger records %v, want 1 commission and %d delivery", counts, wantDelivery)
 			}
 			h.assertZeroSum()
 		})

@@ -447,15 +447,19 @@ func TestPaymentHistoryPaging(t *testing.T) {
 	h.do(req{path: "/v1/merchant/transactions", key: h.std()}).expect(t, 401, "Access denied")
 }
 
-// parallel runs f n times at once and returns how many succeeded.
+// parallel runs f n times at once and returns how many succeeded. Every
+// goroutine waits on a start barrier that opens only once all n are
+// launched, so the calls overlap instead of running one after another.
 func parallel(n int, f func(i int) bool) int {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	ok := 0
+	start := make(chan struct{})
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			if f(i) {
 				mu.Lock()
 				ok++
@@ -463,6 +467,7 @@ func parallel(n int, f func(i int) bool) int {
 			}
 		}()
 	}
+	close(start)
 	wg.Wait()
 	return ok
 }
@@ -489,8 +494,16 @@ func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
 	}
 	h.expectWallet(a, 550, 0)
 
-	// Transfers racing on both wallets in both directions.
+	// Transfers racing on both wallets in both directions. a's top-up for
+	// the day is spent, so a deposit of 4500 brings it to 5050: each side
+	// can then afford all ten of its sends of 500 in any order (wallet
+	// transfers are free), and an "Insufficient balance" is never right.
 	h.topUp(b, 5000).expect(t, 200, "")
+	const aStart, bStart = 550 + 4500, 5000
+	h.intent(a, map[string]any{"reference": "ct-fund", "amount": 4500, "transactionType": "deposit"}).expect(t, 201, "")
+	h.verify(a, "ct-fund").expect(t, 200, "Payment verified successfully")
+	h.expectWallet(a, aStart, 0)
+	h.expectWallet(b, bStart, 0)
 	for i := 0; i < 20; i++ {
 		from, phone := a, "08031110012"
 		if i%2 == 1 {
@@ -515,15 +528,21 @@ func TestConcurrentDebitsNeverOverdraw(t *testing.T) {
 		return r.Status == 200
 	})
 	aOut, bOut := moved[0].Load(), moved[1].Load()
-	// b (5000) can always afford its ten sends of 500; a (550) at least one.
+	// b (5000) and a (5050) can always afford their ten sends of 500.
 	if bOut != 10 || aOut < 1 {
 		t.Fatalf("transfers out of a %v, out of b %v", aOut, bOut)
 	}
+	if aOut != 10 || bOut != 10 {
+		t.Fatalf("transfers out of a %v, out of b %v, want 10 and 10: none may be refused", aOut, bOut)
+	}
 	ma, _ := h.wallet(a)
 	mb, _ := h.wallet(b)
-	if ma != money.Naira(550-500*aOut+500*bOut) || mb != money.Naira(5000+500*aOut-500*bOut) {
+	if ma != money.Naira(aStart-500*aOut+500*bOut) || mb != money.Naira(bStart+500*aOut-500*bOut) {
 		t.Fatalf("wallets after transfers: a %v, b %v; %v out of a, %v out of b", ma, mb, aOut, bOut)
 	}
+	// Ten sends of 500 each way: both end where they started.
+	h.expectWallet(a, aStart-10*500+10*500, 0)
+	h.expectWallet(b, bStart+10*500-10*500, 0)
 	h.assertZeroSum()
 }
 

@@ -37,17 +37,22 @@ func twoInstances(t *testing.T) (*Service, *Service, eventstore.Store, Actor) {
 }
 
 // raceOnTwo runs f n times at once, alternating the two instances, and
-// counts the outcomes: "ok", or the error's code and message.
+// counts the outcomes: "ok", or the error's code and message. Every
+// goroutine waits on a start barrier that opens only once all n are
+// launched, so the calls overlap instead of running one after another.
 func raceOnTwo(a, b *Service, n int, f func(i int, svc *Service) error) map[string]int {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
+	start := make(chan struct{})
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			errs[i] = f(i, []*Service{a, b}[i%2])
 		}()
 	}
+	close(start)
 	wg.Wait()
 	out := map[string]int{}
 	for _, err := range errs {
