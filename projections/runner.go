@@ -839,9 +839,6 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 		return expected, nil
 	}
 	last := events[len(events)-1].Position
-	if !concerns(p, events) {
-		return last, skipBatch(ctx, pool, p.Name(), expected, last)
-	}
 	// A read model is derived data whose checkpoint commits with it: if the
 	// server crashes before this commit reaches disk, both roll back together
 	// and the batch is applied again from the durable log. So the commit need
@@ -938,7 +935,13 @@ func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, 
 			continue
 		}
 		waited = 0
-		next, err := applyBatch(ctx, pool, p, pos, events)
+		var next eventstore.Position
+		if concerns(p, events) {
+			next, err = applyBatch(ctx, pool, p, pos, events)
+		} else {
+			next = events[len(events)-1].Position
+			err = skipBatch(ctx, pool, p.Name(), pos, next)
+		}
 		if errors.Is(err, errResync) {
 			cps, err := loadCheckpoints(ctx, pool, []string{p.Name()})
 			if err != nil {
