@@ -82,17 +82,7 @@ func newMessage(id uuid.UUID, merchantID string, env domain.Environment, event, 
 // status, whatever event made it, and escrow.deleted. data is the escrow
 // as the API shows it to the merchant; cat is its category, if known.
 func EscrowMessages(eventID uuid.UUID, ev domain.Event, before, after escrow.State, cat *projections.Category, at time.Time) ([]Message, error) {
-	var events []string
-	switch ev.(type) {
-	case escrow.Created:
-		events = append(events, EventEscrowCreated)
-	case escrow.Deleted:
-		events = append(events, EventEscrowDeleted)
-	default:
-		if before.ID != "" && after.Status != before.Status {
-			events = append(events, EscrowStatusEvent(after.Status))
-		}
-	}
+	events := EscrowEvents(ev, before, after)
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -107,6 +97,21 @@ func EscrowMessages(eventID uuid.UUID, ev domain.Event, before, after escrow.Sta
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// EscrowEvents names the webhook events an escrow event announces (none for
+// most: edits, fee changes, units sold).
+func EscrowEvents(ev domain.Event, before, after escrow.State) []string {
+	switch ev.(type) {
+	case escrow.Created:
+		return []string{EventEscrowCreated}
+	case escrow.Deleted:
+		return []string{EventEscrowDeleted}
+	}
+	if before.ID != "" && after.Status != before.Status {
+		return []string{EscrowStatusEvent(after.Status)}
+	}
+	return nil
 }
 
 // PaymentMessages maps the transaction records a money event writes:

@@ -14,6 +14,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -288,5 +289,36 @@ func TestNonPublic(t *testing.T) {
 	}
 	if err := guardedControl("tcp4", "93.184.216.34:443", nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The subscriber looks an escrow's category up only for events that
+// announce something: an edit or a fee change of a categorised escrow
+// costs no read-model query.
+func TestSubscriberLooksCategoriesUpOnlyForMessages(t *testing.T) {
+	lookups := 0
+	s := &Subscriber{Category: func(context.Context, string) (*projections.Category, error) {
+		lookups++
+		return &projections.Category{ID: "cat1", Name: "Phones"}, nil
+	}}
+	c := created()
+	c.Terms.CategoryID = "cat1"
+	edit := escrow.Edited{Terms: c.Terms, Fee: c.Fee, Quantity: 1, At: t0}
+	edit.Terms.Purpose = "Tablet"
+	var events []eventstore.RecordedEvent
+	for i, ev := range []domain.Event{c, edit, escrow.AdditionalFeeSet{AdditionalFee: 500, At: t0}} {
+		data, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, eventstore.RecordedEvent{ID: uuid.New(), Stream: "escrow-esc1", Revision: uint64(i),
+			Type: ev.EventType(), Data: data, RecordedAt: t0})
+	}
+	msgs, err := s.Messages(context.Background(), events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(msgs) != 1 || msgs[0].Event != EventEscrowCreated || lookups != 1 {
+		t.Fatalf("%d messages (%v), %d category lookups; want escrow.created only, 1 lookup", len(msgs), msgs, lookups)
 	}
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -95,15 +97,20 @@ func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.R
 func (s *Subscriber) Messages(ctx context.Context, events []eventstore.RecordedEvent) ([]Message, error) {
 	var out []Message
 	for _, re := range events {
+		var (
+			entry ledger.Entry
+			ok    bool
+			err   error
+		)
 		if prefix, _, _ := strings.Cut(re.Stream, "-"); prefix == "escrow" {
-			msgs, err := s.escrowMessages(ctx, re)
-			if err != nil {
+			var msgs []Message
+			var ev domain.Event
+			if msgs, ev, err = s.escrowMessages(ctx, re); err != nil {
 				return nil, fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
 			}
 			out = append(out, msgs...)
-		}
-		entry, ok, err := projections.DecodeEntry(re)
-		if err != nil {
+			entry, ok = ev.(ledger.Entry) // decoded once for both
+		} else if entry, ok, err = projections.DecodeEntry(re); err != nil {
 			return nil, fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
 		}
 		if ok {
@@ -119,24 +126,29 @@ func (s *Subscriber) Messages(ctx context.Context, events []eventstore.RecordedE
 
 // escrowMessages folds the escrow up to the event (from the store, never
 // from a read model that may lag) and maps the change.
-func (s *Subscriber) escrowMessages(ctx context.Context, re eventstore.RecordedEvent) ([]Message, error) {
+// It also returns the decoded event.
+func (s *Subscriber) escrowMessages(ctx context.Context, re eventstore.RecordedEvent) ([]Message, domain.Event, error) {
 	ev, err := escrow.Registry.Decode(re.Type, re.Data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	before, err := s.escrowAt(ctx, re.Stream, int64(re.Revision)-1)
 	if err != nil {
-		return nil, err
+		return nil, ev, err
 	}
 	after := escrow.Apply(before, ev)
 	s.remember(re.Stream, foldedEscrow{state: after, rev: int64(re.Revision)})
+	if len(EscrowEvents(ev, before, after)) == 0 {
+		return nil, ev, nil // nothing announced: no category to look up
+	}
 	var cat *projections.Category
 	if id := after.Terms.CategoryID; id != "" && s.Category != nil {
 		if cat, err = s.Category(ctx, id); err != nil {
-			return nil, err
+			return nil, ev, err
 		}
 	}
-	return EscrowMessages(re.ID, ev, before, after, cat, re.RecordedAt)
+	msgs, err := EscrowMessages(re.ID, ev, before, after, cat, re.RecordedAt)
+	return msgs, ev, err
 }
 
 // escrowAt is the escrow folded up to revision rev (-1: before its first
