@@ -608,19 +608,30 @@ func (h *harness) escrowByToken(token string) map[string]any {
 	return h.do(req{path: "/v1/escrow/verify/" + token, key: h.std()}).expect(h.t, 200, "").obj()
 }
 
+// hookedSellerAndBuyer points the merchant's test webhook at a new
+// receiver and creates a seller and a buyer topped up with 5,000 (topUpRef).
+// answered collects the API's transaction records by reference (the
+// top-up's first), to compare with the payment webhooks' data.
+func hookedSellerAndBuyer(t *testing.T, h *harness, sellerPhone, buyerPhone string) (rc *hookReceiver, seller, buyer, topUpRef string, answered map[string]map[string]any) {
+	t.Helper()
+	rc = newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	seller = h.createCustomer(h.sa(), "s@x.com", sellerPhone)
+	buyer = h.createCustomer(h.sa(), "b@x.com", buyerPhone)
+	answered = map[string]map[string]any{}
+	top := h.topUp(buyer, 5000).expect(t, 200, "").obj()
+	topUpRef = top["reference"].(string)
+	answered[topUpRef] = top
+	return rc, seller, buyer, topUpRef, answered
+}
+
 // TestWebhooksClaimLifecycle: an escrow the seller claims after the
 // delivery window yields escrow.created, escrow.ongoing and escrow.claimed
 // in order, each with the escrow as the API shows it then, and the
 // funding, commission and delivery records exactly as the API shows them.
 func TestWebhooksClaimLifecycle(t *testing.T) {
 	h := newWebhookHarness(t)
-	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
-	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
-	seller := h.createCustomer(h.sa(), "s@x.com", "08035550021")
-	buyer := h.createCustomer(h.sa(), "b@x.com", "08035550022")
-	answered := map[string]map[string]any{}
-	top := h.topUp(buyer, 5000).expect(t, 200, "").obj()
-	answered[top["reference"].(string)] = top
+	rc, seller, buyer, topUpRef, answered := hookedSellerAndBuyer(t, h, "08035550021", "08035550022")
 	e := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer",
 		"maxDelivery": "1", "deliveryTimeline": "minutes"}, 0).expect(t, 201, "").obj()
 	id, token := e["id"].(string), e["paymentToken"].(string)
@@ -663,10 +674,10 @@ func TestWebhooksClaimLifecycle(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		"payment.deposit.success " + top["reference"].(string): 1,
-		"payment.escrow.success p-1":                           1,
-		"payment.commission.success " + commission:             1,
-		"payment.delivery.success " + delivery:                 1,
+		"payment.deposit.success " + topUpRef:      1,
+		"payment.escrow.success p-1":               1,
+		"payment.commission.success " + commission: 1,
+		"payment.delivery.success " + delivery:     1,
 	}
 	if !reflect.DeepEqual(got, want) || len(hits) != len(want)+3 {
 		t.Fatalf("payment events\n got %v\nwant %v", got, want)
@@ -678,13 +689,7 @@ func TestWebhooksClaimLifecycle(t *testing.T) {
 // never a status change of the link, and the clone's later life.
 func TestWebhooksMultiUnitClone(t *testing.T) {
 	h := newWebhookHarness(t)
-	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
-	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
-	seller := h.createCustomer(h.sa(), "s@x.com", "08035550031")
-	buyer := h.createCustomer(h.sa(), "b@x.com", "08035550032")
-	answered := map[string]map[string]any{}
-	top := h.topUp(buyer, 5000).expect(t, 200, "").obj()
-	answered[top["reference"].(string)] = top
+	rc, seller, buyer, topUpRef, answered := hookedSellerAndBuyer(t, h, "08035550031", "08035550032")
 	link := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer", "totalQuantity": "2"}, 0).
 		expect(t, 201, "").obj()
 	lid := link["id"].(string)
@@ -729,9 +734,9 @@ func TestWebhooksMultiUnitClone(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		"payment.deposit.success " + top["reference"].(string): 1,
-		"payment.escrow.success unit-1":                        1,
-		"payment.commission.success " + commission:             1,
+		"payment.deposit.success " + topUpRef:      1,
+		"payment.escrow.success unit-1":            1,
+		"payment.commission.success " + commission: 1,
 	}
 	if !reflect.DeepEqual(got, want) || len(hits) != len(want)+4 {
 		t.Fatalf("payment events\n got %v\nwant %v", got, want)
