@@ -189,15 +189,28 @@ func idempotencyScope(keyID string, req *http.Request) string {
 func requestFingerprint(req *http.Request, body []byte) []byte {
 	h := sha256.New()
 	mediaType, params, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
-	if b := params["boundary"]; strings.HasPrefix(mediaType, "multipart/") && b != "" {
-		body = bytes.ReplaceAll(body, []byte("--"+b), []byte("--"))
-	}
 	for _, part := range []string{req.Method, req.URL.EscapedPath(), req.URL.RawQuery, mediaType} {
 		h.Write([]byte(part))
 		h.Write([]byte{0})
 	}
-	h.Write(body)
-	return h.Sum(nil)
+	b := params["boundary"]
+	if !strings.HasPrefix(mediaType, "multipart/") || b == "" {
+		h.Write(body)
+		return h.Sum(nil)
+	}
+	// Hash the body with every "--boundary" written as "--", piece by
+	// piece: an upload of many megabytes is not copied to do it.
+	delim := []byte("--" + b)
+	for {
+		i := bytes.Index(body, delim)
+		if i < 0 {
+			h.Write(body)
+			return h.Sum(nil)
+		}
+		h.Write(body[:i])
+		h.Write([]byte("--"))
+		body = body[i+len(delim):]
+	}
 }
 
 // storedResponse is a completed (or in-flight) record.

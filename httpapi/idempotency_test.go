@@ -678,3 +678,27 @@ func TestIdempotencyRacingTakeoversRunOnce(t *testing.T) {
 		t.Fatalf("handler ran %d times and wrote %d events, want 2 and 1", n, w)
 	}
 }
+
+// The multipart fingerprint (boundary blanked while hashing) equals the
+// hash of the body with the boundary replaced, for bodies with any number
+// of boundaries.
+func TestMultipartFingerprintIgnoresOnlyTheBoundary(t *testing.T) {
+	fp := func(ct, body string) []byte {
+		req := httptest.NewRequest(http.MethodPost, "/v1/x?a=1", nil)
+		req.Header.Set(echo.HeaderContentType, ct)
+		return requestFingerprint(req, []byte(body))
+	}
+	for _, body := range []string{"", "no boundary at all", "--B\r\nx\r\n--B--", "--B--B--B", "a--Bb--B"} {
+		a := fp("multipart/form-data; boundary=B", body)
+		b := fp("multipart/form-data; boundary=QQ", strings.ReplaceAll(body, "--B", "--QQ"))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%q: fingerprints differ across boundaries", body)
+		}
+		if c := fp("multipart/form-data; boundary=B", body+"x"); bytes.Equal(a, c) {
+			t.Errorf("%q: a changed body has the same fingerprint", body)
+		}
+	}
+	if bytes.Equal(fp("multipart/form-data; boundary=B", "--Bx"), fp("multipart/form-data; boundary=B", "--By")) {
+		t.Error("content after a boundary is ignored")
+	}
+}
