@@ -141,3 +141,30 @@ type Store interface {
 	Subscribe(ctx context.Context, after Position, handle func(context.Context, []RecordedEvent) error) error
 	Close()
 }
+
+// Horizon describes events that have committed but that ReadAll does not
+// return yet. A store that numbers events before they commit (PostgreSQL)
+// holds every later event back while an older transaction is still open, so
+// that a reader never skips one; an open transaction anywhere on the
+// database server holds the whole log back, projections and webhooks
+// included, while the lag of each reader still reads zero.
+type Horizon struct {
+	// Held counts committed events beyond Head, up to the cap the caller
+	// asked for.
+	Held int64 `json:"heldEvents"`
+	// HeldFor is how long the oldest held event has waited; zero when none
+	// is held.
+	HeldFor time.Duration `json:"-"`
+	// Blocker describes the oldest open transaction when HeldFor is long
+	// enough to look for it and the store can tell (empty otherwise).
+	Blocker string `json:"blocker,omitempty"`
+}
+
+// HorizonReporter is implemented by stores whose log can be held back by an
+// open transaction (see Horizon). Stores that order events at commit, such
+// as KurrentDB, have no such horizon and do not implement it.
+type HorizonReporter interface {
+	// Horizon counts held events up to limit and, when the oldest has waited
+	// longer than explainAfter, names what holds them.
+	Horizon(ctx context.Context, limit int64, explainAfter time.Duration) (Horizon, error)
+}

@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -87,5 +89,61 @@ func TestReadyzWebhookLagHasItsOwnLimit(t *testing.T) {
 			t.Fatalf("/readyz %d %v", r.Status, out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestReadyzReportsHeldHorizon: a transaction left open in another database
+// of the server holds every committed event back from the read models, with
+// each projection lag still zero. /readyz reports the held events, fails
+// once they have waited longer than MaxReadyHorizon, names the session that
+// holds them, and is ready again when it ends.
+func TestReadyzReportsHeldHorizon(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxReadyHorizon = 300 * time.Millisecond })
+	waitReady := func(what string) map[string]any {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			r := h.do(req{path: "/readyz"})
+			if r.Status == 200 {
+				r.expect(t, 200, "Ready")
+				return r.obj()
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never ready: %d %s", what, r.Status, r.Raw)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	out := waitReady("before")
+	if hz, _ := out["horizon"].(map[string]any); hz == nil || hz["maxHeldForMs"] != 300.0 {
+		t.Fatalf("ready without the horizon: %v", out)
+	}
+	db, end := pgtest.OpenTransactionElsewhere(t)
+	if _, err := h.svc.CreateMerchant(context.Background(), "Held", false, "NG", KeyDigest); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := h.do(req{path: "/readyz"})
+		if r.Status == 503 {
+			out := notReady(t, r)
+			hz, _ := out["horizon"].(map[string]any)
+			blocker, _ := hz["blockedBy"].(string)
+			held, _ := hz["heldEvents"].(float64)
+			waited, _ := hz["heldForMs"].(float64)
+			if out["projectionLag"] != 0.0 || held < 5 || waited <= 300 || !strings.Contains(blocker, "in database "+db) {
+				t.Fatalf("held: %s, want lag 0, the merchant's 5 events held over 300 ms by a session in %s", r.Raw, db)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still ready 10 s into the hold: %s", r.Raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	end()
+	out = waitReady("after the session ended")
+	if hz, _ := out["horizon"].(map[string]any); hz["heldEvents"] != 0.0 || hz["blockedBy"] != "" {
+		t.Fatalf("ready again but still held: %v", out)
 	}
 }

@@ -42,6 +42,12 @@ type Config struct {
 	// for it would turn late webhooks into a down API. The limit catches a
 	// subscriber that is stuck, not one that is busy.
 	MaxReadyWebhookLag int64
+	// MaxReadyHorizon is how long committed events may wait behind an open
+	// transaction (eventstore.Horizon) before /readyz fails (default 2 s).
+	// Such a transaction holds every read model and the webhook subscriber
+	// back together, so their lags read zero while writes wait in settle;
+	// the answer names the transaction.
+	MaxReadyHorizon time.Duration
 	// ReadyWebhooks is set when the process runs the webhooks role: /readyz
 	// then also reports and checks the webhook subscriber's lag
 	// (webhookLag), read with the projection lag when the waiter can
@@ -70,6 +76,12 @@ type Waiter interface {
 // against the same head (projections.Runner).
 type checkpointLagger interface {
 	Lags(ctx context.Context, others ...string) (int64, map[string]int64, error)
+}
+
+// horizonReporter is a Waiter that reports the store's visibility horizon
+// (projections.Runner).
+type horizonReporter interface {
+	Horizon(ctx context.Context, limit int64, explainAfter time.Duration) (eventstore.Horizon, bool, error)
 }
 
 // Server is the API.
@@ -113,6 +125,9 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if cfg.MultipartBodyLimit == 0 {
 		cfg.MultipartBodyLimit = 32 << 20
+	}
+	if cfg.MaxReadyHorizon <= 0 {
+		cfg.MaxReadyHorizon = 2 * time.Second
 	}
 	if cfg.MaxReadyLag == 0 {
 		cfg.MaxReadyLag = 10000
@@ -252,6 +267,23 @@ func (s *Server) readyz(c echo.Context) error {
 		out["projectionLag"] = lag
 		if err != nil || lag > s.cfg.MaxReadyLag {
 			ok = false
+		}
+		if hr, can := s.waiter.(horizonReporter); can {
+			h, has, err := hr.Horizon(ctx, s.cfg.MaxReadyLag+1, s.cfg.MaxReadyHorizon)
+			switch {
+			case err != nil:
+				ok = false
+			case has:
+				out["horizon"] = map[string]any{
+					"heldEvents":   h.Held,
+					"heldForMs":    h.HeldFor.Milliseconds(),
+					"blockedBy":    h.Blocker,
+					"maxHeldForMs": s.cfg.MaxReadyHorizon.Milliseconds(),
+				}
+				if h.HeldFor > s.cfg.MaxReadyHorizon {
+					ok = false
+				}
+			}
 		}
 	}
 	if !ok {

@@ -500,6 +500,19 @@ func (r *Runner) pollCheckpoints() {
 	}
 }
 
+// Horizon reports the events the store holds back behind an open
+// transaction (see eventstore.Horizon); has is false for a store without
+// such a horizon. A held event is behind every projector at once, which
+// their lags cannot show: it lies beyond the head they count up to.
+func (r *Runner) Horizon(ctx context.Context, limit int64, explainAfter time.Duration) (h eventstore.Horizon, has bool, err error) {
+	hr, has := r.store.(eventstore.HorizonReporter)
+	if !has {
+		return eventstore.Horizon{}, false, nil
+	}
+	h, err = hr.Horizon(ctx, limit, explainAfter)
+	return h, true, err
+}
+
 // Lag is the largest number of events any projector still has to apply up to
 // the current head, for readiness checks. It is cheap: one head query, one
 // checkpoint query for projectors active elsewhere, and one count of the

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -72,12 +73,65 @@ func projectionsStatus(ctx context.Context, env *cliEnv, args []string) error {
 			rows[i].Kind, rows[i].Rebuildable = kindSubscriber, false
 		}
 	}
+	var horizon *horizonStatus
+	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
+		h, err := hr.Horizon(ctx, horizonCountLimit, horizonExplainAfter)
+		if err != nil {
+			return err
+		}
+		horizon = &horizonStatus{Horizon: h, HeldForMs: h.HeldFor.Milliseconds()}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return enc.Encode(statusReport{Projectors: rows, Horizon: horizon})
 	}
-	return printStatusTable(env.Stdout, rows)
+	if err := printStatusTable(env.Stdout, rows); err != nil {
+		return err
+	}
+	if horizon != nil {
+		printHorizon(env.Stdout, horizon.Horizon)
+	}
+	return nil
+}
+
+// What `projections status` counts and explains of the store's horizon: a
+// held event that waited half a second is not a normal commit race.
+const (
+	horizonCountLimit   = 100000
+	horizonExplainAfter = 500 * time.Millisecond
+)
+
+// statusReport is `projections status --json`.
+type statusReport struct {
+	Projectors []statusRow `json:"projectors"`
+	// Horizon is absent for a store without one (KurrentDB).
+	Horizon *horizonStatus `json:"horizon,omitempty"`
+}
+
+type horizonStatus struct {
+	eventstore.Horizon
+	HeldForMs int64 `json:"heldForMs"`
+}
+
+// printHorizon explains the one stall the lag column cannot show: events
+// committed behind an open transaction are beyond the head every projector
+// counts up to.
+func printHorizon(w io.Writer, h eventstore.Horizon) {
+	if h.Held == 0 {
+		fmt.Fprintln(w, "\nHorizon: no committed event is held back.")
+		return
+	}
+	more := ""
+	if h.Held >= horizonCountLimit {
+		more = " or more"
+	}
+	fmt.Fprintf(w, "\nHorizon: %d%s committed events held back for %s, behind every projector and the webhook subscriber.\n",
+		h.Held, more, h.HeldFor.Round(time.Millisecond))
+	if h.Blocker != "" {
+		fmt.Fprintf(w, "Oldest open transaction: %s\n", h.Blocker)
+		fmt.Fprintln(w, "End it (commit, roll back, or pg_terminate_backend) to let them through.")
+	}
 }
 
 func printStatusTable(w io.Writer, st []statusRow) error {

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -23,12 +26,15 @@ func statusRows(t *testing.T, db string) map[string]statusRow {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []statusRow
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	var report statusReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	if report.Horizon == nil {
+		t.Fatalf("no horizon for a PostgreSQL store: %s", out)
+	}
 	byName := map[string]statusRow{}
-	for _, r := range rows {
+	for _, r := range report.Projectors {
 		byName[r.Name] = r
 	}
 	if len(byName) != len(projections.All())+1 {
@@ -166,4 +172,64 @@ func TestServeReportsWebhookSubscriber(t *testing.T) {
 			strings.Contains(body, "escrowd_webhook_outbox_failed 0") &&
 			strings.Contains(body, `escrowd_http_requests_total{method="GET",route="/readyz",status="200"}`)
 	})
+}
+
+// TestProjectionsStatusExplainsHeldHorizon: with a transaction left open in
+// another database of the server, committed events are held back from
+// every read model while each lag reads zero; `projections status` says how
+// many events are held and for how long, names the session, and says how to
+// let them through. Its JSON carries the same.
+func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
+	db := pgtest.NewURL(t)
+	if _, err := cli(t, db, "merchant", "create", "--name", "Before"); err != nil {
+		t.Fatal(err)
+	}
+	other, end := pgtest.OpenTransactionElsewhere(t)
+	// `merchant create` would wait for its read model, which cannot see
+	// it now: five events of a stream nothing projects stand in for it.
+	env := testEnv(t, db)
+	held := make([]eventstore.EventData, 5)
+	for i := range held {
+		held[i] = eventstore.EventData{ID: uuid.New(), Type: "held", Data: []byte(`{}`)}
+	}
+	if _, err := env.Store.Append(context.Background(), eventstore.StreamAppend{Stream: "held-" + uuid.NewString(), Expected: eventstore.NoStream, Events: held}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(horizonExplainAfter + 100*time.Millisecond)
+	out, err := cli(t, db, "projections", "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"committed events held back for", "behind every projector",
+		"Oldest open transaction: pid ", "in database " + other, "pg_terminate_backend"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	raw, err := cli(t, db, "projections", "status", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var report statusReport
+	if err := json.Unmarshal([]byte(raw), &report); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	if h := report.Horizon; h == nil || h.Held < 5 || h.HeldForMs < horizonExplainAfter.Milliseconds() || !strings.Contains(h.Blocker, other) {
+		t.Fatalf("JSON horizon: %s", raw)
+	}
+	end()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := cli(t, db, "projections", "status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, "Horizon: no committed event is held back.") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held after the session ended:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -238,5 +239,96 @@ func TestCountEventsMatchesReadAll(t *testing.T) {
 				t.Errorf("count (%d, %d] limit %d = %d, %v; want %d", c.from, c.to, limit, n, err, min(want, limit))
 			}
 		}
+	}
+}
+
+// TestHorizonReportsEventsHeldByAnotherDatabase: an open transaction in
+// another database of the server holds this log back (transaction ids are
+// server-wide). Head stays behind the committed event, so every reader's lag
+// reads zero; Horizon counts the held event, measures its wait, names the
+// blocking session once the wait passes explainAfter, and clears when the
+// session ends.
+func TestHorizonReportsEventsHeldByAnotherDatabase(t *testing.T) {
+	s, _ := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := "horizon-" + uuid.NewString()[:8]
+	appendOne := func(stream string) eventstore.Position {
+		t.Helper()
+		res, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream,
+			Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Position
+	}
+	appendOne(p + "-before")
+	// Wait out transactions of other tests on the shared server.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h, err := s.Horizon(ctx, 0, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Held == 0 && h.HeldFor == 0 && h.Blocker == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never cleared: %+v", h)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	db, end := pgtest.OpenTransactionElsewhere(t)
+	pos := []eventstore.Position{appendOne(p + "-a"), appendOne(p + "-b")}
+	head, err := s.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !head.Less(pos[0]) {
+		t.Fatalf("head %v passed events held by an open transaction in %s: %v", head, db, pos)
+	}
+	time.Sleep(150 * time.Millisecond)
+	quiet, err := s.Horizon(ctx, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quiet.Held < 2 || quiet.HeldFor < 150*time.Millisecond || quiet.Blocker != "" {
+		t.Fatalf("without explaining: %+v", quiet)
+	}
+	capped, err := s.Horizon(ctx, 1, time.Hour)
+	if err != nil || capped.Held != 1 || capped.HeldFor < 150*time.Millisecond {
+		t.Fatalf("capped at 1: %+v %v", capped, err)
+	}
+	explained, err := s.Horizon(ctx, 0, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The oldest open transaction on the server is ours unless another
+	// test's is older; ours opened first in this test, so any older one
+	// would have shown as held events before it.
+	for _, want := range []string{"in database " + db, "pgtest-forgotten-session", "SELECT pg_current_xact_id()", "idle in transaction"} {
+		if !strings.Contains(explained.Blocker, want) {
+			t.Errorf("blocker %q lacks %q", explained.Blocker, want)
+		}
+	}
+	end()
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		h, err := s.Horizon(ctx, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := s.Head(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Held == 0 && !head.Less(pos[1]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held after the session ended: %+v, head %v", h, head)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -152,3 +152,40 @@ func ensureTemplate(tb testing.TB, ctx context.Context, admin *pgx.Conn, server 
 	}
 	return tmpl
 }
+
+// OpenTransactionElsewhere opens a transaction that holds a transaction id in
+// a fresh, empty database of the same server, as a forgotten session of some
+// other application would, and keeps it open until end is called (or the
+// test ends). Transaction ids are server-wide, so it holds back the
+// visibility horizon of every database on the server; callers keep it short,
+// since tests in other packages share the server. It returns the database's
+// name.
+func OpenTransactionElsewhere(tb testing.TB) (database string, end func()) {
+	tb.Helper()
+	u := NewEmptyURL(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		tb.Fatalf("pgtest: connect: %v", err)
+	}
+	var once bool
+	end = func() {
+		if once {
+			return
+		}
+		once = true
+		_ = conn.Close(context.Background()) // rolls the transaction back
+	}
+	tb.Cleanup(end) // before the database is dropped
+	if _, err := conn.Exec(ctx, `SET application_name = 'pgtest-forgotten-session'`); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+		tb.Fatal(err)
+	}
+	return conn.Config().Database, end
+}
