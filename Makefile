@@ -34,7 +34,8 @@ FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzNormalizePhone$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
 	  $(GO) test -run '^$$' -fuzz '^FuzzValidNUBAN$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
-	  $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./domain/money/
+	  $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./domain/money/ && \
+	  $(GO) test -run '^$$' -fuzz '^FuzzFingerprintStreaming$$' -fuzztime $(FUZZTIME) ./httpapi/
 
 db-start:
 	@scripts/pg.sh start

@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -124,11 +126,12 @@ func (s *IdempotencyStore) Middleware() echo.MiddlewareFunc {
 			if !ok || p.KeyID == "" {
 				return next(c)
 			}
-			body, err := s.bufferBody(req)
+			fp, sp, err := s.spoolBody(req)
 			if err != nil {
 				return err
 			}
-			return s.serve(c, next, p, key, requestFingerprint(req, body))
+			defer sp.remove()
+			return s.serve(c, next, p, key, fp)
 		}
 	}
 }
@@ -141,31 +144,94 @@ func idempotentMethod(m string) bool {
 	return false
 }
 
-// bufferBody reads the whole body for the fingerprint and puts an identical
-// reader back for the handler. Over the limit is 413 whichever limit hit.
-func (s *IdempotencyStore) bufferBody(req *http.Request) ([]byte, error) {
+// spoolMemory is how much of a keyed request body is kept in memory; the
+// rest of a larger one (a multipart upload of images) waits in a temporary
+// file, so concurrent uploads cost disk, not up to the body limit of memory
+// each.
+const spoolMemory = 1 << 20
+
+// spoolBody reads the whole body once, hashing it for the fingerprint as it
+// goes, and puts an identical reader back for the handler: from memory, or
+// from a temporary file the caller removes (sp.remove) once the request is
+// done. Over the limit is 413 whichever limit hit.
+func (s *IdempotencyStore) spoolBody(req *http.Request) (fp []byte, sp *spool, err error) {
+	fh := newFingerprinter(req)
 	if req.Body == nil || req.Body == http.NoBody {
-		return nil, nil
+		return fh.sum(), nil, nil
 	}
 	var r io.Reader = req.Body
 	if s.maxBody > 0 {
 		r = io.LimitReader(req.Body, s.maxBody+1)
 	}
-	body, err := io.ReadAll(r)
+	sp = &spool{}
+	n, err := io.Copy(io.MultiWriter(fh, sp), r)
 	var tooLarge *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooLarge), err == nil && s.maxBody > 0 && int64(len(body)) > s.maxBody:
-		return nil, echo.ErrStatusRequestEntityTooLarge
+	case errors.As(err, &tooLarge), err == nil && s.maxBody > 0 && n > s.maxBody:
+		sp.remove()
+		return nil, nil, echo.ErrStatusRequestEntityTooLarge
 	case err != nil:
-		return nil, err
+		sp.remove()
+		return nil, nil, err
 	}
-	req.Body = replayBody{Reader: bytes.NewReader(body), orig: req.Body}
-	return body, nil
+	body, err := sp.reader()
+	if err != nil {
+		sp.remove()
+		return nil, nil, err
+	}
+	req.Body = replayBody{Reader: body, orig: req.Body}
+	return fh.sum(), sp, nil
 }
 
-// replayBody serves the buffered bytes and closes the original body.
+// spool holds a body: the first spoolMemory bytes in memory, all of it in
+// a temporary file once it grows past that.
+type spool struct {
+	mem  bytes.Buffer
+	file *os.File
+}
+
+func (sp *spool) Write(p []byte) (int, error) {
+	if sp.file == nil && sp.mem.Len()+len(p) > spoolMemory {
+		f, err := os.CreateTemp("", "escrowd-request-*")
+		if err != nil {
+			return 0, err
+		}
+		sp.file = f
+		if _, err := f.Write(sp.mem.Bytes()); err != nil {
+			return 0, err
+		}
+		sp.mem = bytes.Buffer{}
+	}
+	if sp.file != nil {
+		return sp.file.Write(p)
+	}
+	return sp.mem.Write(p)
+}
+
+// reader reads the body back from its start.
+func (sp *spool) reader() (io.Reader, error) {
+	if sp.file == nil {
+		return bytes.NewReader(sp.mem.Bytes()), nil
+	}
+	if _, err := sp.file.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	return sp.file, nil
+}
+
+// remove deletes the temporary file, if any; nil-safe and idempotent.
+func (sp *spool) remove() {
+	if sp == nil || sp.file == nil {
+		return
+	}
+	_ = sp.file.Close()
+	_ = os.Remove(sp.file.Name())
+	sp.file = nil
+}
+
+// replayBody serves the spooled bytes and closes the original body.
 type replayBody struct {
-	*bytes.Reader
+	io.Reader
 	orig io.Closer
 }
 
@@ -183,34 +249,58 @@ func idempotencyScope(keyID string, req *http.Request) string {
 	return keyID
 }
 
-// requestFingerprint is SHA-256 over method, path and query, media type and
-// body. A multipart body's boundary is random per attempt, so it is blanked
-// out: a retry that re-encodes the same form is the same request.
-func requestFingerprint(req *http.Request, body []byte) []byte {
-	h := sha256.New()
+// fingerprinter computes a request's fingerprint, SHA-256 over method, path
+// and query, media type and body, with the body written to it as it is
+// read. A multipart body's boundary is random per attempt, so every
+// "--boundary" in it is hashed as "--": a retry that re-encodes the same
+// form is the same request.
+type fingerprinter struct {
+	h     hash.Hash
+	delim []byte // "--boundary"; nil when the body is hashed as is
+	// pend holds the body's last len(delim)-1 bytes not yet hashed: they
+	// may be the start of a delimiter the next write completes.
+	pend []byte
+}
+
+func newFingerprinter(req *http.Request) *fingerprinter {
+	f := &fingerprinter{h: sha256.New()}
 	mediaType, params, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
 	for _, part := range []string{req.Method, req.URL.EscapedPath(), req.URL.RawQuery, mediaType} {
-		h.Write([]byte(part))
-		h.Write([]byte{0})
+		f.h.Write([]byte(part))
+		f.h.Write([]byte{0})
 	}
-	b := params["boundary"]
-	if !strings.HasPrefix(mediaType, "multipart/") || b == "" {
-		h.Write(body)
-		return h.Sum(nil)
+	if b := params["boundary"]; strings.HasPrefix(mediaType, "multipart/") && b != "" {
+		f.delim = []byte("--" + b)
 	}
-	// Hash the body with every "--boundary" written as "--", piece by
-	// piece: an upload of many megabytes is not copied to do it.
-	delim := []byte("--" + b)
+	return f
+}
+
+func (f *fingerprinter) Write(p []byte) (int, error) {
+	if f.delim == nil {
+		return f.h.Write(p)
+	}
+	buf := append(f.pend, p...)
 	for {
-		i := bytes.Index(body, delim)
+		i := bytes.Index(buf, f.delim)
 		if i < 0 {
-			h.Write(body)
-			return h.Sum(nil)
+			break
 		}
-		h.Write(body[:i])
-		h.Write([]byte("--"))
-		body = body[i+len(delim):]
+		f.h.Write(buf[:i])
+		f.h.Write([]byte("--"))
+		buf = buf[i+len(f.delim):]
 	}
+	// A delimiter starting before the kept tail would have ended inside
+	// buf and been found above.
+	keep := min(len(buf), len(f.delim)-1)
+	f.h.Write(buf[:len(buf)-keep])
+	f.pend = append([]byte(nil), buf[len(buf)-keep:]...)
+	return len(p), nil
+}
+
+func (f *fingerprinter) sum() []byte {
+	f.h.Write(f.pend)
+	f.pend = nil
+	return f.h.Sum(nil)
 }
 
 // storedResponse is a completed (or in-flight) record.

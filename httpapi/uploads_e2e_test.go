@@ -215,3 +215,75 @@ func TestUploadsBodyLimitWhileParsing(t *testing.T) {
 	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).
 		expect(t, 413, "Request body too large")
 }
+
+// TestKeyedUploadIsSpooledToDisk: a multipart upload under an
+// Idempotency-Key is read once for its fingerprint and replayed to the
+// handler; past spoolMemory it waits in a temporary file, not in memory.
+// The handler gets every byte (the stored image is the one sent), the file
+// is gone when the request is, and a retry with another boundary replays
+// the stored answer.
+func TestKeyedUploadIsSpooledToDisk(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dataDir := t.TempDir()
+	h := newHarness(t, func(c *Config) { c.DataDir = dataDir; c.PublicURL = uploadsPublicURL + "/" })
+	var spooledDuringHandler []string
+	s := h.api
+	s.handle(http.MethodPost, "/v1/probe/keyed-upload", Policy{CID: CIDOptional}, func(c echo.Context) error {
+		spooledDuringHandler = spoolFiles(t, tmp)
+		if _, err := multipartForm(c); err != nil {
+			return err
+		}
+		urls, err := s.saveImages(c, 5)
+		if err != nil {
+			return err
+		}
+		return respond(c, http.StatusCreated, "ok", map[string]any{"urls": urls})
+	}, true)
+	// A real PNG followed by padding: 3 MB, three times the spool's memory.
+	img := append(uploadPNG(t), bytes.Repeat([]byte{0}, 3<<20)...)
+	send := func(boundary string) resp {
+		var b bytes.Buffer
+		w := multipart.NewWriter(&b)
+		if err := w.SetBoundary(boundary); err != nil {
+			t.Fatal(err)
+		}
+		hd := textproto.MIMEHeader{}
+		hd.Set("Content-Disposition", `form-data; name="imageUrl"; filename="big.png"`)
+		hd.Set("Content-Type", "image/png")
+		pw, err := w.CreatePart(hd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pw.Write(img)
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return h.uploadDo("POST", "/v1/probe/keyed-upload", h.std(), w.FormDataContentType(), &b,
+			map[string]string{"Idempotency-Key": "upload-1"})
+	}
+	first := send("first-boundary-1111").expect(t, 201, "ok")
+	if len(spooledDuringHandler) != 1 {
+		t.Fatalf("while the handler ran, spool files %v, want one", spooledDuringHandler)
+	}
+	if left := spoolFiles(t, tmp); len(left) != 0 {
+		t.Fatalf("spool files left after the request: %v", left)
+	}
+	urls, _ := first.obj()["urls"].([]any)
+	if len(urls) != 1 {
+		t.Fatalf("urls: %s", first.Raw)
+	}
+	rel, _ := strings.CutPrefix(urls[0].(string), uploadsPublicURL+"/files/")
+	stored, err := os.ReadFile(filepath.Join(dataDir, "files", rel))
+	if err != nil || !bytes.Equal(stored, img) {
+		t.Fatalf("stored image: %d bytes of %d sent (%v)", len(stored), len(img), err)
+	}
+	spooledDuringHandler = nil
+	again := send("second-boundary-22").expect(t, 201, "ok")
+	if !bytes.Equal(again.Raw, first.Raw) || spooledDuringHandler != nil {
+		t.Fatalf("retry with another boundary: handler ran %v, answer %s, want the replay of %s", spooledDuringHandler != nil, again.Raw, first.Raw)
+	}
+	if left := spoolFiles(t, tmp); len(left) != 0 {
+		t.Fatalf("spool files left after the replay: %v", left)
+	}
+}

@@ -1,0 +1,128 @@
+package httpapi
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+)
+
+// requestFingerprint is the fingerprint of req with the whole body at hand.
+func requestFingerprint(req *http.Request, body []byte) []byte {
+	f := newFingerprinter(req)
+	_, _ = f.Write(body)
+	return f.sum()
+}
+
+// fingerprintByDefinition is the fingerprint as api-decisions §2 and the
+// fingerprinter's comment define it, computed the plain way: every
+// "--boundary" of a multipart body replaced by "--", then hashed at once.
+func fingerprintByDefinition(method, path, query, mediaType, boundary string, body []byte) []byte {
+	h := sha256.New()
+	for _, part := range []string{method, path, query, mediaType} {
+		h.Write([]byte(part))
+		h.Write([]byte{0})
+	}
+	if boundary != "" {
+		body = bytes.ReplaceAll(body, []byte("--"+boundary), []byte("--"))
+	}
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// FuzzFingerprintStreaming: the fingerprint of a body written in pieces of
+// any sizes (as io.Copy hands them over while the body is spooled) equals
+// the fingerprint by definition, wherever a boundary falls across pieces.
+func FuzzFingerprintStreaming(f *testing.F) {
+	f.Add("B", []byte("--B\r\nx\r\n--B--"), []byte{1, 2, 3})
+	f.Add("QQ", []byte("a--QQb--Q--QQ--QQQ"), []byte{2, 1})
+	f.Add("", []byte(`{"amount":5000}`), []byte{4})
+	f.Add("xy", []byte("---xy--x-y--xy"), []byte{1, 1, 1, 1, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, boundary string, body, cuts []byte) {
+		if strings.ContainsAny(boundary, "\";\r\n\\ \t=,") {
+			t.Skip() // not a boundary a Content-Type can carry unquoted
+		}
+		req := httptest.NewRequest(http.MethodPost, "/v1/escrow/create?x=1", nil)
+		mediaType := "application/json"
+		if boundary != "" {
+			mediaType = "multipart/form-data"
+			req.Header.Set(echo.HeaderContentType, mediaType+"; boundary="+boundary)
+		} else {
+			req.Header.Set(echo.HeaderContentType, mediaType)
+		}
+		fp := newFingerprinter(req)
+		rest := body
+		for _, c := range cuts {
+			n := min(int(c), len(rest))
+			if _, err := fp.Write(rest[:n]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		_, _ = fp.Write(rest)
+		got := fp.sum()
+		want := fingerprintByDefinition(http.MethodPost, "/v1/escrow/create", "x=1", mediaType, boundary, body)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("boundary %q, body %q in cuts %v: streamed fingerprint differs from the definition", boundary, body, cuts)
+		}
+	})
+}
+
+// spoolFiles lists the spool's temporary files in dir.
+func spoolFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "escrowd-request-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestSpoolKeepsSmallBodiesInMemoryAndLargeOnesOnDisk: up to spoolMemory a
+// body stays in memory; past it, all of it moves to a temporary file. Both
+// read back byte for byte, and remove deletes the file.
+func TestSpoolKeepsSmallBodiesInMemoryAndLargeOnesOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	for _, size := range []int{0, 10, spoolMemory, spoolMemory + 1, 3*spoolMemory + 7} {
+		data := bytes.Repeat([]byte("0123456789abcdef"), size/16+1)[:size]
+		sp := &spool{}
+		// Written in uneven pieces, as io.Copy would.
+		for rest := data; len(rest) > 0; {
+			n := min(len(rest), 32<<10+3)
+			if _, err := sp.Write(rest[:n]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[n:]
+		}
+		onDisk := len(spoolFiles(t, dir)) == 1
+		if onDisk != (size > spoolMemory) || sp.mem.Len() > spoolMemory {
+			t.Fatalf("%d bytes: on disk %v, %d in memory", size, onDisk, sp.mem.Len())
+		}
+		r, err := sp.reader()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := io.ReadAll(r)
+		if err != nil || !bytes.Equal(back, data) {
+			t.Fatalf("%d bytes: read back %d bytes (%v)", size, len(back), err)
+		}
+		sp.remove()
+		sp.remove()
+		if left := spoolFiles(t, dir); len(left) != 0 {
+			t.Fatalf("%d bytes: left behind %v", size, left)
+		}
+	}
+	var none *spool
+	none.remove() // nil-safe: a request without a body has no spool
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatal(err)
+	}
+}
