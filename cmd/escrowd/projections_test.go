@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -170,6 +171,8 @@ func TestServeReportsWebhookSubscriber(t *testing.T) {
 		return strings.Contains(body, "escrowd_webhook_outbox_pending 0") &&
 			strings.Contains(body, "escrowd_webhook_outbox_oldest_pending_age_seconds 0") &&
 			strings.Contains(body, "escrowd_webhook_outbox_failed 0") &&
+			strings.Contains(body, "escrowd_eventstore_horizon_held_events ") &&
+			strings.Contains(body, "escrowd_eventstore_horizon_held_seconds ") &&
 			strings.Contains(body, `escrowd_http_requests_total{method="GET",route="/readyz",status="200"}`)
 	})
 }
@@ -232,4 +235,46 @@ func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestHorizonMetrics: the horizon gauges show events held behind a
+// transaction left open in another database, and fall back to 0 when it
+// ends.
+func TestHorizonMetrics(t *testing.T) {
+	db := pgtest.NewURL(t)
+	env := testEnv(t, db)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newHorizonCollector(env.Store.(eventstore.HorizonReporter)))
+	gauges := func() (held, seconds float64) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+		if len(got) != 2 {
+			t.Fatalf("gauges %v, want the two horizon gauges", got)
+		}
+		return got["escrowd_eventstore_horizon_held_events"], got["escrowd_eventstore_horizon_held_seconds"]
+	}
+	_, end := pgtest.OpenTransactionElsewhere(t)
+	held := make([]eventstore.EventData, 3)
+	for i := range held {
+		held[i] = eventstore.EventData{ID: uuid.New(), Type: "held", Data: []byte(`{}`)}
+	}
+	if _, err := env.Store.Append(context.Background(), eventstore.StreamAppend{Stream: "held-" + uuid.NewString(), Expected: eventstore.NoStream, Events: held}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n, secs := gauges(); n < 3 || secs < 0.2 {
+		t.Fatalf("held: %v events for %v s, want at least 3 for 0.2 s", n, secs)
+	}
+	end()
+	waitUntil(t, "the horizon gauges back at 0", func() bool {
+		n, secs := gauges()
+		return n == 0 && secs == 0
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -58,6 +59,9 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	}
 	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
 	reg := newRegistry()
+	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
+		reg.MustRegister(newHorizonCollector(hr))
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	if want["projector"] {
 		g.Go(func() error {
