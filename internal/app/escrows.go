@@ -255,6 +255,9 @@ func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms
 	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
 	recordID := s.newID()
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		// An attempt whose append conflicted leaves the escrows it built
+		// (a clone never appended); each attempt answers only for itself.
+		out = PaymentResult{}
 		p, err := Read(tx, PaymentKind, stream)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
@@ -78,5 +79,49 @@ func TestTopUpOnceUnderRaces(t *testing.T) {
 	w, _, err := Load(ctx, a.Engine, WalletKind, cid)
 	if err != nil || w.Main != money.Naira(1000) {
 		t.Fatalf("main %s (%v): want exactly one top-up", w.Main, err)
+	}
+}
+
+// A repeated escrow payment answers with the escrows the payment funded,
+// even when this instance first decided on a stale cache and built escrows
+// of its own (a clone that was never appended): instance B has "no such
+// payment" and the unsold link cached while A pays with the reference.
+func TestRepeatedEscrowPaymentAnswersWhatWasFunded(t *testing.T) {
+	ctx := context.Background()
+	a, b, _, actor := twoInstances(t)
+	buyer, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.TopUp(ctx, actor, buyer, money.Naira(10000)); err != nil {
+		t.Fatal(err)
+	}
+	link, err := a.CreateEscrow(ctx, actor, "", escrow.Draft{Amount: money.Naira(1000), Purpose: "Bag", WhoPays: "buyer", TotalQuantity: ptr(3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := EscrowPayment{Reference: "pay-1", Amount: link.Escrow.Due(), EscrowIDs: []string{link.Escrow.ID}}
+	if _, _, err := Load(ctx, b.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, in.Reference)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Load(ctx, b.Engine, EscrowKind, link.Escrow.ID); err != nil {
+		t.Fatal(err)
+	}
+	first, err := a.PayEscrows(ctx, actor, buyer, allowed, in)
+	if err != nil || len(first.Escrows) != 1 || first.Escrows[0].ParentID != link.Escrow.ID {
+		t.Fatalf("first payment %+v, %v", first, err)
+	}
+	again, err := b.PayEscrows(ctx, actor, buyer, allowed, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again.Escrows) != 1 || again.Escrows[0].ID != first.Escrows[0].ID || again.Escrows[0].PaymentID != first.Record.ID ||
+		again.Record.ID != first.Record.ID {
+		t.Fatalf("repeat answered escrows %+v (record %s), want the clone %s funded by %s",
+			again.Escrows, again.Record.ID, first.Escrows[0].ID, first.Record.ID)
+	}
+	w, _, err := Load(ctx, a.Engine, WalletKind, buyer)
+	if err != nil || w.Main != money.Naira(10000)-in.Amount || w.Escrow != link.Escrow.Held() {
+		t.Fatalf("wallet %+v, %v: the payment must move money once", w, err)
 	}
 }
