@@ -79,8 +79,8 @@ func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d 
 }
 
 // changeEscrow runs one decision on escrow id: read it (the actor's own),
-// decide one event, append it (posting its money first when it moves any)
-// and return the escrow as it now stands.
+// decide one event, record it with its money (recordEntry) and return the
+// escrow as it now stands.
 func (s *Service) changeEscrow(ctx context.Context, a Actor, id string, decide func(tx *Tx, e escrow.State) (domain.Event, error)) (EscrowResult, error) {
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
@@ -92,12 +92,9 @@ func (s *Service) changeEscrow(ctx context.Context, a Actor, id string, decide f
 		if err != nil {
 			return err
 		}
-		if entry, ok := ev.(ledger.Entry); ok {
-			if err := s.postEffect(tx, entry, false); err != nil {
-				return err
-			}
+		if err := recordEntry(s, tx, EscrowKind, id, ev); err != nil {
+			return err
 		}
-		Record(tx, EscrowKind, id, ev)
 		out.Escrow = escrow.Apply(e, ev)
 		return nil
 	})
@@ -231,10 +228,9 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 	if err != nil {
 		return p, nil, err
 	}
-	if err := s.postEffect(tx, settled, false); err != nil {
+	if err := recordEntry(s, tx, PaymentKind, stream, settled); err != nil {
 		return p, nil, err
 	}
-	Record(tx, PaymentKind, stream, settled)
 	return payment.Apply(p, settled), funded, nil
 }
 

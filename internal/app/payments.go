@@ -384,12 +384,9 @@ func (s *Service) advanceIntent(ctx context.Context, a Actor, stream string, st 
 			*st = p
 			return ErrNothingToDo
 		}
-		if entry, ok := ev.(ledger.Entry); ok {
-			if err := s.postEffect(tx, entry, false); err != nil {
-				return err
-			}
+		if err := recordEntry(s, tx, PaymentKind, stream, ev); err != nil {
+			return err
 		}
-		Record(tx, PaymentKind, stream, ev)
 		*st = payment.Apply(p, ev)
 		return nil
 	})
@@ -420,6 +417,19 @@ func (s *Service) TopUp(ctx context.Context, a Actor, customerID string, amount 
 		return nil
 	})
 	return settled.Records[0], res.Position, err
+}
+
+// recordEntry records ev on aggregate id of kind k and, when ev is a ledger
+// entry, posts its movement to the wallets it touches (postEffect): an
+// event that moves money never goes into an append without its postings.
+func recordEntry[S any](s *Service, tx *Tx, k Kind[S], id string, ev domain.Event) error {
+	if entry, ok := ev.(ledger.Entry); ok {
+		if err := s.postEffect(tx, entry, false); err != nil {
+			return err
+		}
+	}
+	Record(tx, k, id, ev)
+	return nil
 }
 
 // postEffect mirrors an entry's movement into every customer wallet it
