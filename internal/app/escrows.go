@@ -202,7 +202,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 	now := s.Engine.Now()
 	var funded []escrow.State
 	var ids, tokens []string
-	var due money.Amount
+	var due, buyerFee money.Amount
 	for _, id := range p.Record.EscrowDetails.EscrowIDs {
 		e, err := readEscrow(tx, a, id)
 		if err != nil {
@@ -219,12 +219,13 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 		funded = append(funded, buy.Funded)
 		ids, tokens = append(ids, buy.Funded.ID), append(tokens, buy.Funded.PaymentToken)
 		due += buy.Funded.Due()
+		buyerFee += escrow.FeeShares(buy.Funded.Fee, buy.Funded.Terms.WhoPays).Buyer
 	}
 	if due != p.Record.Amount {
 		// The terms changed since staging (an edit or a new additional fee).
 		return p, nil, escrow.ErrAmountMismatch
 	}
-	settled, err := payment.PayEscrows(p, escrow.FundingMovement(a.MerchantID, a.Environment, buyerID, funded), ids, tokens, now)
+	settled, err := payment.PayEscrows(p, escrow.FundingMovement(a.MerchantID, a.Environment, buyerID, funded), buyerFee, ids, tokens, now)
 	if err != nil {
 		return p, nil, err
 	}

@@ -125,3 +125,49 @@ func TestRepeatedEscrowPaymentAnswersWhatWasFunded(t *testing.T) {
 		t.Fatalf("wallet %+v, %v: the payment must move money once", w, err)
 	}
 }
+
+// An escrow payment's record carries the buyer's fee share of the escrows
+// it funded, not the one its intent was staged with: the terms may change
+// between staging and verify while the total due stays the same (here the
+// fee moves to the seller and the merchant adds an equal additional fee).
+func TestEscrowPaymentRecordsTheFeeItCharged(t *testing.T) {
+	ctx := context.Background()
+	a, _, _, actor := twoInstances(t)
+	seller, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "S", Lastname: "S", Email: "s@x.co", Phone: "08031234560"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buyer, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.TopUp(ctx, actor, buyer, money.Naira(10000)); err != nil {
+		t.Fatal(err)
+	}
+	e, err := a.CreateEscrow(ctx, actor, seller, escrow.Draft{Amount: money.Naira(1000), Purpose: "Bag", WhoPays: "buyer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := a.CreateIntent(ctx, actor, buyer, allowed, IntentRequest{Reference: "esc-1", Type: ledger.EscrowPayment,
+		Amount: money.Naira(1025), EscrowIDs: []string{e.Escrow.ID}})
+	if err != nil || staged.Record.Fee != money.Naira(25) {
+		t.Fatalf("staged %+v, %v", staged.Record, err)
+	}
+	if _, err := a.EditEscrow(ctx, actor, seller, e.Escrow.ID, escrow.Patch{WhoPays: ptr("seller")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SetAdditionalFee(ctx, actor, e.Escrow.ID, money.Naira(25), nil); err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := a.Verify(ctx, actor, buyer, allowed, "esc-1")
+	if err != nil || rec.Status != ledger.Success || rec.Amount != money.Naira(1025) {
+		t.Fatalf("verify: %+v, %v", rec, err)
+	}
+	if rec.Fee != 0 {
+		t.Fatalf("record fee %s, want 0: the seller bears the escrow fee of what was funded", rec.Fee)
+	}
+	w, _, err := Load(ctx, a.Engine, WalletKind, buyer)
+	if err != nil || w.Main != money.Naira(10000-1025) || w.Escrow != money.Naira(1000) {
+		t.Fatalf("buyer wallet %+v, %v", w, err)
+	}
+}
