@@ -91,7 +91,7 @@ func (h *harness) merchantEarnings() (count map[string]int, total map[string]mon
 }
 
 // passClaimWindow moves the engine's clock past a one-minute delivery
-// window, as TestEscrowClaimAfterWindow does.
+// window.
 func (h *harness) passClaimWindow() {
 	h.svc.Engine.Now = func() time.Time { return time.Now().UTC().Add(61 * time.Second) }
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -307,8 +306,7 @@ func TestEscrowClaimAfterWindow(t *testing.T) {
 		"maxDelivery": "1", "deliveryTimeline": "minutes"}, 0).expect(t, 201, "").obj()
 	h.pay(buyer, "p", 1025, e["id"]).expect(t, 200, "")
 	h.do(req{path: "/v1/escrow/claim-funds/" + e["paymentToken"].(string), key: h.std(), cid: seller}).expect(t, 400, "Escrow cannot be claimed yet")
-	// Move the engine's clock past the window.
-	h.svc.Engine.Now = func() time.Time { return time.Now().UTC().Add(61 * time.Second) }
+	h.passClaimWindow()
 	c := h.do(req{path: "/v1/escrow/claim-funds/" + e["paymentToken"].(string), key: h.std(), cid: seller}).expect(t, 200, "Funds claimed successfully").obj()
 	if c["status"] != "CLAIMED" || c["state"] != "CLOSED" {
 		t.Fatalf("claimed %v", c)
