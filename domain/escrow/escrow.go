@@ -145,11 +145,14 @@ func Commission(fee money.Amount, bps int64) money.Amount {
 
 // Due is what the buyer pays: amount + buyer's fee share + additionalFee.
 func (s State) Due() money.Amount {
-	return s.Terms.Amount + FeeShares(s.Fee, s.Terms.WhoPays).Buyer + s.AdditionalFee
+	return s.Held() + s.AdditionalFee
 }
 
 // Held is what the buyer's escrow balance holds for this escrow once paid.
-func (s State) Held() money.Amount { return s.Terms.Amount + FeeShares(s.Fee, s.Terms.WhoPays).Buyer }
+func (s State) Held() money.Amount { return s.Terms.Amount + s.BuyerFee() }
+
+// BuyerFee is the buyer's share of the escrow fee.
+func (s State) BuyerFee() money.Amount { return FeeShares(s.Fee, s.Terms.WhoPays).Buyer }
 
 // ClaimableAt is when the seller may claim: maxDelivery × deliveryTimeline
 // after payment.

@@ -186,7 +186,7 @@ func (s *Service) stageEscrowIntent(tx *Tx, a Actor, buyerID string, in EscrowPa
 			return nil, err
 		}
 		due += e.Due()
-		intent.Fee += escrow.FeeShares(e.Fee, e.Terms.WhoPays).Buyer
+		intent.Fee += e.BuyerFee()
 	}
 	if in.Amount != due {
 		return nil, escrow.ErrAmountMismatch
@@ -219,7 +219,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 		funded = append(funded, buy.Funded)
 		ids, tokens = append(ids, buy.Funded.ID), append(tokens, buy.Funded.PaymentToken)
 		due += buy.Funded.Due()
-		buyerFee += escrow.FeeShares(buy.Funded.Fee, buy.Funded.Terms.WhoPays).Buyer
+		buyerFee += buy.Funded.BuyerFee()
 	}
 	if due != p.Record.Amount {
 		// The terms changed since staging (an edit or a new additional fee).
