@@ -272,3 +272,48 @@ func TestRefusalsAreDecidedAgainOnlyOnCachedState(t *testing.T) {
 		t.Fatalf("single attempt: %v after %d decisions, want the refusal after 1", err, decides)
 	}
 }
+
+// Append's revision check is skipped only for a stream the command did not
+// read: reading it after appending to it in the same command makes the
+// append prove the state read, in either order.
+func TestReadAfterAppendIsChecked(t *testing.T) {
+	ctx := context.Background()
+	store := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(store.Close)
+	engine := NewEngine(store, 100)
+	stream := CustomerKind.StreamName("c1")
+	if _, err := engine.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+		Append(tx, CustomerKind, "c1", customer.Blocked{Reason: "first"})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	metaJSON, err := marshalMeta(domain.Meta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	if _, err := engine.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+		runs++
+		Append(tx, CustomerKind, "c1", customer.Blocked{Reason: "ours"})
+		if _, err := Read(tx, CustomerKind, "c1"); err != nil {
+			return err
+		}
+		if runs == 1 { // another writer changes what was just read
+			ev, err := eventData(engine, customer.Blocked{Reason: "other writer"}, metaJSON)
+			if err != nil {
+				return err
+			}
+			if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Any,
+				Events: []eventstore.EventData{ev}}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2 {
+		t.Fatalf("decided %d times, want 2: the append must conflict with the write after the read", runs)
+	}
+}

@@ -61,7 +61,9 @@ func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 		return state, err
 	}
 	ts := tx.stream(stream)
-	ts.rev, ts.known = rev, true
+	// A stream appended to unchecked (Append) is checked once read: the
+	// decision now rests on the revision read.
+	ts.rev, ts.known, ts.unchecked = rev, true, false
 	return state, nil
 }
 
