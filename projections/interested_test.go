@@ -223,3 +223,26 @@ func TestProjectorNames(t *testing.T) {
 		t.Error("checkNames accepted one name twice")
 	}
 }
+
+// A skip is pending exactly while it ends past the stored checkpoint: an
+// applied batch that stored past it leaves nothing to store (store would
+// reach the database, which this checkpointer has none of, if it tried).
+func TestCheckpointerPendingIsDerived(t *testing.T) {
+	at := func(n uint64) eventstore.Position { return eventstore.Position{Commit: 7, Prepare: n} }
+	c := &checkpointer{stored: at(5)}
+	if c.pending() {
+		t.Fatal("pending before any skip")
+	}
+	c.target = at(8)
+	if !c.pending() {
+		t.Fatal("a skip past the stored checkpoint is not pending")
+	}
+	c.stored = at(9) // an applied batch stored its own end, past the skip
+	if c.pending() {
+		t.Fatal("a skip behind the stored checkpoint is still pending")
+	}
+	c.store(context.Background())
+	if c.stored != at(9) {
+		t.Fatalf("store moved the checkpoint back to %s", c.stored)
+	}
+}

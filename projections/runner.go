@@ -289,7 +289,7 @@ func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Durati
 			if err != nil {
 				return err
 			}
-			cp.stored, cp.pending = next, false
+			cp.stored = next
 		}
 		r.advance(st, last, true)
 		*backoff = orDefault(r.RetryBackoff, defaultRetryBackoff)
@@ -312,22 +312,26 @@ type checkpointer struct {
 	name  string
 	delay time.Duration
 
-	mu      sync.Mutex
-	stored  eventstore.Position // the checkpoint as stored
-	target  eventstore.Position // where the skipped batches end
-	pending bool                // target is ahead of stored
-	timer   *time.Timer
-	armed   bool // the timer will fire
-	resync  bool // the stored checkpoint moved under us (a rebuild)
-	closed  bool
+	mu     sync.Mutex
+	stored eventstore.Position // the checkpoint as stored
+	target eventstore.Position // where the skipped batches end
+	timer  *time.Timer
+	armed  bool // the timer will fire
+	resync bool // the stored checkpoint moved under us (a rebuild)
+	closed bool
 }
+
+// pending reports whether skipped batches end past the stored checkpoint;
+// mu held. It is derived, never kept: an applied batch stores its own end,
+// which covers every skip before it.
+func (c *checkpointer) pending() bool { return c.stored.Less(c.target) }
 
 // skipped records that every event up to last is of no interest; mu held.
 // The timer runs from the first skip not yet stored and is not pushed back
 // by later ones: under a steady stream of skips the position is still
 // stored every delay, not only once the stream pauses.
 func (c *checkpointer) skipped(last eventstore.Position) {
-	c.target, c.pending = last, true
+	c.target = last
 	if c.armed {
 		return
 	}
@@ -348,27 +352,22 @@ func (c *checkpointer) flush() {
 		return
 	}
 	c.store(c.ctx)
-	if c.pending && !c.resync && c.ctx.Err() == nil {
+	if c.pending() && !c.resync && c.ctx.Err() == nil {
 		c.armed = true // storing failed: try again, not only at the next skip
 		c.timer.Reset(c.delay)
 	}
 }
 
-// store writes target if it is pending and ahead of what is stored (an
-// applied batch may have stored past it); mu held. A checkpoint only moves
-// forward.
+// store writes target if it is ahead of what is stored (an applied batch
+// may have stored past it); mu held. A checkpoint only moves forward.
 func (c *checkpointer) store(ctx context.Context) {
-	if !c.pending {
-		return
-	}
-	if !c.stored.Less(c.target) {
-		c.pending = false
+	if !c.pending() {
 		return
 	}
 	err := skipBatch(ctx, c.r.pool, c.name, c.stored, c.target)
 	switch {
 	case err == nil:
-		c.stored, c.pending = c.target, false
+		c.stored = c.target
 	case errors.Is(err, errResync):
 		c.resync = true // the next batch makes follow start over
 	case ctx.Err() == nil:
