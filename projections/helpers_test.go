@@ -330,3 +330,25 @@ func reapplyAll(t *testing.T, e *env, p Projector) {
 		t.Fatal(err)
 	}
 }
+
+// applyConcurrently runs one applier of p up to head per batch size, all at
+// once and without the advisory lock (as overlapping appliers after a lost
+// lock connection), and fails the test if any of them fails.
+func applyConcurrently(t *testing.T, e *env, p Projector, head eventstore.Position, batches ...int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(batches))
+	for _, batch := range batches {
+		wg.Go(func() {
+			_, err := applyUpTo(context.Background(), e.store, e.pool, p, head, batch)
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,23 +23,7 @@ func TestUninterestingBatchesOnlyMoveTheCheckpoint(t *testing.T) {
 	c := interested{newCounter("picky")}
 	// Streams s-0 .. s-6, in appends of 100 events.
 	head := visible(t, e.store, appendBulk(t, e.store, 700, 7))
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func(batch int) {
-			defer wg.Done()
-			_, err := applyUpTo(context.Background(), e.store, e.pool, c, head, batch)
-			errs <- err
-		}(3 + 2*i) // small batches: most hold no s-1 event
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyConcurrently(t, e, c, head, 3, 5, 7, 9) // small batches: most hold no s-1 event
 	if got := checkpointOf(t, e.pool, c.name); got != head {
 		t.Fatalf("checkpoint %s, want head %s", got, head)
 	}

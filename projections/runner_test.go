@@ -154,23 +154,7 @@ func TestOverlappingAppliersResync(t *testing.T) {
 	e := newEnv(t)
 	c := newCounter("overlap")
 	head := visible(t, e.store, appendBulk(t, e.store, 600, 7))
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func(batch int) {
-			defer wg.Done()
-			_, err := applyUpTo(context.Background(), e.store, e.pool, c, head, batch)
-			errs <- err
-		}(7 + 6*i)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyConcurrently(t, e, c, head, 7, 13, 19, 25)
 	checkExactlyOnce(t, e.pool, c, 600)
 	if got := checkpointOf(t, e.pool, c.name); got != head {
 		t.Fatalf("checkpoint %s, want head %s", got, head)
