@@ -55,8 +55,9 @@ type Runner struct {
 	// PollInterval is how often WaitFor reads the checkpoints of projectors
 	// that are active in another process (default 5 ms).
 	PollInterval time.Duration
-	// LagLimit is where Lag stops counting when the store is no
-	// EventCounter and has to page through the log (default 20,000).
+	// LagLimit is where Lag stops counting (default 20,000): a far-behind
+	// checkpoint costs a readiness probe no more than a near one, whether
+	// the store counts in SQL or pages through the log.
 	LagLimit int64
 	// RetryBackoff is the first pause after a failing batch; it doubles on
 	// every further failure up to 30 s (default 100 ms).
@@ -515,9 +516,8 @@ func (r *Runner) Horizon(ctx context.Context, limit int64, explainAfter time.Dur
 // Lag is the largest number of events any projector still has to apply up to
 // the current head, for readiness checks. It is cheap: one head query, one
 // checkpoint query for projectors active elsewhere, and one count of the
-// events behind the furthest-behind checkpoint, which stops at LagLimit when
-// the store cannot count ranges itself (see EventCounter) and must page
-// through them.
+// events behind the furthest-behind checkpoint, which stops at LagLimit
+// (see EventCounter; a store without it pages through the log).
 func (r *Runner) Lag(ctx context.Context) (int64, error) {
 	lag, _, err := r.Lags(ctx)
 	return lag, err

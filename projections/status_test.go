@@ -104,3 +104,45 @@ func TestLagsOfOtherCheckpoints(t *testing.T) {
 		t.Fatalf("Lag = %d, %v", n, err)
 	}
 }
+
+// pagingStore hides the PostgreSQL store's CountEvents, as a store that
+// cannot count a range (KurrentDB) has none.
+type pagingStore struct{ eventstore.Store }
+
+// Without an EventCounter, countEvents pages through ReadAll: it agrees
+// with the SQL count across page boundaries, at the range's edges, and
+// stops at its limit.
+func TestCountEventsPagesWithoutCounter(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	visible(t, e.store, appendBulk(t, e.store, 2345, 3))
+	all, err := e.store.ReadAll(ctx, eventstore.Start, 10000)
+	if err != nil || len(all) != 2345 {
+		t.Fatalf("read %d events, %v", len(all), err)
+	}
+	var ps eventstore.Store = pagingStore{e.store}
+	if _, ok := ps.(EventCounter); ok {
+		t.Fatal("pagingStore still counts in SQL")
+	}
+	at := func(i int) eventstore.Position {
+		if i < 0 {
+			return eventstore.Start
+		}
+		return all[i].Position
+	}
+	for _, c := range []struct {
+		from, to int
+		limit    int64
+	}{
+		{-1, 2344, 0}, {-1, 2344, 1000}, {-1, 2344, 1500}, {-1, 2344, 5000},
+		{998, 2100, 0}, {999, 1999, 0}, {0, 0, 0}, {2000, 1000, 0}, {10, 11, 1},
+	} {
+		want, err := e.store.CountEvents(ctx, at(c.from), at(c.to), c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := countEvents(ctx, ps, at(c.from), at(c.to), c.limit); err != nil || got != want {
+			t.Errorf("paged count (%d, %d] limit %d = %d, %v; want %d", c.from, c.to, c.limit, got, err, want)
+		}
+	}
+}
