@@ -32,13 +32,26 @@ type KeyRow struct {
 	Allowlist   []string
 }
 
+// Which keys authenticate, and what of them auth reads, is said once for
+// both lookups (KeyByDigest, KeyAndCustomer): a condition added to one only
+// would let a key in by the other. The digest is $1; scan with keyTargets.
+const (
+	keyColumns = `k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist`
+	keyFrom    = `rm_api_keys k JOIN rm_merchants m USING (merchant_id)`
+	keyWhere   = `k.digest = $1 AND NOT k.revoked`
+)
+
+// keyTargets are the scan targets of keyColumns; env receives the
+// environment's text.
+func (k *KeyRow) keyTargets(env *string) []any {
+	return []any{&k.KeyID, &k.MerchantID, env, &k.Role, &k.Business, &k.Country, &k.Allowlist}
+}
+
 // KeyByDigest finds an unrevoked key.
 func (q *Queries) KeyByDigest(ctx context.Context, digest string) (KeyRow, bool, error) {
 	var k KeyRow
 	var env string
-	err := q.pool.QueryRow(ctx, `SELECT k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist
-		FROM rm_api_keys k JOIN rm_merchants m USING (merchant_id) WHERE k.digest = $1 AND NOT k.revoked`, digest).
-		Scan(&k.KeyID, &k.MerchantID, &env, &k.Role, &k.Business, &k.Country, &k.Allowlist)
+	err := q.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM `+keyFrom+` WHERE `+keyWhere, digest).Scan(k.keyTargets(&env)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return k, false, nil
 	}
@@ -231,13 +244,11 @@ func (q *Queries) KeyAndCustomer(ctx context.Context, digest, customerID string)
 		cid, cmid, cenv, cst  *string
 		canBuy, canSell, canW *bool
 	)
-	err := q.pool.QueryRow(ctx, `SELECT k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist,
+	err := q.pool.QueryRow(ctx, `SELECT `+keyColumns+`,
 			c.customer_id, c.merchant_id, c.environment, c.status, c.can_buy, c.can_sell, c.can_withdraw
-		FROM rm_api_keys k JOIN rm_merchants m USING (merchant_id)
-		LEFT JOIN rm_customers c ON c.customer_id = $2
-		WHERE k.digest = $1 AND NOT k.revoked`, digest, customerID).
-		Scan(&k.KeyID, &k.MerchantID, &env, &k.Role, &k.Business, &k.Country, &k.Allowlist,
-			&cid, &cmid, &cenv, &cst, &canBuy, &canSell, &canW)
+		FROM `+keyFrom+` LEFT JOIN rm_customers c ON c.customer_id = $2
+		WHERE `+keyWhere, digest, customerID).
+		Scan(append(k.keyTargets(&env), &cid, &cmid, &cenv, &cst, &canBuy, &canSell, &canW)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return k, false, CustomerAuth{}, false, nil
 	}
