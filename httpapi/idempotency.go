@@ -260,6 +260,9 @@ type fingerprinter struct {
 	// pend holds the body's last len(delim)-1 bytes not yet hashed: they
 	// may be the start of a delimiter the next write completes.
 	pend []byte
+	// buf joins pend and a write; reused, so that spooling a large upload
+	// does not allocate a copy of every piece io.Copy hands over.
+	buf []byte
 }
 
 func newFingerprinter(req *http.Request) *fingerprinter {
@@ -279,7 +282,8 @@ func (f *fingerprinter) Write(p []byte) (int, error) {
 	if f.delim == nil {
 		return f.h.Write(p)
 	}
-	buf := append(f.pend, p...)
+	f.buf = append(append(f.buf[:0], f.pend...), p...)
+	buf := f.buf
 	for {
 		i := bytes.Index(buf, f.delim)
 		if i < 0 {
@@ -293,7 +297,7 @@ func (f *fingerprinter) Write(p []byte) (int, error) {
 	// buf and been found above.
 	keep := min(len(buf), len(f.delim)-1)
 	f.h.Write(buf[:len(buf)-keep])
-	f.pend = append([]byte(nil), buf[len(buf)-keep:]...)
+	f.pend = append(f.pend[:0], buf[len(buf)-keep:]...)
 	return len(p), nil
 }
 
