@@ -36,9 +36,7 @@ type Config struct {
 	// MaxReadyLag is the projection lag (events) above which /readyz fails.
 	MaxReadyLag int64
 	// MaxReadyWebhookLag is the webhook subscriber's lag (events) above
-	// which /readyz fails, with ReadyWebhooks (default
-	// DefaultMaxReadyWebhookLag). The waiter must count lags past it
-	// (projections.Runner.LagLimit), or the check can never fail. It is
+	// which /readyz fails, with ReadyWebhooks (default 100,000). It is
 	// separate and higher because a slow subscriber delays notifications but
 	// not a single API answer: taking the instance out of a load balancer
 	// for it would turn late webhooks into a down API. The limit catches a
@@ -67,9 +65,6 @@ type Config struct {
 	// loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
 	WebhookAllowPrivate bool
 }
-
-// DefaultMaxReadyWebhookLag is Config.MaxReadyWebhookLag's default.
-const DefaultMaxReadyWebhookLag = 100_000
 
 // Waiter lets a write wait until the read models include it.
 type Waiter interface {
@@ -138,7 +133,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.MaxReadyLag = 10000
 	}
 	if cfg.MaxReadyWebhookLag == 0 {
-		cfg.MaxReadyWebhookLag = DefaultMaxReadyWebhookLag
+		cfg.MaxReadyWebhookLag = 100_000
 	}
 	if cfg.PublicURL == "" {
 		cfg.PublicURL = "http://localhost:8080"

@@ -46,19 +46,6 @@ func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus
 	return httpapi.NewStack(hc, env.Store, env.Pool, runner, env.Log, reg)
 }
 
-// newServeRunner is serve's projections runner. When the API runs with the
-// webhooks role, /readyz compares the webhook subscriber's lag, which the
-// runner counts only up to LagLimit, with httpapi.DefaultMaxReadyWebhookLag:
-// the count must reach past that limit, or a stuck subscriber never fails
-// the check.
-func newServeRunner(env *cliEnv, readyWebhooks bool) *projections.Runner {
-	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
-	if readyWebhooks {
-		runner.LagLimit = max(runner.LagLimit, httpapi.DefaultMaxReadyWebhookLag+1)
-	}
-	return runner
-}
-
 func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	roles := fs.String("role", "api,projector,webhooks", "comma-separated roles to run: api, projector, webhooks")
@@ -70,7 +57,7 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	for _, r := range strings.Split(*roles, ",") {
 		want[strings.TrimSpace(r)] = true
 	}
-	runner := newServeRunner(env, want["api"] && want["webhooks"])
+	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
 	reg := newRegistry()
 	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
 		reg.MustRegister(newHorizonCollector(hr))

@@ -18,7 +18,6 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/money"
-	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
@@ -236,20 +235,5 @@ func TestWebhookAllowPrivateConfig(t *testing.T) {
 	if err := testEnv(t, db).Pool.QueryRow(context.Background(), `SELECT webhook_live FROM rm_merchants WHERE merchant_id = $1`, m.MerchantID).
 		Scan(&hook); err != nil || hook != "https://127.0.0.1:9443/hook" {
 		t.Fatalf("live callback %q %v", hook, err)
-	}
-}
-
-// TestServeRunnerCountsPastTheWebhookReadyLimit: /readyz fails when the
-// webhook subscriber lags more than httpapi.DefaultMaxReadyWebhookLag, but
-// the runner stops counting a lag at its LagLimit (20,000 by default): unless
-// serve raises it, a stuck subscriber's lag never reads above the limit and
-// /readyz keeps answering 200.
-func TestServeRunnerCountsPastTheWebhookReadyLimit(t *testing.T) {
-	env := testEnv(t, pgtest.NewURL(t))
-	if r := newServeRunner(env, true); r.LagLimit <= httpapi.DefaultMaxReadyWebhookLag {
-		t.Fatalf("LagLimit %d: a webhook lag above %d cannot be counted", r.LagLimit, httpapi.DefaultMaxReadyWebhookLag)
-	}
-	if r := newServeRunner(env, false); r.LagLimit != 0 {
-		t.Fatalf("LagLimit %d without the webhooks check; want the runner's default", r.LagLimit)
 	}
 }
