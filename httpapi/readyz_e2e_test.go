@@ -92,6 +92,49 @@ func TestReadyzWebhookLagHasItsOwnLimit(t *testing.T) {
 	}
 }
 
+// TestReadyzCountsLagsPastTheRunnersLimit: the runner stops counting a lag
+// at its LagLimit, but /readyz asks for one past each threshold, so a
+// subscriber or projector further behind than both still fails the check
+// (with the defaults, a webhook limit of 100,000 over a LagLimit of 20,000
+// could never fail otherwise).
+func TestReadyzCountsLagsPastTheRunnersLimit(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.ReadyWebhooks = true; c.MaxReadyWebhookLag = 3; c.MaxReadyLag = 3 })
+	h.runner.LagLimit = 1
+	if _, err := webhooks.Install(context.Background(), h.store, h.pool); err != nil {
+		t.Fatal(err)
+	}
+	h.newMerchant(true) // five events the stopped subscriber has not seen
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := h.do(req{path: "/readyz"})
+		out := r.obj()
+		if lag, _ := out["webhookLag"].(float64); lag >= 4 && out["projectionLag"] == 0.0 {
+			notReady(t, r)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhook lag never counted past 3: %d %v", r.Status, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.projecting.stop()
+	if _, err := h.svc.CreateMerchant(context.Background(), "Late", false, "NG", KeyDigest); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		r := h.do(req{path: "/readyz"})
+		if lag, _ := r.obj()["projectionLag"].(float64); lag >= 4 {
+			notReady(t, r)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("projection lag never counted past 3: %d %s", r.Status, r.Raw)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestReadyzReportsHeldHorizon: a transaction left open in another database
 // of the server holds every committed event back from the read models, with
 // each projection lag still zero. /readyz reports the held events, fails

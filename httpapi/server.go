@@ -75,7 +75,7 @@ type Waiter interface {
 // checkpointLagger is a Waiter that also measures other stored checkpoints
 // against the same head (projections.Runner).
 type checkpointLagger interface {
-	Lags(ctx context.Context, others ...string) (int64, map[string]int64, error)
+	Lags(ctx context.Context, limit, othersLimit int64, others ...string) (int64, map[string]int64, error)
 }
 
 // horizonReporter is a Waiter that reports the store's visibility horizon
@@ -250,16 +250,22 @@ func (s *Server) readyz(c echo.Context) error {
 			hook *int64
 			err  error
 		)
-		if cl, can := s.waiter.(checkpointLagger); can && s.cfg.ReadyWebhooks {
+		if cl, can := s.waiter.(checkpointLagger); can {
+			// Each lag is counted one past its threshold, so a count
+			// capped by the runner can still fail the check.
 			var others map[string]int64
-			lag, others, err = cl.Lags(ctx, webhooks.SubscriberName)
-			if n, found := others[webhooks.SubscriberName]; found {
-				hook = &n
-			}
-			// No checkpoint yet: the subscriber has not started.
-			out["webhookLag"] = hook
-			if hook == nil || *hook > s.cfg.MaxReadyWebhookLag {
-				ok = false
+			if s.cfg.ReadyWebhooks {
+				lag, others, err = cl.Lags(ctx, s.cfg.MaxReadyLag+1, s.cfg.MaxReadyWebhookLag+1, webhooks.SubscriberName)
+				if n, found := others[webhooks.SubscriberName]; found {
+					hook = &n
+				}
+				// No checkpoint yet: the subscriber has not started.
+				out["webhookLag"] = hook
+				if hook == nil || *hook > s.cfg.MaxReadyWebhookLag {
+					ok = false
+				}
+			} else {
+				lag, _, err = cl.Lags(ctx, s.cfg.MaxReadyLag+1, 0)
 			}
 		} else {
 			lag, err = s.waiter.Lag(ctx)

@@ -519,7 +519,7 @@ func (r *Runner) Horizon(ctx context.Context, limit int64, explainAfter time.Dur
 // events behind the furthest-behind checkpoint, which stops at LagLimit
 // (see EventCounter; a store without it pages through the log).
 func (r *Runner) Lag(ctx context.Context) (int64, error) {
-	lag, _, err := r.Lags(ctx)
+	lag, _, err := r.Lags(ctx, 0, 0)
 	return lag, err
 }
 
@@ -527,8 +527,11 @@ func (r *Runner) Lag(ctx context.Context) (int64, error) {
 // head: projectors that another runner keeps, such as the webhook
 // subscriber. Their checkpoints are read in the same checkpoint query; each
 // costs one count more. A name without a stored checkpoint is missing from
-// the map.
-func (r *Runner) Lags(ctx context.Context, others ...string) (int64, map[string]int64, error) {
+// the map. The projectors' lag is counted up to limit and the others' up to
+// othersLimit, or LagLimit where that is higher: a caller comparing a lag
+// with a threshold passes one past it, so the count can exceed the
+// threshold whatever the runner's default.
+func (r *Runner) Lags(ctx context.Context, limit, othersLimit int64, others ...string) (int64, map[string]int64, error) {
 	head, err := r.store.Head(ctx)
 	if err != nil {
 		return 0, nil, err
@@ -557,10 +560,11 @@ func (r *Runner) Lags(ctx context.Context, others ...string) (int64, map[string]
 		}
 		r.mu.Unlock()
 	}
-	limit := r.LagLimit
-	if limit <= 0 {
-		limit = defaultLagLimit
+	def := r.LagLimit
+	if def <= 0 {
+		def = defaultLagLimit
 	}
+	limit, othersLimit = max(limit, def), max(othersLimit, def)
 	// The events behind the earliest checkpoint include those behind every
 	// other one: counting them once gives the largest lag.
 	var worst int64
@@ -581,7 +585,7 @@ func (r *Runner) Lags(ctx context.Context, others ...string) (int64, map[string]
 		if !ok {
 			continue
 		}
-		if lags[name], err = countEvents(ctx, r.store, pos, head, limit); err != nil {
+		if lags[name], err = countEvents(ctx, r.store, pos, head, othersLimit); err != nil {
 			return 0, nil, err
 		}
 	}

@@ -96,10 +96,24 @@ func TestLagsOfOtherCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs.calls = 0
-	lag, others, err := r.Lags(context.Background(), "other", "never-ran")
+	lag, others, err := r.Lags(context.Background(), 0, 0, "other", "never-ran")
 	if err != nil || lag != 0 || others["other"] != 4 || len(others) != 1 || cs.calls != 1 {
 		t.Fatalf("Lags = %d, %v, %v (%d counts); want 0, other 4, never-ran missing, one count", lag, others, err, cs.calls)
 	}
+	// A caller's limit raises the runner's LagLimit: a readiness check
+	// counts one past its threshold even when the runner's default is
+	// lower.
+	r.LagLimit = 2
+	if _, others, err := r.Lags(context.Background(), 0, 0, "other"); err != nil || others["other"] != 2 {
+		t.Fatalf("Lags capped by LagLimit 2 = %v, %v; want other 2", others, err)
+	}
+	if _, others, err := r.Lags(context.Background(), 0, 10, "other"); err != nil || others["other"] != 4 {
+		t.Fatalf("Lags with othersLimit 10 over LagLimit 2 = %v, %v; want other 4", others, err)
+	}
+	if _, others, err := r.Lags(context.Background(), 0, 3, "other"); err != nil || others["other"] != 3 {
+		t.Fatalf("Lags with othersLimit 3 = %v, %v; want other 3", others, err)
+	}
+	r.LagLimit = 0
 	if n, err := r.Lag(context.Background()); err != nil || n != 0 {
 		t.Fatalf("Lag = %d, %v", n, err)
 	}
