@@ -157,7 +157,7 @@ type Horizon struct {
 	HeldFor time.Duration `json:"-"`
 	// Blocker describes the oldest open transaction when HeldFor is long
 	// enough to look for it and the store can tell (empty otherwise).
-	Blocker string `json:"blocker,omitempty"`
+	Blocker string `json:"blockedBy,omitempty"`
 }
 
 // HorizonReporter is implemented by stores whose log can be held back by an

@@ -220,6 +220,12 @@ func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
 	if h := report.Horizon; h == nil || h.Held < 5 || h.HeldForMs < horizonExplainAfter.Milliseconds() || !strings.Contains(h.Blocker, other) {
 		t.Fatalf("JSON horizon: %s", raw)
 	}
+	// The same names as /readyz's horizon.
+	for _, name := range []string{`"heldEvents":`, `"heldForMs":`, `"blockedBy":`} {
+		if !strings.Contains(raw, name) {
+			t.Fatalf("JSON horizon lacks %s: %s", name, raw)
+		}
+	}
 	end()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
