@@ -2,13 +2,19 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -188,5 +194,38 @@ func TestReadyzReportsHeldHorizon(t *testing.T) {
 	out = waitReady("after the session ended")
 	if hz, _ := out["horizon"].(map[string]any); hz["heldEvents"] != 0.0 || hz["blockedBy"] != "" {
 		t.Fatalf("ready again but still held: %v", out)
+	}
+}
+
+// horizonFailing is the harness's runner whose horizon cannot be read
+// (the store's query fails) while its lag still can.
+type horizonFailing struct{ *projections.Runner }
+
+func (horizonFailing) Horizon(context.Context, int64, time.Duration) (eventstore.Horizon, bool, error) {
+	return eventstore.Horizon{}, true, errors.New("horizon query failed")
+}
+
+// TestReadyzNotReadyWhenHorizonUnknown: a horizon that cannot be read is
+// not a horizon that holds nothing. With the database answering and no
+// projection lag, /readyz still refuses: events may be held back from
+// every read model at once, and it cannot tell.
+func TestReadyzNotReadyWhenHorizonUnknown(t *testing.T) {
+	h := newHarness(t)
+	h.do(req{path: "/readyz"}).expect(t, 200, "Ready")
+	srv := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.rm, Waiter: horizonFailing{h.runner}, Directory: h.api.dir, Ping: h.pool.Ping})
+	res, err := http.Get(newTestServer(t, srv) + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	r := resp{Status: res.StatusCode, Raw: raw}
+	if err := json.Unmarshal(raw, &r.Env); err != nil {
+		t.Fatalf("%v: %s", err, raw)
+	}
+	r.Message, _ = r.Env["message"].(string)
+	r.Data = r.Env["data"]
+	if out := notReady(t, r); out["database"] != "ok" || out["projectionLag"] != 0.0 {
+		t.Fatalf("got %s, want the database ok and no lag, yet not ready", raw)
 	}
 }
