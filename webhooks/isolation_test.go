@@ -111,3 +111,50 @@ func TestEndpointLookupFailuresReachFailed(t *testing.T) {
 		t.Fatalf("attempts %d, logged %d, last error %q; want %d, %d, %q", attempts, logged, lastErr, want, want, errEndpointLookup)
 	}
 }
+
+// TestLateAnswerKeepsMerchantSlow: a receiver that answers 2xx, but only
+// after SlowAfter, stays slow (its next attempts share the slow lane); only
+// an answer within SlowAfter makes a merchant prompt. The late receiver
+// answers once the dispatcher has marked it slow, so nothing depends on
+// how fast this machine is.
+func TestLateAnswerKeepsMerchantSlow(t *testing.T) {
+	e := newTestEnv(t)
+	var disp atomic.Pointer[Dispatcher]
+	var lateID atomic.Value
+	marked := func(m string) (slow, prompt bool) {
+		d := disp.Load()
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.slow[m], d.prompt[m]
+	}
+	late := newReceiver(t, nil, func(hit) int {
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if slow, _ := marked(lateID.Load().(string)); slow {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return 200
+	})
+	quick := newReceiver(t, nil, nil)
+	ml, mq := e.merchant(late.srv.URL), e.merchant(quick.srv.URL)
+	lateID.Store(ml.MerchantID)
+	e.runSubscriber(e.pool)
+	// SlowAfter leaves the quick receiver ample time to answer in.
+	e.runDispatcher(e.pool, func(d *Dispatcher) {
+		disp.Store(d)
+		d.Timeout, d.SlowAfter = 30*time.Second, 2*time.Second
+	})
+	ids := e.deposits(ml.MerchantID, 1)
+	qids := e.deposits(mq.MerchantID, 1)
+	eventually(t, 20*time.Second, "both delivered", func() bool {
+		return len(late.delivered()) == len(ids) && len(quick.delivered()) == len(qids)
+	})
+	if slow, prompt := marked(ml.MerchantID); !slow || prompt {
+		t.Fatalf("late receiver after its 2xx: slow %v, prompt %v; want slow", slow, prompt)
+	}
+	if slow, prompt := marked(mq.MerchantID); slow || !prompt {
+		t.Fatalf("quick receiver: slow %v, prompt %v; want prompt", slow, prompt)
+	}
+}
