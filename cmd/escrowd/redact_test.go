@@ -37,6 +37,9 @@ func TestRedactData(t *testing.T) {
 			map[string]any{"bvn": customer.MaskBVN("12345678901")}},
 		{customer.Created{CustomerID: "c2", Firstname: "Ada", CreatedAt: now}, nil, nil}, // no BVN: nothing to mask
 		{wallet.Posted{TransactionID: "t1", Main: 5000}, nil, nil},
+		// No signing secrets (null): redaction hides values, it does not
+		// turn null into an empty object.
+		{merchant.Created{MerchantID: "m0", Name: "Old", Country: "NG", CreatedAt: now}, nil, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.ev.EventType(), func(t *testing.T) {
