@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -115,6 +116,107 @@ func TestTailWindowFollowers(t *testing.T) {
 		}
 	}
 	// The fast follower, at least, was served from memory.
+	if postgres.TailHits(s) == 0 {
+		t.Fatal("no read was answered from the shared tail")
+	}
+}
+
+// TestTailFollowersFromEveryPosition: once the shared tail has trimmed its
+// window many times, a follower starting from any position of the log,
+// the window's first event and the one before it included, gets exactly
+// the events after that position: none skipped, none twice.
+func TestTailFollowersFromEveryPosition(t *testing.T) {
+	s, _ := newStore(t)
+	postgres.SetTailWindow(s, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start, err := s.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A driver follower keeps the tail running; each event is appended on
+	// its own once the previous one reached it, so the window moves (and
+	// is trimmed) one event at a time.
+	var (
+		mu  sync.Mutex
+		log []eventstore.RecordedEvent
+	)
+	seen := make(chan struct{}, 1)
+	dctx, stopDriver := context.WithCancel(ctx)
+	driverDone := make(chan error, 1)
+	go func() {
+		driverDone <- s.Subscribe(dctx, start, func(_ context.Context, evs []eventstore.RecordedEvent) error {
+			mu.Lock()
+			log = append(log, evs...)
+			mu.Unlock()
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+	}()
+	const n = 23
+	stream := "edges-" + uuid.NewString()[:8]
+	for i := range n {
+		exp := eventstore.Exact(uint64(i - 1))
+		if i == 0 {
+			exp = eventstore.NoStream
+		}
+		if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: exp,
+			Events: []eventstore.EventData{{ID: uuid.New(), Type: "T", Data: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			mu.Lock()
+			got := len(log)
+			mu.Unlock()
+			if got == i+1 {
+				break
+			}
+			select {
+			case <-seen:
+			case <-ctx.Done():
+				t.Fatalf("driver saw %d of %d events", got, i+1)
+			}
+		}
+	}
+	mu.Lock()
+	all := append([]eventstore.RecordedEvent(nil), log...)
+	mu.Unlock()
+	// Followers from the start and from every event's position.
+	froms := []eventstore.Position{start}
+	for _, e := range all[:len(all)-1] {
+		froms = append(froms, e.Position)
+	}
+	for k, from := range froms {
+		want := all[k:]
+		var got []eventstore.RecordedEvent
+		fctx, stop := context.WithTimeout(ctx, 10*time.Second)
+		err := s.Subscribe(fctx, from, func(_ context.Context, evs []eventstore.RecordedEvent) error {
+			got = append(got, evs...)
+			if got[len(got)-1].ID == all[len(all)-1].ID {
+				stop()
+			}
+			return nil
+		})
+		stop()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("follower from event %d: %v", k, err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("follower from event %d (%v) got %d events, want %d", k, from, len(got), len(want))
+		}
+		for i := range want {
+			if got[i].ID != want[i].ID || got[i].Position != want[i].Position {
+				t.Fatalf("follower from event %d: event %d is %v, want %v", k, i, got[i].Position, want[i].Position)
+			}
+		}
+	}
+	stopDriver()
+	if err := <-driverDone; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
 	if postgres.TailHits(s) == 0 {
 		t.Fatal("no read was answered from the shared tail")
 	}
