@@ -287,3 +287,37 @@ func TestKeyedUploadIsSpooledToDisk(t *testing.T) {
 		t.Fatalf("spool files left after the replay: %v", left)
 	}
 }
+
+// TestKeyedUploadOverLimitLeavesNoSpoolFile: a keyed upload that grows
+// past the route's limit after it was spooled to disk (a chunked body, no
+// Content-Length to refuse it up front) is answered 413, runs no handler,
+// leaves no temporary file behind, and does not hold its key.
+func TestKeyedUploadOverLimitLeavesNoSpoolFile(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	h := newHarness(t, func(c *Config) { c.DataDir = t.TempDir(); c.MultipartBodyLimit = 2 << 20 })
+	ran := 0
+	h.api.handle(http.MethodPost, "/v1/probe/keyed-big", Policy{CID: CIDOptional}, func(c echo.Context) error {
+		ran++
+		return respond(c, http.StatusCreated, "ok", map[string]any{})
+	}, true)
+	big := make([]byte, 3<<20) // past spoolMemory and past the limit
+	copy(big, uploadPNG(t))
+	body, ct := uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", big})
+	keyed := map[string]string{"Idempotency-Key": "big-1"}
+	h.uploadDo("POST", "/v1/probe/keyed-big", h.std(), ct, io.NopCloser(bytes.NewReader(body)), keyed).
+		expect(t, 413, "Request body too large")
+	if ran != 0 {
+		t.Fatalf("handler ran %d times for a body over the limit", ran)
+	}
+	if left := spoolFiles(t, tmp); len(left) != 0 {
+		t.Fatalf("spool files left after a 413: %v", left)
+	}
+	// The key was never claimed: the same key with a body within the
+	// limit runs.
+	small, ct := uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", uploadPNG(t)})
+	h.uploadDo("POST", "/v1/probe/keyed-big", h.std(), ct, bytes.NewReader(small), keyed).expect(t, 201, "ok")
+	if ran != 1 {
+		t.Fatalf("handler ran %d times, want once", ran)
+	}
+}
