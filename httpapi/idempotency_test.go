@@ -571,6 +571,45 @@ func TestIdempotencyWriteWithoutStoredResponseIsNotRunAgain(t *testing.T) {
 	}
 }
 
+// A claim whose request wrote but never stored its response is answered
+// as a lost outcome only while the key lives: once it has expired (24 h)
+// the key is free like any expired key, and a new request under it runs.
+func TestIdempotencyExpiredClaimThatWroteFreesTheKey(t *testing.T) {
+	env := newIdemEnv(t)
+	hang := make(chan struct{})
+	defer close(hang)
+	env.write = idemWrite{after: func(c echo.Context) error {
+		if env.calls.Load() > 1 {
+			return c.JSON(http.StatusCreated, map[string]any{"second": true})
+		}
+		env.entered <- struct{}{}
+		<-hang
+		return nil
+	}}
+	go env.post("/v1/write", "key1", "w", `a`)
+	<-env.entered // the append has committed; no response is stored
+
+	// A sweep just before the key expires, so that the retry finds the
+	// expired row rather than an empty slot (sweeps run once a minute).
+	env.advance(idempotencyTTL - idempotencySweepEvery/2)
+	idemWantStatus(t, env.post("/v1/things", "key1", "other", `{"amount":5000}`), http.StatusCreated)
+	env.advance(idempotencySweepEvery/2 + time.Second)
+	var rows int
+	if err := env.pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM http_idempotency_keys WHERE idempotency_key = 'w'`).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("the expired claim's row: %d (%v), want it still there", rows, err)
+	}
+	rec := env.post("/v1/write", "key1", "w", `b`)
+	idemWantStatus(t, rec, http.StatusCreated)
+	if strings.Contains(rec.Body.String(), msgIdempotencyOutcomeLost) || rec.Header().Get(headerIdempotencyReplayed) != "" {
+		t.Fatalf("new request under an expired key: %v %s", rec.Header(), rec.Body)
+	}
+	if n, a, b := env.calls.Load(), env.things("a"), env.things("b"); n != 3 || a != 1 || b != 1 {
+		t.Fatalf("handlers ran %d times, wrote %d events for a and %d for b; want 3 (with /v1/things), 1, 1", n, a, b)
+	}
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `b`), rec)
+}
+
 // A retry that takes over a claim whose request has not written yet runs
 // the request; the abandoned request, waking up, can no longer write.
 func TestIdempotencyTakeoverFencesTheAbandonedRequest(t *testing.T) {
