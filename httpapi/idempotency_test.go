@@ -321,8 +321,16 @@ func TestIdempotencyAbandonedClaimIsTakenOver(t *testing.T) {
 	<-env.entered
 
 	env.advance(idempotencyAbandonAfter + time.Second)
-	// A different request may not take an abandoned key over.
-	idemWantStatus(t, env.post("/v1/slow", "key1", "k", `{"x":1}`), http.StatusConflict)
+	// A different request may not take an abandoned key over. Were it to,
+	// it would run the handler (and wait there): fail on that at once.
+	other := make(chan *httptest.ResponseRecorder, 1)
+	go func() { other <- env.post("/v1/slow", "key1", "k", `{"x":1}`) }()
+	select {
+	case r := <-other:
+		idemWantStatus(t, r, http.StatusConflict)
+	case <-env.entered:
+		t.Fatal("a different request took the abandoned key over and ran")
+	}
 	go func() { done <- env.post("/v1/slow", "key1", "k", `{}`) }()
 	<-env.entered // the retry runs although the first still holds its claim
 	// Release both; either may finish first. The first run's claim is
