@@ -176,23 +176,31 @@ func TestReadyzNotReady(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(dead.Close)
-		srv := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.rm, Waiter: h.runner, Directory: h.api.dir, Ping: dead.Ping})
-		res, err := http.Get(newTestServer(t, srv) + "/readyz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(res.Body)
-		res.Body.Close()
-		r := resp{Status: res.StatusCode, Raw: raw}
-		if err := json.Unmarshal(raw, &r.Env); err != nil {
-			t.Fatalf("%v: %s", err, raw)
-		}
-		r.Message, _ = r.Env["message"].(string)
-		r.Data = r.Env["data"]
+		r := h.readyzWith(h.runner, dead.Ping)
 		if out := notReady(t, r); len(out) != 3 || out["database"] != "unavailable" || out["projectionLag"] != 0.0 || out["horizon"] == nil {
-			t.Fatalf("got %s, want the database unavailable, no lag, and the horizon", raw)
+			t.Fatalf("got %s, want the database unavailable, no lag, and the horizon", r.Raw)
 		}
 	})
+}
+
+// readyzWith asks /readyz of a server like h's but with another waiter and
+// database ping.
+func (h *harness) readyzWith(w Waiter, ping func(context.Context) error) resp {
+	h.t.Helper()
+	srv := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.rm, Waiter: w, Directory: h.api.dir, Ping: ping})
+	res, err := http.Get(newTestServer(h.t, srv) + "/readyz")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	r := resp{Status: res.StatusCode, Raw: raw}
+	if err := json.Unmarshal(raw, &r.Env); err != nil {
+		h.t.Fatalf("%v: %s", err, raw)
+	}
+	r.Message, _ = r.Env["message"].(string)
+	r.Data = r.Env["data"]
+	return r
 }
 
 // notReady checks a /readyz refusal: 503 "Not ready" whose data reports

@@ -2,10 +2,7 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -212,20 +209,8 @@ func (horizonFailing) Horizon(context.Context, int64, time.Duration) (eventstore
 func TestReadyzNotReadyWhenHorizonUnknown(t *testing.T) {
 	h := newHarness(t)
 	h.do(req{path: "/readyz"}).expect(t, 200, "Ready")
-	srv := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.rm, Waiter: horizonFailing{h.runner}, Directory: h.api.dir, Ping: h.pool.Ping})
-	res, err := http.Get(newTestServer(t, srv) + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	r := resp{Status: res.StatusCode, Raw: raw}
-	if err := json.Unmarshal(raw, &r.Env); err != nil {
-		t.Fatalf("%v: %s", err, raw)
-	}
-	r.Message, _ = r.Env["message"].(string)
-	r.Data = r.Env["data"]
+	r := h.readyzWith(horizonFailing{h.runner}, h.pool.Ping)
 	if out := notReady(t, r); out["database"] != "ok" || out["projectionLag"] != 0.0 {
-		t.Fatalf("got %s, want the database ok and no lag, yet not ready", raw)
+		t.Fatalf("got %s, want the database ok and no lag, yet not ready", r.Raw)
 	}
 }
