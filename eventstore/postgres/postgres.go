@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -97,7 +98,7 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 		streams  = make([]string, len(sorted))
 		expected = make([]int64, len(sorted))
 		counts   = make([]int32, len(sorted))
-		ids      []string
+		ids      []uuid.UUID // binary encoded (as strings pgx would first fail binary, then send text)
 		types    []string
 		data     []string
 		meta     []*string
@@ -116,7 +117,7 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 			if e.Type == "" {
 				return eventstore.AppendResult{}, errors.New("eventstore: event without type")
 			}
-			ids = append(ids, e.ID.String())
+			ids = append(ids, e.ID)
 			types = append(types, e.Type)
 			data = append(data, string(jsonOrNull(e.Data)))
 			if e.Metadata != nil {

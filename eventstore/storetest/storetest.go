@@ -30,6 +30,8 @@ func Run(t *testing.T, newStore func(t *testing.T) eventstore.Store) {
 	t.Run("AtomicAcrossStreams", func(t *testing.T) { testAtomicAcrossStreams(t, newStore(t)) })
 	t.Run("ZeroEventRevisionCheck", func(t *testing.T) { testZeroEventRevisionCheck(t, newStore(t)) })
 	t.Run("ConcurrentAppendsOneStream", func(t *testing.T) { testConcurrentAppendsOneStream(t, newStore(t)) })
+	t.Run("ConcurrentAppendsSharedStreams", func(t *testing.T) { testConcurrentAppendsSharedStreams(t, newStore(t)) })
+	t.Run("FailedAppendMovesNoStream", func(t *testing.T) { testFailedAppendMovesNoStream(t, newStore(t)) })
 	t.Run("IdempotentEventIDs", func(t *testing.T) { testIdempotentEventIDs(t, newStore(t)) })
 	t.Run("ConcurrentIdenticalRetries", func(t *testing.T) { testConcurrentIdenticalRetries(t, newStore(t)) })
 	t.Run("GlobalOrder", func(t *testing.T) { testGlobalOrder(t, newStore(t)) })
@@ -468,6 +470,95 @@ func testZeroEventRevisionCheck(t *testing.T, s eventstore.Store) {
 	}
 	if ours, _ := readAllFrom(t, s, before, 100, p); len(ours) != 0 {
 		t.Errorf("zero-event appends put %d events in the global log", len(ours))
+	}
+}
+
+// testFailedAppendMovesNoStream: whatever kind of expectation fails, no
+// stream of the append moves, an Any stream with events included, and a
+// zero-event NoStream check fails on a stream that exists.
+func testFailedAppendMovesNoStream(t *testing.T, s eventstore.Store) {
+	p := prefix()
+	ctx := ctxT(t, 30*time.Second)
+	a, b, c := p+"-a", p+"-b", p+"-c"
+	mustAppend(t, s, eventstore.StreamAppend{Stream: b, Expected: eventstore.NoStream, Events: events("B", 2)})
+
+	fails := []struct {
+		name    string
+		failing eventstore.StreamAppend
+		actual  int64
+	}{
+		{"exact, wrong revision", eventstore.StreamAppend{Stream: b, Expected: eventstore.Exact(0), Events: events("B", 1)}, 1},
+		{"exact, missing stream", eventstore.StreamAppend{Stream: c, Expected: eventstore.Exact(0), Events: events("C", 1)}, -1},
+		{"new, stream exists", eventstore.StreamAppend{Stream: b, Expected: eventstore.NoStream, Events: events("B", 1)}, 1},
+		{"zero-event absent check, stream exists", eventstore.StreamAppend{Stream: b, Expected: eventstore.NoStream}, 1},
+		{"zero-event exact check, wrong revision", eventstore.StreamAppend{Stream: b, Expected: eventstore.Exact(7)}, 1},
+	}
+	for _, f := range fails {
+		// a sorts before b and c, and an Any stream would move whatever
+		// its revision: only the failure must stop it.
+		_, err := s.Append(ctx, eventstore.StreamAppend{Stream: a, Expected: eventstore.Any, Events: events("A", 1)}, f.failing)
+		if err == nil {
+			t.Fatalf("%s: append succeeded", f.name)
+		}
+		wantConcurrency(t, err, f.failing.Stream, f.failing.Expected, f.actual)
+	}
+	if n := len(mustReadStream(t, s, a, 0, 0)); n != 0 {
+		t.Errorf("the Any stream has %d events after failed appends; want 0", n)
+	}
+	res := mustAppend(t, s, eventstore.StreamAppend{Stream: a, Expected: eventstore.Any, Events: events("A", 1)},
+		eventstore.StreamAppend{Stream: c, Expected: eventstore.NoStream})
+	if res.Revisions[a] != 0 {
+		t.Errorf("the Any stream is at revision %d after its first event; want 0 (failed appends moved it)", res.Revisions[a])
+	}
+	if rev, ok := res.Revisions[c]; ok {
+		t.Errorf("a zero-event absent check reports revision %d for the missing stream", rev)
+	}
+}
+
+// testConcurrentAppendsSharedStreams: writers append to the same three
+// streams at once, each naming them in its own order and with Any, so they
+// contend for every stream in every order. None may fail (a store that
+// locks streams in the caller's order deadlocks here) and no event may be
+// lost or share a revision.
+func testConcurrentAppendsSharedStreams(t *testing.T, s eventstore.Store) {
+	p := prefix()
+	const writers, rounds = 8, 10
+	streams := []string{p + "-a", p + "-b", p + "-c"}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*rounds)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := ctxT(t, 60*time.Second)
+			for r := range rounds {
+				order := rand.Perm(len(streams))
+				appends := make([]eventstore.StreamAppend, len(order))
+				for i, k := range order {
+					appends[i] = eventstore.StreamAppend{Stream: streams[k], Expected: eventstore.Any, Events: events(fmt.Sprintf("W%dR%d", w, r), 1+k%2)}
+				}
+				if _, err := s.Append(ctx, appends...); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("concurrent append over shared streams: %v", err)
+	}
+	for k, st := range streams {
+		evs := mustReadStream(t, s, st, 0, 0)
+		if want := writers * rounds * (1 + k%2); len(evs) != want {
+			t.Errorf("stream %s has %d events; want %d", st, len(evs), want)
+		}
+		for i, e := range evs {
+			if e.Revision != uint64(i) {
+				t.Fatalf("stream %s: event %d has revision %d", st, i, e.Revision)
+			}
+		}
 	}
 }
 
