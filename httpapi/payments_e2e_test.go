@@ -823,3 +823,55 @@ func TestDepositInstructionsAreAskedOnce(t *testing.T) {
 		t.Fatalf("collection gateway asked %d times, want 1", n)
 	}
 }
+
+// blockingPayouts holds every payout until release is closed, counting the
+// calls; started gets one send per call.
+type blockingPayouts struct {
+	calls   atomic.Int64
+	started chan struct{}
+	release chan struct{}
+}
+
+func (p *blockingPayouts) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+	p.calls.Add(1)
+	select {
+	case p.started <- struct{}{}:
+	default:
+	}
+	select {
+	case <-p.release:
+		return payment.Outcome{OK: true}, nil
+	case <-ctx.Done():
+		return payment.Outcome{}, ctx.Err()
+	}
+}
+
+// A second verify while the first is still asking the provider answers 503
+// without asking it again (the payout lease); once the payout is over it
+// answers the outcome. The provider is asked once, the customer debited once.
+func TestVerifyDuringAPayoutAnswersInProgress(t *testing.T) {
+	h := newHarness(t)
+	payouts := &blockingPayouts{started: make(chan struct{}, 1), release: make(chan struct{})}
+	h.svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: payouts}
+	cid := h.funded("w@x.com", "08031117002", 10000)
+	h.intent(cid, bankWithdrawal("wd-1", 1000, nuban(t, "058", "12", false))).expect(t, 201, "")
+	verify := func() resp {
+		return h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid, body: map[string]any{"reference": "wd-1"}})
+	}
+	first := make(chan resp, 1)
+	go func() { first <- verify() }()
+	<-payouts.started
+	verify().expect(t, 503, "The payout is in progress; verify again later")
+	close(payouts.release)
+	done := (<-first).expect(t, 200, "Payment verified successfully")
+	if done.obj()["status"] != "success" {
+		t.Fatalf("first verify: %s", done.Raw)
+	}
+	if again := verify().expect(t, 200, "Payment verified successfully"); again.obj()["status"] != "success" {
+		t.Fatalf("verify after the payout: %s", again.Raw)
+	}
+	if n := payouts.calls.Load(); n != 1 {
+		t.Fatalf("provider asked %d times, want once", n)
+	}
+	h.expectWallet(cid, 8950, 0)
+}

@@ -177,6 +177,54 @@ func PayEscrows(s State, m ledger.Movement, buyerFee money.Amount, escrowIDs, pa
 	return Settled{Movement: &m, Records: []ledger.Record{r}}, nil
 }
 
+// The payout lease. A verify that debits a withdrawal, or finds one paying
+// out and takes the lease, is the only verify that asks the provider until
+// the lease ends; others answer ErrPayoutInProgress. So two verifies at once
+// never both ask, and the provider's idempotency per record id is needed only
+// when a holder vanished (a crash) or its call outlived PayoutCallTimeout.
+const (
+	// PayoutLease is how long a holder has the payout step.
+	PayoutLease = time.Minute
+	// PayoutCallTimeout bounds the holder's call to the provider, well
+	// inside the lease: a call still running when the lease ends could
+	// overlap the next holder's.
+	PayoutCallTimeout = 45 * time.Second
+)
+
+// ErrPayoutInProgress: another verify holds the payout lease and is asking
+// the provider; verifying again later returns the outcome.
+var ErrPayoutInProgress = &domain.Error{Code: domain.Unavailable, Resumable: true,
+	Message: "The payout is in progress; verify again later"}
+
+// Leased gives the payout lease of a debit to holder, from at.
+func (e PayoutStarted) Leased(holder string, at time.Time) PayoutStarted {
+	e.LeaseHolder, e.LeaseUntil = holder, at.Add(PayoutLease)
+	return e
+}
+
+// LeasePayout decides whether holder, a verify that found the withdrawal
+// paying out, may ask the provider: nil when it is no longer paying out,
+// ErrPayoutInProgress while another verify's lease runs.
+func LeasePayout(s State, holder string, at time.Time) (domain.Event, error) {
+	if s.Phase != PayingOut {
+		return nil, nil
+	}
+	if s.LeaseHolder != holder && at.Before(s.LeaseUntil) {
+		return nil, ErrPayoutInProgress
+	}
+	return PayoutLeased{Holder: holder, At: at, Until: at.Add(PayoutLease)}, nil
+}
+
+// ReleasePayout gives up holder's lease after its provider did not answer,
+// so that the next verify asks again at once; nil when holder no longer
+// holds it (it ran out and another verify took it) or the payout is over.
+func ReleasePayout(s State, holder string, at time.Time) domain.Event {
+	if s.Phase != PayingOut || s.LeaseHolder != holder || !at.Before(s.LeaseUntil) {
+		return nil
+	}
+	return PayoutLeased{Holder: holder, At: at, Until: at}
+}
+
 // FinishPayout settles a withdrawal whose payout the provider answered:
 // success, or a reversal returning the whole debit (fee included) to main.
 func FinishPayout(s State, out Outcome, at time.Time) domain.Event {

@@ -8,6 +8,7 @@ package payment
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
@@ -45,6 +46,10 @@ type State struct {
 	Record      ledger.Record    // the payer's record, as it stands
 	Movement    *ledger.Movement // what executing it moved
 	TestAccount *TestAccount
+	// The payout lease of a withdrawal paying out: the verify holding it is
+	// the only one that may ask the provider until LeaseUntil.
+	LeaseHolder string
+	LeaseUntil  time.Time
 }
 
 // Exists reports whether the intent has been created.
@@ -64,10 +69,23 @@ type (
 		Records  []ledger.Record  `json:"records"`
 	}
 	// PayoutStarted debits a withdrawal (amount to clearing, fee to the
-	// platform) before the provider is asked to pay it out.
+	// platform) before the provider is asked to pay it out; the verify that
+	// debits holds the payout lease (events stored before the lease existed
+	// have none, and any verify may take it).
 	PayoutStarted struct {
-		Movement ledger.Movement `json:"movement"`
-		Record   ledger.Record   `json:"record"`
+		Movement    ledger.Movement `json:"movement"`
+		Record      ledger.Record   `json:"record"`
+		LeaseHolder string          `json:"leaseHolder,omitempty"`
+		LeaseUntil  time.Time       `json:"leaseUntil,omitzero"`
+	}
+	// PayoutLeased gives the payout step of a withdrawal paying out to one
+	// verify (Holder) until Until: a verify that finds it paying out after
+	// an interruption. Until not after At releases the lease (its holder's
+	// provider did not answer, so the next verify may ask at once).
+	PayoutLeased struct {
+		Holder string    `json:"holder"`
+		At     time.Time `json:"at"`
+		Until  time.Time `json:"until"`
 	}
 	// PayoutCompleted records the provider's payout.
 	PayoutCompleted struct {
@@ -86,6 +104,7 @@ func (Settled) EventType() string         { return "payment.settled" }
 func (PayoutStarted) EventType() string   { return "payment.payout_started" }
 func (PayoutCompleted) EventType() string { return "payment.payout_completed" }
 func (PayoutReversed) EventType() string  { return "payment.payout_reversed" }
+func (PayoutLeased) EventType() string    { return "payment.payout_leased" }
 
 func (e IntentCreated) Ledger() ledger.Effect {
 	return ledger.Effect{Records: []ledger.Record{e.Record}}
@@ -103,6 +122,9 @@ func (e PayoutReversed) Ledger() ledger.Effect {
 	return ledger.Effect{Movement: &e.Movement, Records: []ledger.Record{e.Record}}
 }
 
+// Ledger: a lease moves nothing and changes no record.
+func (PayoutLeased) Ledger() ledger.Effect { return ledger.Effect{} }
+
 // Registry decodes payment events.
 var Registry = domain.NewRegistry(
 	func() domain.Event { return &IntentCreated{} },
@@ -110,6 +132,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &PayoutStarted{} },
 	func() domain.Event { return &PayoutCompleted{} },
 	func() domain.Event { return &PayoutReversed{} },
+	func() domain.Event { return &PayoutLeased{} },
 )
 
 // Apply folds a payment event.
@@ -129,6 +152,9 @@ func Apply(s State, ev domain.Event) State {
 	case PayoutStarted:
 		m := e.Movement
 		s.Phase, s.Movement, s.Record = PayingOut, &m, e.Record
+		s.LeaseHolder, s.LeaseUntil = e.LeaseHolder, e.LeaseUntil
+	case PayoutLeased:
+		s.LeaseHolder, s.LeaseUntil = e.Holder, e.Until
 	case PayoutCompleted:
 		s.Phase, s.Record = Done, e.Record
 	case PayoutReversed:

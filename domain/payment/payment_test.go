@@ -503,6 +503,13 @@ func checkEntry(t *testing.T, ev domain.Event) {
 		t.Fatalf("%T is not a ledger.Entry", ev)
 	}
 	eff := e.Ledger()
+	if _, lease := ev.(PayoutLeased); lease {
+		// The one event that neither moves money nor changes a record.
+		if eff.Movement != nil || len(eff.Records) > 0 {
+			t.Fatalf("a payout lease has a ledger effect: %+v", eff)
+		}
+		return
+	}
 	if len(eff.Records) == 0 {
 		t.Fatalf("%T records nothing", ev)
 	}
@@ -569,7 +576,92 @@ func allEvents(t *testing.T) []domain.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(out, created, settled)
+	out = append(out, created, settled)
+	// A withdrawal whose debit took the lease, then another verify's lease
+	// after it ran out, given up.
+	s = stage(bankIntent())
+	ev, err = Execute(s, Outcome{}, "", "", later)
+	s = decide(s, ev.(PayoutStarted).Leased("v1", later), err)
+	ev, err = LeasePayout(s, "v2", last)
+	s = decide(s, ev, err)
+	decide(s, ReleasePayout(s, "v2", last.Add(time.Second)), nil)
+	return out
+}
+
+func TestPayoutLease(t *testing.T) {
+	r := record(bankIntent())
+	r.UpdatedAt = later
+	started := PayoutStarted{Movement: withdrawalMovement(bankIntent()), Record: r}
+	leasedV1 := []domain.Event{staged(bankIntent()), started.Leased("v1", later)} // v1 until later+1m
+	completed := append(leasedV1[:2:2], PayoutCompleted{Record: r})
+	released := append(leasedV1[:2:2], PayoutLeased{Holder: "v1", At: later, Until: later})
+	in := func(d time.Duration) time.Time { return later.Add(d) }
+	lease := func(holder string, at time.Time) PayoutLeased {
+		return PayoutLeased{Holder: holder, At: at, Until: at.Add(PayoutLease)}
+	}
+	tests := []struct {
+		name    string
+		given   []domain.Event
+		holder  string
+		at      time.Time
+		want    domain.Event
+		wantErr error
+	}{
+		{name: "staged: nothing to lease", given: []domain.Event{staged(bankIntent())}, holder: "v2", at: in(0)},
+		{name: "another verify's lease runs", given: leasedV1, holder: "v2", at: in(59 * time.Second), wantErr: ErrPayoutInProgress},
+		{name: "the lease ran out", given: leasedV1, holder: "v2", at: in(PayoutLease), want: lease("v2", in(PayoutLease))},
+		{name: "its holder renews it", given: leasedV1, holder: "v1", at: in(time.Second), want: lease("v1", in(time.Second))},
+		{name: "given up: the next verify takes it at once", given: released, holder: "v2", at: in(0), want: lease("v2", in(0))},
+		{name: "debited before leases existed", given: []domain.Event{staged(bankIntent()), started}, holder: "v2", at: in(0), want: lease("v2", in(0))},
+		{name: "paid out already", given: completed, holder: "v2", at: in(2 * PayoutLease)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fold(tt.given...)
+			got, err := LeasePayout(s, tt.holder, tt.at)
+			if err != tt.wantErr || !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("LeasePayout() = %+v, %v; want %+v, %v", got, err, tt.want, tt.wantErr)
+			}
+			if got != nil {
+				checkEntry(t, got)
+				if s = Apply(s, got); s.LeaseHolder != tt.holder || !s.LeaseUntil.Equal(tt.at.Add(PayoutLease)) || s.Phase != PayingOut {
+					t.Fatalf("after the lease: holder %q until %v, phase %q", s.LeaseHolder, s.LeaseUntil, s.Phase)
+				}
+			}
+		})
+	}
+}
+
+func TestReleasePayout(t *testing.T) {
+	r := record(bankIntent())
+	leasedV1 := []domain.Event{staged(bankIntent()), PayoutStarted{Movement: withdrawalMovement(bankIntent()), Record: r}.Leased("v1", later)}
+	tests := []struct {
+		name   string
+		given  []domain.Event
+		holder string
+		at     time.Time
+		want   domain.Event
+	}{
+		{name: "its holder gives it up", given: leasedV1, holder: "v1", at: later.Add(time.Second),
+			want: PayoutLeased{Holder: "v1", At: later.Add(time.Second), Until: later.Add(time.Second)}},
+		{name: "not the holder", given: leasedV1, holder: "v2", at: later.Add(time.Second)},
+		{name: "the lease ran out (another verify may hold it)", given: leasedV1, holder: "v1", at: later.Add(PayoutLease)},
+		{name: "paid out already", given: append(leasedV1[:2:2], PayoutCompleted{Record: r}), holder: "v1", at: later.Add(time.Second)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fold(tt.given...)
+			got := ReleasePayout(s, tt.holder, tt.at)
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Fatalf("ReleasePayout() = %+v; want %+v", got, tt.want)
+			}
+			if got != nil {
+				if _, err := LeasePayout(Apply(s, got), "v2", tt.at); err != nil {
+					t.Fatalf("after the release another verify cannot lease: %v", err)
+				}
+			}
+		})
+	}
 }
 
 // Every event read back from the store is the event that was decided, and

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
@@ -286,6 +287,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 	}
 	set := s.gateways(a.Environment)
 	stream := payment.StreamID(a.MerchantID, a.Environment, ref)
+	holder := s.newID() // this verify, as a payout lease holder
 	var pos eventstore.Position
 	if st.Phase == payment.Staged && typ == ledger.EscrowPayment {
 		if !perms.CanBuy {
@@ -328,29 +330,50 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 					return nil, domain.Invalidf("Address is not whitelisted")
 				}
 			}
-			return payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
+			ev, err := payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
+			if started, ok := ev.(payment.PayoutStarted); ok {
+				// The debit takes the payout lease with it.
+				ev = started.Leased(holder, s.Engine.Now())
+			}
+			return ev, err
 		})
 		if err != nil {
 			return ledger.Record{}, pos, err
 		}
 		pos = res.Position
 	}
-	if st.Phase == payment.PayingOut && pos == (eventstore.Position{}) {
-		// Found paying out (an interrupted verify), not debited just now:
-		// make sure no other instance finished it before asking the
-		// provider again.
-		if st, _, err = Load(ctx, s.Engine, PaymentKind, stream); err != nil {
-			return ledger.Record{}, pos, err
+	if st.Phase == payment.PayingOut && st.LeaseHolder != holder {
+		// Found paying out (an interrupted verify, or one still asking the
+		// provider): take the lease, unless another verify holds it or has
+		// finished the payout meanwhile (the append's expected revision
+		// settles a race for it).
+		res, err := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
+			return payment.LeasePayout(p, holder, s.Engine.Now())
+		})
+		if err != nil {
+			return st.Record, pos, err
+		}
+		if res.Position != (eventstore.Position{}) {
+			pos = res.Position
 		}
 	}
 	if st.Phase == payment.PayingOut {
 		if set.Payouts == nil {
 			return st.Record, pos, ErrPaymentsNotConfigured
 		}
-		out, err := set.Payouts.Pay(ctx, st.Record)
+		call, cancel := context.WithTimeout(ctx, payment.PayoutCallTimeout)
+		out, err := set.Payouts.Pay(call, st.Record)
+		cancel()
 		if err != nil {
 			// The debit stands and the payout is unknown: the intent stays
-			// pending and verifying again asks the provider again.
+			// pending, and the lease is given up so that verifying again
+			// asks the provider again at once (were the release lost, the
+			// lease would run out).
+			if _, rerr := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
+				return payment.ReleasePayout(p, holder, s.Engine.Now()), nil
+			}); rerr != nil {
+				return st.Record, pos, errors.Join(ErrPayoutUnanswered, rerr)
+			}
 			return st.Record, pos, ErrPayoutUnanswered
 		}
 		res, err := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {

@@ -24,8 +24,10 @@ type Collection interface {
 	Confirm(ctx context.Context, deposit ledger.Record) (payment.Outcome, error)
 }
 
-// Payouts pays withdrawals out. Pay must be idempotent per record id: the
-// service asks again after a crash between debiting and hearing back.
+// Payouts pays withdrawals out. Two verifies never ask at once (the payout
+// lease, domain/payment), but Pay must still be idempotent per record id:
+// the service asks again after a crash between debiting and hearing back,
+// and after a call that outlived payment.PayoutCallTimeout (ctx ends then).
 type Payouts interface {
 	Pay(ctx context.Context, withdrawal ledger.Record) (payment.Outcome, error)
 }

@@ -1,0 +1,199 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/internal/gateway"
+)
+
+// payoutProvider records every record id it is asked to pay. A call blocks
+// until release is closed (when set), the first one until its caller gives
+// up when hangFirst; answer decides what a call returns.
+type payoutProvider struct {
+	mu        sync.Mutex
+	asked     []string
+	started   chan struct{} // one send per call, when set
+	release   chan struct{}
+	hangFirst bool
+	answer    func(call int) (payment.Outcome, error)
+}
+
+func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+	p.mu.Lock()
+	p.asked = append(p.asked, w.ID)
+	call := len(p.asked)
+	p.mu.Unlock()
+	if p.started != nil {
+		select { // a call too many must not hang the test, only fail it
+		case p.started <- struct{}{}:
+		default:
+		}
+	}
+	if call == 1 && p.hangFirst {
+		<-ctx.Done()
+		return payment.Outcome{}, ctx.Err()
+	}
+	if p.release != nil {
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return payment.Outcome{}, ctx.Err()
+		}
+	}
+	if p.answer != nil {
+		return p.answer(call)
+	}
+	return payment.Outcome{OK: true}, nil
+}
+
+func (p *payoutProvider) calls() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.asked...)
+}
+
+// stagedWithdrawal gives two instances paying out through p and a customer
+// topped up with 5,000 whose withdrawal of 1,000 (fee 50) is staged as ref.
+func stagedWithdrawal(t *testing.T, p gateway.Payouts, ref string) (a, b *Service, actor Actor, cid string) {
+	t.Helper()
+	ctx := context.Background()
+	a, b, _, actor = twoInstances(t)
+	for _, svc := range []*Service{a, b} {
+		svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: p}
+	}
+	cid, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.TopUp(ctx, actor, cid, money.Naira(5000)); err != nil {
+		t.Fatal(err)
+	}
+	serial := "123456789"
+	check, _ := reference.NUBANCheckDigit("058", serial)
+	in := IntentRequest{Reference: ref, Type: ledger.Withdrawal, Amount: money.Naira(1000),
+		Withdrawal: &ledger.WithdrawalDetails{AccountNumber: serial + string(check), BankCode: "058"}}
+	if _, err := a.CreateIntent(ctx, actor, cid, allowed, in); err != nil {
+		t.Fatal(err)
+	}
+	return a, b, actor, cid
+}
+
+func expectMain(t *testing.T, svc *Service, cid string, want money.Amount) {
+	t.Helper()
+	w, _, err := Load(context.Background(), svc.Engine, WalletKind, cid)
+	if err != nil || w.Main != want {
+		t.Fatalf("main %s (%v), want %s", w.Main, err, want)
+	}
+}
+
+// Verifies of one withdrawal racing on two instances while the provider is
+// still answering the first: the provider is asked once, the customer is
+// debited once, and every other verify answers that the payout is in
+// progress, until it is over; then they answer its outcome.
+func TestRacingVerifiesAskTheProviderOnce(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{started: make(chan struct{}, 1), release: make(chan struct{})}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1")
+		first <- err
+	}()
+	<-p.started // the first verify has debited and is asking the provider
+	const n = 10
+	got := raceOnTwo(a, b, n, func(_ int, svc *Service) error {
+		_, _, err := svc.Verify(ctx, actor, cid, allowed, "wd-1")
+		return err
+	})
+	if want := map[string]int{"unavailable: The payout is in progress; verify again later": n}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("verifies during the payout: %v, want %v", got, want)
+	}
+	close(p.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the verify that paid out: %v", err)
+	}
+	got = raceOnTwo(a, b, n, func(_ int, svc *Service) error {
+		rec, _, err := svc.Verify(ctx, actor, cid, allowed, "wd-1")
+		if err == nil && rec.Status != ledger.Success {
+			return errors.New("status " + string(rec.Status))
+		}
+		return err
+	})
+	if want := map[string]int{"ok": n}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("verifies after the payout: %v, want %v", got, want)
+	}
+	if calls := p.calls(); len(calls) != 1 {
+		t.Fatalf("provider asked %d times (%v), want once", len(calls), calls)
+	}
+	expectMain(t, b, cid, money.Naira(5000-1000-50))
+}
+
+// A verify that vanished while asking the provider (a crash) holds the
+// lease only until it runs out: then one verify takes it and asks again.
+func TestAnAbandonedPayoutLeaseRunsOut(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{started: make(chan struct{}, 3), hangFirst: true}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	t0 := time.Now().UTC()
+	a.Engine.Now = func() time.Time { return t0 }
+	crashed, crash := context.WithCancel(ctx)
+	vanished := make(chan struct{})
+	go func() {
+		defer close(vanished)
+		a.Verify(crashed, actor, cid, allowed, "wd-1") //nolint:errcheck // the "crashed" verify
+	}()
+	<-p.started
+
+	b.Engine.Now = func() time.Time { return t0.Add(payment.PayoutLease - time.Second) }
+	if _, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1"); err != payment.ErrPayoutInProgress {
+		t.Fatalf("verify inside the lease: %v", err)
+	}
+	b.Engine.Now = func() time.Time { return t0.Add(payment.PayoutLease) }
+	rec, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("verify after the lease ran out: %+v, %v", rec, err)
+	}
+	crash()
+	<-vanished
+	if calls := p.calls(); len(calls) != 2 || calls[0] != calls[1] || calls[0] != rec.ID {
+		t.Fatalf("provider asked for %v, want record %s twice (the vanished call and the one after its lease)", calls, rec.ID)
+	}
+	expectMain(t, b, cid, money.Naira(5000-1000-50))
+}
+
+// A provider that does not answer gives the lease up: the next verify, on
+// either instance, asks again at once instead of waiting for the lease.
+func TestAnUnansweredPayoutGivesTheLeaseUp(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{answer: func(call int) (payment.Outcome, error) {
+		if call == 1 {
+			return payment.Outcome{}, errors.New("provider timed out")
+		}
+		return payment.Outcome{OK: true}, nil
+	}}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
+		t.Fatalf("first verify: %v, want ErrPayoutUnanswered", err)
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+	rec, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("second verify: %+v, %v", rec, err)
+	}
+	if calls := p.calls(); len(calls) != 2 {
+		t.Fatalf("provider asked %d times, want twice", len(calls))
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+}
