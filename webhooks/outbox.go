@@ -41,7 +41,7 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
 		return 0, nil
 	}
 	n := len(msgs)
-	ids, merchants, envs, events, bodies := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n),
+	ids, merchants, envs, events, bodies := make([]uuid.UUID, 0, n), make([]string, 0, n), make([]string, 0, n),
 		make([]string, 0, n), make([][]byte, 0, n)
 	keys := make([]*string, 0, n)
 	seen := make(map[uuid.UUID]bool, n)
@@ -50,7 +50,7 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
 			continue
 		}
 		seen[m.ID] = true
-		ids = append(ids, m.ID.String())
+		ids = append(ids, m.ID)
 		merchants = append(merchants, m.MerchantID)
 		envs = append(envs, string(m.Environment))
 		events = append(events, m.Event)
@@ -389,13 +389,13 @@ type outcome struct {
 // key finished, which may unblock the next message of that key.
 func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bool, error) {
 	n := len(outs)
-	ids, attempts, statuses := make([]string, n), make([]int32, n), make([]string, n)
+	ids, attempts, statuses := make([]uuid.UUID, n), make([]int32, n), make([]string, n)
 	codes, errs := make([]*int32, n), make([]*string, n)
 	delays, undo := make([]int64, n), make([]int32, n)
 	ats, tooks := make([]time.Time, n), make([]int32, n)
 	var logIdx []int
 	for i, o := range outs {
-		ids[i], attempts[i], statuses[i] = o.ID.String(), int32(o.Attempt), o.Status
+		ids[i], attempts[i], statuses[i] = o.ID, int32(o.Attempt), o.Status
 		codes[i], errs[i], delays[i] = o.Code, o.Err, o.Delay.Milliseconds()
 		ats[i], tooks[i] = o.At, int32(o.Took.Milliseconds())
 		if !o.Sent {
@@ -444,7 +444,7 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 			return nil
 		}
 		pick := func(i int) int { return logIdx[i] }
-		lids, latt, lat, lcode, lerr, ltook := make([]string, len(logIdx)), make([]int32, len(logIdx)),
+		lids, latt, lat, lcode, lerr, ltook := make([]uuid.UUID, len(logIdx)), make([]int32, len(logIdx)),
 			make([]time.Time, len(logIdx)), make([]*int32, len(logIdx)), make([]*string, len(logIdx)), make([]int32, len(logIdx))
 		for i := range logIdx {
 			j := pick(i)
@@ -472,9 +472,9 @@ func release(ctx context.Context, pool *pgxpool.Pool, cs []claimed) error {
 	if len(cs) == 0 {
 		return nil
 	}
-	ids, attempts := make([]string, len(cs)), make([]int32, len(cs))
+	ids, attempts := make([]uuid.UUID, len(cs)), make([]int32, len(cs))
 	for i, c := range cs {
-		ids[i], attempts[i] = c.ID.String(), int32(c.Attempt)
+		ids[i], attempts[i] = c.ID, int32(c.Attempt)
 	}
 	_, err := pool.Exec(ctx, `
 		UPDATE webhook_deliveries d
