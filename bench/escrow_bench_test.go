@@ -185,7 +185,9 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 		confirms[w] = append(confirms[w], d)
 		return nil
 	}
+	cpuBefore := sampleCPU()
 	elapsed := runClients(b, clients, lifecycle)
+	cpu := cpuSince(cpuBefore, b.N)
 
 	// Conservation: customers + merchant + platform hold the initial funding,
 	// split as the fee rules say.
@@ -249,6 +251,14 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 	b.ReportMetric(ledgerMS(ledgerPercentile(pl, 0.99)), "pay-p99-ms")
 	b.ReportMetric(ledgerMS(ledgerPercentile(fl, 0.50)), "confirm-p50-ms")
 	b.ReportMetric(ledgerMS(ledgerPercentile(fl, 0.99)), "confirm-p99-ms")
+	// CPU per lifecycle: this process (server, projections and the HTTP
+	// clients) and the local PostgreSQL server; less noisy than throughput
+	// on a shared host (docs/performance.md, session 6).
+	b.ReportMetric(ledgerMS(cpu.selfPerOp), "go-cpu-ms/lc")
+	if cpu.pgOK {
+		b.ReportMetric(ledgerMS(cpu.pgPerOp), "pg-cpu-ms/lc")
+	}
+	b.ReportMetric(cpu.stealPct, "steal-%")
 	if tps > 0 {
 		// Money-moving requests (pay + confirm) per second over bare pgbench
 		// single-insert transactions per second, same process run.
