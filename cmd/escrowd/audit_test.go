@@ -301,3 +301,14 @@ func jsonEqual(a, b []byte) bool {
 	var x, y any
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
+
+// serve refuses a role it does not know (a typo used to start nothing and
+// exit 0, which a supervisor takes for a clean stop).
+func TestServeRefusesAnUnknownRole(t *testing.T) {
+	db := pgtest.NewURL(t)
+	for _, roles := range []string{"projectors", "api,webhook", "api,"} {
+		if _, stderr, code := runEscrowd(t, db, "serve", "--role", roles, "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "unknown role") {
+			t.Fatalf("serve --role %s: exit %d, stderr %q; want 2 and the unknown role named", roles, code, stderr)
+		}
+	}
+}

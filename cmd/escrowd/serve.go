@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -55,7 +56,13 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	}
 	want := map[string]bool{}
 	for _, r := range strings.Split(*roles, ",") {
-		want[strings.TrimSpace(r)] = true
+		r = strings.TrimSpace(r)
+		if r != "api" && r != "projector" && r != "webhooks" {
+			// A typo ("--role projectors") used to start nothing and exit 0,
+			// which a supervisor reads as a clean stop.
+			return usageError(fmt.Sprintf("serve: unknown role %q (want api, projector, webhooks)", r))
+		}
+		want[r] = true
 	}
 	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
 	reg := newRegistry()
