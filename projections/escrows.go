@@ -29,7 +29,11 @@ func NewEscrows() Escrows { return Escrows{states: &escrowStates{m: map[string]c
 // revision. An entry is only used to apply the event with the next
 // revision; anything else (a batch applied again after its transaction
 // rolled back, a restart, another process having applied events meanwhile)
-// misses and reads the row, so the cache can be stale but never wrong.
+// misses and reads the row, so the cache can be stale but never wrong. That
+// rests on the row being at the state before the batch, which applyBatch
+// ensures: it applies only once it has found the checkpoint where the batch
+// starts (an entry computed over a row already past the batch would be
+// wrong, rolled back or not).
 // Sharing a cached state is safe because escrow.Apply never changes its
 // input (it copies the slices it extends).
 type escrowStates struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -846,10 +845,10 @@ func skipBatch(ctx context.Context, pool *pgxpool.Pool, name string, expected, l
 // applyBatch applies events, which follow position expected in the log, and
 // moves the checkpoint to their end, in one transaction. The checkpoint is
 // moved only if it is still at expected; if another applier moved it (an
-// overlapping applier, or a rebuild swapping the tables in) the transaction
-// rolls back, nothing is written, and errResync tells the caller to re-read
-// the stored checkpoint and continue from there. It returns the new
-// checkpoint.
+// overlapping applier, or a rebuild swapping the tables in) nothing is
+// applied, not even in a transaction that rolls back, and errResync tells
+// the caller to re-read the stored checkpoint and continue from there. It
+// returns the new checkpoint.
 func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected eventstore.Position, events []eventstore.RecordedEvent) (eventstore.Position, error) {
 	if len(events) == 0 {
 		return expected, nil
@@ -860,26 +859,27 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 	// and the batch is applied again from the durable log. So the commit need
 	// not wait for the WAL flush, which takes one fsync off the latency of
 	// every write that waits for its read model.
-	//
-	// The checkpoint row is locked before any read-model table is touched,
-	// the order prepare's schema changes take too (else the two deadlock).
-	// All three statements go in one round trip (the simple protocol runs
-	// them; the locked row itself is checked by moveCheckpoint).
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: `BEGIN; SET LOCAL synchronous_commit TO off; ` +
-		`SELECT 1 FROM projection_checkpoints WHERE name = ` + quoteLiteral(p.Name()) + ` FOR UPDATE`})
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: `BEGIN; SET LOCAL synchronous_commit TO off`})
 	if err != nil {
 		return eventstore.Position{}, err
 	}
 	defer tx.Rollback(context.Background()) //nolint:errcheck // after Commit it is a no-op
-	if err := p.Apply(ctx, tx, events); err != nil {
-		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
-	}
+	// The checkpoint moves first: the update locks its row before any
+	// read-model table is touched (the order prepare's schema changes take
+	// too, else the two deadlock), and only an applier that finds it at
+	// expected applies. Apply must only ever see read models at expected:
+	// over rows already past the batch it would fold the batch in a second
+	// time, and though that transaction rolls back, what a projector
+	// remembers of it (the escrow states) would not.
 	moved, err := moveCheckpoint(ctx, tx, p.Name(), expected, last)
 	if err != nil {
 		return eventstore.Position{}, err
 	}
 	if !moved {
 		return eventstore.Position{}, errResync
+	}
+	if err := p.Apply(ctx, tx, events); err != nil {
+		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return eventstore.Position{}, err
@@ -888,7 +888,7 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 }
 
 // validName reports whether name is a usable projector name: it is stored,
-// used in advisory lock keys and quoted into SQL (see quoteLiteral).
+// used in advisory lock keys and in shadow schema names.
 func validName(name string) bool {
 	if name == "" || name[0] < 'a' || name[0] > 'z' {
 		return false
@@ -900,10 +900,6 @@ func validName(name string) bool {
 	}
 	return true
 }
-
-// quoteLiteral quotes s as an SQL string literal (standard_conforming_strings
-// is on, PostgreSQL's default since 9.1, so only quotes are doubled).
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // moveCheckpointSQL moves checkpoint $1 to ($2, $3) if it is at ($4, $5).
 const moveCheckpointSQL = `UPDATE projection_checkpoints

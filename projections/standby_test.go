@@ -11,18 +11,18 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-// applyCounter is a countProjector that also counts, in memory, the events
-// its own runner applied, so two runners of one projector (two processes)
-// can be told apart although they write the same tables.
+// applyCounter wraps a projector and counts, in memory, the batches and
+// events given to its Apply, so two runners of one projector (two
+// processes) can be told apart although they write the same tables.
 type applyCounter struct {
-	*countProjector
+	Projector
 	calls, events atomic.Int64
 }
 
 func (a *applyCounter) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	a.calls.Add(1)
 	a.events.Add(int64(len(events)))
-	return a.countProjector.Apply(ctx, tx, events)
+	return a.Projector.Apply(ctx, tx, events)
 }
 
 func isLocal(r *Runner) bool {
@@ -38,8 +38,9 @@ func isLocal(r *Runner) bool {
 // nothing more. Each event is applied once overall.
 func TestStandbyAppliesNothingUntilActiveStops(t *testing.T) {
 	e := newEnv(t)
-	pa := &applyCounter{countProjector: newCounter("solo")}
-	pb := &applyCounter{countProjector: newCounter("solo")}
+	solo := newCounter("solo")
+	pa := &applyCounter{Projector: solo}
+	pb := &applyCounter{Projector: newCounter("solo")}
 
 	a := testRunner(e.store, e.pool, e.log, pa)
 	a.LockRetry = 20 * time.Millisecond
@@ -74,7 +75,7 @@ func TestStandbyAppliesNothingUntilActiveStops(t *testing.T) {
 	if !isLocal(a) || pa.events.Load() < 50 {
 		t.Fatalf("runner A active=%v applied %d events, want all 50", isLocal(a), pa.events.Load())
 	}
-	checkExactlyOnce(t, e.pool, pa.countProjector, 50)
+	checkExactlyOnce(t, e.pool, solo, 50)
 	st, err := Status(context.Background(), e.pool, e.store, pa)
 	if err != nil || !st[0].Active || st[0].Lag != 0 {
 		t.Fatalf("status while A is active: %+v %v", st, err)
@@ -98,5 +99,5 @@ func TestStandbyAppliesNothingUntilActiveStops(t *testing.T) {
 	if got := pa.events.Load() + pb.events.Load(); got != 70 {
 		t.Fatalf("A applied %d and B %d events, want 70 in all", pa.events.Load(), pb.events.Load())
 	}
-	checkExactlyOnce(t, e.pool, pa.countProjector, 70)
+	checkExactlyOnce(t, e.pool, solo, 70)
 }
