@@ -185,11 +185,20 @@ func PayEscrows(s State, m ledger.Movement, buyerFee money.Amount, escrowIDs, pa
 const (
 	// PayoutLease is how long a holder has the payout step.
 	PayoutLease = time.Minute
-	// PayoutCallTimeout bounds the holder's call to the provider, well
-	// inside the lease: a call still running when the lease ends could
-	// overlap the next holder's.
+	// PayoutCallTimeout bounds the holder's call to the provider, counted
+	// from when the lease was taken (PayoutCallDeadline), well inside the
+	// lease: a call still running when the lease ends could overlap the
+	// next holder's.
 	PayoutCallTimeout = 45 * time.Second
 )
+
+// PayoutCallDeadline is when the lease holder's call to the provider must
+// be over: PayoutCallTimeout after the lease was taken, not after the call
+// starts, so that however long recording the lease took (a slow append, a
+// pause) the call ends PayoutLease-PayoutCallTimeout before the lease does.
+func (s State) PayoutCallDeadline() time.Time {
+	return s.LeaseUntil.Add(PayoutCallTimeout - PayoutLease)
+}
 
 // ErrPayoutInProgress: another verify holds the payout lease and is asking
 // the provider; verifying again later returns the outcome.

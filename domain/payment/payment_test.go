@@ -627,6 +627,9 @@ func TestPayoutLease(t *testing.T) {
 				if s = Apply(s, got); s.LeaseHolder != tt.holder || !s.LeaseUntil.Equal(tt.at.Add(PayoutLease)) || s.Phase != PayingOut {
 					t.Fatalf("after the lease: holder %q until %v, phase %q", s.LeaseHolder, s.LeaseUntil, s.Phase)
 				}
+				if d := s.PayoutCallDeadline(); !d.Equal(tt.at.Add(PayoutCallTimeout)) {
+					t.Fatalf("the holder's call deadline %v, want PayoutCallTimeout after the lease was taken (%v)", d, tt.at.Add(PayoutCallTimeout))
+				}
 			}
 		})
 	}

@@ -361,14 +361,19 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		if set.Payouts == nil {
 			return st.Record, pos, ErrPaymentsNotConfigured
 		}
-		call, cancel := context.WithTimeout(ctx, payment.PayoutCallTimeout)
-		out, err := set.Payouts.Pay(call, st.Record)
-		cancel()
+		// This verify holds the lease; its call ends by the lease's call
+		// deadline, and is not made at all once that has passed.
+		out, err := payment.Outcome{}, context.DeadlineExceeded
+		if left := st.PayoutCallDeadline().Sub(s.Engine.Now()); left > 0 {
+			call, cancel := context.WithTimeout(ctx, left)
+			out, err = set.Payouts.Pay(call, st.Record)
+			cancel()
+		}
 		if err != nil {
-			// The debit stands and the payout is unknown: the intent stays
-			// pending, and the lease is given up so that verifying again
-			// asks the provider again at once (were the release lost, the
-			// lease would run out).
+			// The debit stands and the payout is unknown (or not asked):
+			// the intent stays pending, and the lease is given up so that
+			// verifying again asks the provider again at once (were the
+			// release lost, the lease would run out).
 			if _, rerr := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
 				return payment.ReleasePayout(p, holder, s.Engine.Now()), nil
 			}); rerr != nil {

@@ -14,7 +14,10 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/gateway"
+	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 // payoutProvider records every record id it is asked to pay. A call blocks
@@ -23,7 +26,8 @@ import (
 type payoutProvider struct {
 	mu        sync.Mutex
 	asked     []string
-	started   chan struct{} // one send per call, when set
+	left      []time.Duration // per call, what its context had left of its deadline (0: none)
+	started   chan struct{}   // one send per call, when set
 	release   chan struct{}
 	hangFirst bool
 	answer    func(call int) (payment.Outcome, error)
@@ -32,6 +36,11 @@ type payoutProvider struct {
 func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
 	p.mu.Lock()
 	p.asked = append(p.asked, w.ID)
+	var left time.Duration
+	if deadline, ok := ctx.Deadline(); ok {
+		left = time.Until(deadline)
+	}
+	p.left = append(p.left, left)
 	call := len(p.asked)
 	p.mu.Unlock()
 	if p.started != nil {
@@ -57,6 +66,13 @@ func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outc
 	return payment.Outcome{OK: true}, nil
 }
 
+// deadlines is what each call's context had left of its deadline.
+func (p *payoutProvider) deadlines() []time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]time.Duration(nil), p.left...)
+}
+
 func (p *payoutProvider) calls() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -67,26 +83,35 @@ func (p *payoutProvider) calls() []string {
 // topped up with 5,000 whose withdrawal of 1,000 (fee 50) is staged as ref.
 func stagedWithdrawal(t *testing.T, p gateway.Payouts, ref string) (a, b *Service, actor Actor, cid string) {
 	t.Helper()
-	ctx := context.Background()
 	a, b, _, actor = twoInstances(t)
 	for _, svc := range []*Service{a, b} {
 		svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: p}
 	}
-	cid, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+	return a, b, actor, stageWithdrawals(t, a, actor, ref)
+}
+
+// stageWithdrawals creates a customer topped up with 5,000 on svc and stages
+// a withdrawal of 1,000 (fee 50) for each of refs.
+func stageWithdrawals(t *testing.T, svc *Service, actor Actor, refs ...string) (cid string) {
+	t.Helper()
+	ctx := context.Background()
+	cid, _, err := svc.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := a.TopUp(ctx, actor, cid, money.Naira(5000)); err != nil {
+	if _, _, err := svc.TopUp(ctx, actor, cid, money.Naira(5000)); err != nil {
 		t.Fatal(err)
 	}
 	serial := "123456789"
 	check, _ := reference.NUBANCheckDigit("058", serial)
-	in := IntentRequest{Reference: ref, Type: ledger.Withdrawal, Amount: money.Naira(1000),
-		Withdrawal: &ledger.WithdrawalDetails{AccountNumber: serial + string(check), BankCode: "058"}}
-	if _, err := a.CreateIntent(ctx, actor, cid, allowed, in); err != nil {
-		t.Fatal(err)
+	for _, ref := range refs {
+		in := IntentRequest{Reference: ref, Type: ledger.Withdrawal, Amount: money.Naira(1000),
+			Withdrawal: &ledger.WithdrawalDetails{AccountNumber: serial + string(check), BankCode: "058"}}
+		if _, err := svc.CreateIntent(ctx, actor, cid, allowed, in); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return a, b, actor, cid
+	return cid
 }
 
 func expectMain(t *testing.T, svc *Service, cid string, want money.Amount) {
@@ -196,4 +221,96 @@ func TestAnUnansweredPayoutGivesTheLeaseUp(t *testing.T) {
 		t.Fatalf("provider asked %d times, want twice", len(calls))
 	}
 	expectMain(t, a, cid, money.Naira(5000-1000-50))
+}
+
+// slowStore is a store whose appends of the given event types take delay
+// on the engine's clock (a slow or paused database, a GC pause): the clock
+// moves on by delay once such an append has committed.
+type slowStore struct {
+	eventstore.Store
+	mu    sync.Mutex
+	now   time.Time
+	delay map[string]time.Duration
+}
+
+func (s *slowStore) clock() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.now
+}
+
+func (s *slowStore) slow(delay map[string]time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = delay
+}
+
+func (s *slowStore) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	res, err := s.Store.Append(ctx, appends...)
+	if err == nil {
+		s.mu.Lock()
+		for _, sa := range appends {
+			for _, ev := range sa.Events {
+				s.now = s.now.Add(s.delay[ev.Type])
+			}
+		}
+		s.mu.Unlock()
+	}
+	return res, err
+}
+
+// The holder's call to the provider ends PayoutCallTimeout after it took
+// the lease, however long recording the lease took, so that it is over
+// well before the lease runs out and another verify may ask: a holder whose
+// lease took longer than that to record does not ask at all, gives the
+// lease up and answers that the payout is unanswered.
+func TestThePayoutCallEndsInsideTheLease(t *testing.T) {
+	ctx := context.Background()
+	store := &slowStore{Store: postgres.New(pgtest.NewPool(t)), now: time.Now().UTC()}
+	t.Cleanup(store.Store.(*postgres.Store).Close)
+	svc := NewService(NewEngine(store, 100))
+	svc.Engine.Now = store.clock
+	m, err := svc.CreateMerchant(ctx, "Shop", true, "NG", digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actor := Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+	p := &payoutProvider{}
+	svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: p}
+	cid := stageWithdrawals(t, svc, actor, "wd-1", "wd-2")
+	const (
+		started = "payment.payout_started"
+		leased  = "payment.payout_leased"
+	)
+	// 20s to record the debit with its lease: 25s are left for the call.
+	store.slow(map[string]time.Duration{started: 20 * time.Second})
+	rec, _, err := svc.Verify(ctx, actor, cid, allowed, "wd-1")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("verify of wd-1: %+v, %v", rec, err)
+	}
+	want := payment.PayoutCallTimeout - 20*time.Second
+	if left := p.deadlines(); len(left) != 1 || left[0] <= 0 || left[0] > want {
+		t.Fatalf("the call had %v left, want at most %v (PayoutCallTimeout from the lease, not from the call)", left, want)
+	}
+
+	// 50s to record the debit: the call's time is spent before it starts.
+	store.slow(map[string]time.Duration{started: 50 * time.Second})
+	if _, _, err := svc.Verify(ctx, actor, cid, allowed, "wd-2"); err != ErrPayoutUnanswered {
+		t.Fatalf("verify of wd-2 whose lease took 50s to record: %v, want ErrPayoutUnanswered", err)
+	}
+	if calls := p.calls(); len(calls) != 1 {
+		t.Fatalf("provider asked for %v, want wd-1 only: wd-2's holder has no time left to ask", calls)
+	}
+	expectMain(t, svc, cid, money.Naira(5000-2*1050))
+	// It gave the lease up: the next verify asks at once. Taking the lease
+	// takes 20s to record this time.
+	store.slow(map[string]time.Duration{leased: 20 * time.Second})
+	rec, _, err = svc.Verify(ctx, actor, cid, allowed, "wd-2")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("verify of wd-2 after the holder gave up: %+v, %v", rec, err)
+	}
+	if left := p.deadlines(); len(left) != 2 || left[1] <= 0 || left[1] > want {
+		t.Fatalf("the calls had %v left, want at most %v each", left, want)
+	}
+	expectMain(t, svc, cid, money.Naira(5000-2*1050))
 }
