@@ -155,6 +155,11 @@ func Apply(s State, ev domain.Event) State {
 		s.LeaseHolder, s.LeaseUntil = e.LeaseHolder, e.LeaseUntil
 	case PayoutLeased:
 		s.LeaseHolder, s.LeaseUntil = e.Holder, e.Until
+		if !e.Until.After(e.At) {
+			// Given up: held by nobody, so the next verify takes it however
+			// far its clock is behind the releaser's.
+			s.LeaseHolder, s.LeaseUntil = "", time.Time{}
+		}
 	case PayoutCompleted:
 		s.Phase, s.Record = Done, e.Record
 	case PayoutReversed:

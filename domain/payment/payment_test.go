@@ -612,6 +612,8 @@ func TestPayoutLease(t *testing.T) {
 		{name: "the lease ran out", given: leasedV1, holder: "v2", at: in(PayoutLease), want: lease("v2", in(PayoutLease))},
 		{name: "its holder renews it", given: leasedV1, holder: "v1", at: in(time.Second), want: lease("v1", in(time.Second))},
 		{name: "given up: the next verify takes it at once", given: released, holder: "v2", at: in(0), want: lease("v2", in(0))},
+		{name: "given up: a verify whose clock is behind the releaser's takes it at once", given: released, holder: "v2",
+			at: in(-time.Second), want: lease("v2", in(-time.Second))},
 		{name: "debited before leases existed", given: []domain.Event{staged(bankIntent()), started}, holder: "v2", at: in(0), want: lease("v2", in(0))},
 		{name: "paid out already", given: completed, holder: "v2", at: in(2 * PayoutLease)},
 	}
@@ -661,6 +663,13 @@ func TestReleasePayout(t *testing.T) {
 			if got != nil {
 				if _, err := LeasePayout(Apply(s, got), "v2", tt.at); err != nil {
 					t.Fatalf("after the release another verify cannot lease: %v", err)
+				}
+				// Given up means held by nobody, whatever another verify's clock says.
+				if after := Apply(s, got); after.LeaseHolder != "" || !after.LeaseUntil.IsZero() {
+					t.Fatalf("after the release: holder %q until %v, want none", after.LeaseHolder, after.LeaseUntil)
+				}
+				if _, err := LeasePayout(Apply(s, got), "v2", tt.at.Add(-time.Minute)); err != nil {
+					t.Fatalf("after the release a verify on a clock behind cannot lease: %v", err)
 				}
 			}
 		})
