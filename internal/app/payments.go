@@ -286,6 +286,11 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		return ledger.Record{}, eventstore.Position{}, ErrAccessDenied
 	}
 	set := s.gateways(a.Environment)
+	if typ == ledger.Withdrawal && set.Payouts == nil {
+		// Refused before anything moves or the lease is taken: a debit
+		// nobody can pay out, or a lease held without asking, helps no one.
+		return ledger.Record{}, eventstore.Position{}, ErrPaymentsNotConfigured
+	}
 	stream := payment.StreamID(a.MerchantID, a.Environment, ref)
 	holder := s.newID() // this verify, as a payout lease holder
 	var pos eventstore.Position
@@ -358,9 +363,6 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		}
 	}
 	if st.Phase == payment.PayingOut {
-		if set.Payouts == nil {
-			return st.Record, pos, ErrPaymentsNotConfigured
-		}
 		// This verify holds the lease; its call ends by the lease's call
 		// deadline, and is not made at all once that has passed.
 		out, err := payment.Outcome{}, context.DeadlineExceeded

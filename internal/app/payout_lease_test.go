@@ -314,3 +314,46 @@ func TestThePayoutCallEndsInsideTheLease(t *testing.T) {
 	}
 	expectMain(t, svc, cid, money.Naira(5000-2*1050))
 }
+
+// A verify on an instance with no payout provider refuses a withdrawal
+// before it moves anything or takes the lease: a staged withdrawal is not
+// debited (its money would sit in clearing with nobody to pay it out), and
+// one paying out stays free for a verify that can ask the provider.
+func TestVerifyWithoutPayoutsTakesNothing(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{answer: func(call int) (payment.Outcome, error) {
+		if call == 1 {
+			return payment.Outcome{}, errors.New("provider timed out")
+		}
+		return payment.Outcome{OK: true}, nil
+	}}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	b.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}}
+	if _, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPaymentsNotConfigured {
+		t.Fatalf("staged, on the instance without payouts: %v, want ErrPaymentsNotConfigured", err)
+	}
+	expectMain(t, a, cid, money.Naira(5000))
+	if st, _, err := Load(ctx, a.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, "wd-1")); err != nil || st.Phase != payment.Staged {
+		t.Fatalf("after the refusal the intent is %q (%v), want still staged", st.Phase, err)
+	}
+
+	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
+		t.Fatalf("first verify on the instance with payouts: %v, want ErrPayoutUnanswered", err)
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+	// B knows it is paying out (not a stale "staged" in its cache).
+	if st, _, err := Load(ctx, b.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, "wd-1")); err != nil || st.Phase != payment.PayingOut {
+		t.Fatalf("B reads the intent %q (%v), want paying out", st.Phase, err)
+	}
+	if _, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPaymentsNotConfigured {
+		t.Fatalf("paying out, on the instance without payouts: %v, want ErrPaymentsNotConfigured", err)
+	}
+	rec, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("verify on the instance with payouts right after: %+v, %v", rec, err)
+	}
+	if calls := p.calls(); len(calls) != 2 {
+		t.Fatalf("provider asked %d times, want twice", len(calls))
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+}
