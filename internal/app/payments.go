@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
@@ -364,13 +365,20 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 	}
 	if st.Phase == payment.PayingOut {
 		// This verify holds the lease; its call ends by the lease's call
-		// deadline, and is not made at all once that has passed.
+		// deadline, and is not made at all once that has passed. From here
+		// the step belongs to the lease, not to the client's connection: a
+		// client hanging up must neither cut the provider's call short nor
+		// keep its answer from being recorded (a payout made but not
+		// recorded would be asked for again once the lease ran out).
+		ctx := context.WithoutCancel(ctx)
 		out, err := payment.Outcome{}, context.DeadlineExceeded
 		if left := st.PayoutCallDeadline().Sub(s.Engine.Now()); left > 0 {
 			call, cancel := context.WithTimeout(ctx, left)
 			out, err = set.Payouts.Pay(call, st.Record)
 			cancel()
 		}
+		ctx, cancel := context.WithTimeout(ctx, payoutRecordTimeout)
+		defer cancel()
 		if err != nil {
 			// The debit stands and the payout is unknown (or not asked):
 			// the intent stays pending, and the lease is given up so that
@@ -395,6 +403,10 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 	}
 	return st.Record, pos, nil
 }
+
+// payoutRecordTimeout bounds recording a payout's answer (or giving its
+// lease up) once the client's own context no longer does.
+const payoutRecordTimeout = 15 * time.Second
 
 // advanceIntent runs one step of an intent's life: decide returns the next
 // event (nil when another request already took the step), whose money is

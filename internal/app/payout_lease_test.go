@@ -21,8 +21,9 @@ import (
 )
 
 // payoutProvider records every record id it is asked to pay. A call blocks
-// until release is closed (when set), the first one until its caller gives
-// up when hangFirst; answer decides what a call returns.
+// until release is closed (when set); with hangFirst the first one blocks
+// until unhang is closed (or its context ends) and then fails; answer
+// decides what a call returns.
 type payoutProvider struct {
 	mu        sync.Mutex
 	asked     []string
@@ -30,6 +31,7 @@ type payoutProvider struct {
 	started   chan struct{}   // one send per call, when set
 	release   chan struct{}
 	hangFirst bool
+	unhang    chan struct{}
 	answer    func(call int) (payment.Outcome, error)
 }
 
@@ -50,8 +52,12 @@ func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outc
 		}
 	}
 	if call == 1 && p.hangFirst {
-		<-ctx.Done()
-		return payment.Outcome{}, ctx.Err()
+		select {
+		case <-p.unhang:
+			return payment.Outcome{}, errors.New("the provider never answered")
+		case <-ctx.Done():
+			return payment.Outcome{}, ctx.Err()
+		}
 	}
 	if p.release != nil {
 		select {
@@ -169,15 +175,14 @@ func TestRacingVerifiesAskTheProviderOnce(t *testing.T) {
 // lease only until it runs out: then one verify takes it and asks again.
 func TestAnAbandonedPayoutLeaseRunsOut(t *testing.T) {
 	ctx := context.Background()
-	p := &payoutProvider{started: make(chan struct{}, 3), hangFirst: true}
+	p := &payoutProvider{started: make(chan struct{}, 3), hangFirst: true, unhang: make(chan struct{})}
 	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
 	t0 := time.Now().UTC()
 	a.Engine.Now = func() time.Time { return t0 }
-	crashed, crash := context.WithCancel(ctx)
 	vanished := make(chan struct{})
 	go func() {
 		defer close(vanished)
-		a.Verify(crashed, actor, cid, allowed, "wd-1") //nolint:errcheck // the "crashed" verify
+		a.Verify(ctx, actor, cid, allowed, "wd-1") //nolint:errcheck // the verify that "vanished" inside its call
 	}()
 	<-p.started
 
@@ -190,10 +195,44 @@ func TestAnAbandonedPayoutLeaseRunsOut(t *testing.T) {
 	if err != nil || rec.Status != ledger.Success {
 		t.Fatalf("verify after the lease ran out: %+v, %v", rec, err)
 	}
-	crash()
+	close(p.unhang)
 	<-vanished
 	if calls := p.calls(); len(calls) != 2 || calls[0] != calls[1] || calls[0] != rec.ID {
 		t.Fatalf("provider asked for %v, want record %s twice (the vanished call and the one after its lease)", calls, rec.ID)
+	}
+	expectMain(t, b, cid, money.Naira(5000-1000-50))
+	if st, _, err := Load(ctx, b.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, "wd-1")); err != nil ||
+		st.Phase != payment.Done || st.Record.Status != ledger.Success {
+		t.Fatalf("after the vanished call failed late: phase %q status %q (%v); the payout must stay completed", st.Phase, st.Record.Status, err)
+	}
+}
+
+// A client that hangs up while its verify is asking the provider cuts
+// neither the call short nor the recording of its answer: the payout is
+// completed once, and the next verify answers it without asking again.
+func TestAHungUpClientStillRecordsThePayout(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{started: make(chan struct{}, 2), release: make(chan struct{})}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	client, hangUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.Verify(client, actor, cid, allowed, "wd-1")
+		done <- err
+	}()
+	<-p.started
+	hangUp()
+	time.Sleep(50 * time.Millisecond) // a cancelled call would have returned by now
+	close(p.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the hung-up verify: %v, want the payout recorded", err)
+	}
+	rec, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("verify after the hang-up: %+v, %v", rec, err)
+	}
+	if calls := p.calls(); len(calls) != 1 {
+		t.Fatalf("provider asked %d times (%v), want once", len(calls), calls)
 	}
 	expectMain(t, b, cid, money.Naira(5000-1000-50))
 }
