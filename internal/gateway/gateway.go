@@ -28,6 +28,10 @@ type Collection interface {
 // lease, domain/payment), but Pay must still be idempotent per record id:
 // the service asks again after a crash between debiting and hearing back,
 // and after a call that outlived payment.PayoutCallTimeout (ctx ends then).
+// A nil error is the provider's final answer: Outcome.OK false reverses the
+// debit to the customer, so a provider that does not know whether it paid
+// (a timeout of its own) must return an error, which leaves the debit
+// standing and the payout to be asked again.
 type Payouts interface {
 	Pay(ctx context.Context, withdrawal ledger.Record) (payment.Outcome, error)
 }
