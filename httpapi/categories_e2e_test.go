@@ -390,3 +390,33 @@ func TestCategoryPaging(t *testing.T) {
 func appActor(h *harness) app.Actor {
 	return app.Actor{MerchantID: h.m.MerchantID, Environment: domain.Test, KeyID: "seed"}
 }
+
+// On a route that ignores customer-id (a category is the merchant's), the
+// header does not change who acts, so it does not change whose key an
+// Idempotency-Key is either: a retry that happens to carry a customer-id,
+// or another one, is the same request and replays the first outcome
+// instead of running again.
+func TestCategoryIdempotencyKeyIgnoresCustomerID(t *testing.T) {
+	h := newHarness(t)
+	cid := h.createCustomer(h.sa(), "c@x.com", "08035557101")
+	idem := map[string]string{"Idempotency-Key": "cat-cid-1"}
+	create := func(cid string) resp {
+		return h.do(req{method: "POST", path: "/v1/escrow/category/create", key: h.std(), cid: cid, body: catBody("Toys"), headers: idem})
+	}
+	first := create("").expect(t, 201, catCreated)
+	for _, c := range []string{cid, "nobody", ""} {
+		again := create(c)
+		if again.Status != 201 || string(again.Raw) != string(first.Raw) || again.Header.Get("Idempotency-Replayed") != "true" {
+			t.Fatalf("retry with customer-id %q: %d %s (replayed %q), want the replay of %s",
+				c, again.Status, again.Raw, again.Header.Get("Idempotency-Replayed"), first.Raw)
+		}
+	}
+	// The other way round: the first request carried a customer-id.
+	idem["Idempotency-Key"] = "cat-cid-2"
+	body := catBody("Games")
+	second := h.do(req{method: "POST", path: "/v1/escrow/category/create", key: h.std(), cid: cid, body: body, headers: idem}).expect(t, 201, catCreated)
+	again := h.do(req{method: "POST", path: "/v1/escrow/category/create", key: h.std(), body: body, headers: idem})
+	if string(again.Raw) != string(second.Raw) || again.Header.Get("Idempotency-Replayed") != "true" {
+		t.Fatalf("retry without customer-id: %d %s, want the replay of %s", again.Status, again.Raw, second.Raw)
+	}
+}

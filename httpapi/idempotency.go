@@ -238,13 +238,15 @@ type replayBody struct {
 func (b replayBody) Close() error { return b.orig.Close() }
 
 // idempotencyScope is whose keys a key is among: the API key's, and within
-// it the acting customer's (customer-id), as Stripe scopes keys to the
-// account a request acts for. Two customers of one merchant key may pick
-// the same Idempotency-Key; neither is ever answered with the other's
-// outcome.
-func idempotencyScope(keyID string, req *http.Request) string {
-	if cid := strings.TrimSpace(req.Header.Get("customer-id")); cid != "" {
-		return keyID + " customer:" + cid
+// it the acting customer's, as Stripe scopes keys to the account a request
+// acts for. Two customers of one merchant key may pick the same
+// Idempotency-Key; neither is ever answered with the other's outcome. The
+// acting customer is the one auth resolved, not the raw customer-id
+// header: a route that ignores the header acts for the merchant whatever
+// it says, so the header must not make a retry a different request.
+func idempotencyScope(c echo.Context, keyID string) string {
+	if cu, ok := CustomerFrom(c); ok && cu.ID != "" {
+		return keyID + " customer:" + cu.ID
 	}
 	return keyID
 }
@@ -320,7 +322,7 @@ type storedResponse struct {
 
 func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Principal, key string, fp []byte) error {
 	ctx := c.Request().Context()
-	scope := idempotencyScope(p.KeyID, c.Request())
+	scope := idempotencyScope(c, p.KeyID)
 	for range idempotencyClaimAttempts {
 		now := s.now()
 		s.maybeSweep(ctx, now)
