@@ -164,7 +164,7 @@ func (s *IdempotencyStore) spoolBody(req *http.Request) (fp []byte, sp *spool, e
 		r = io.LimitReader(req.Body, s.maxBody+1)
 	}
 	sp = &spool{}
-	n, err := io.Copy(io.MultiWriter(fh, sp), r)
+	n, err := sp.fill(io.TeeReader(r, fh))
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge), err == nil && s.maxBody > 0 && n > s.maxBody:
@@ -190,22 +190,27 @@ type spool struct {
 	file *os.File
 }
 
-func (sp *spool) Write(p []byte) (int, error) {
-	if sp.file == nil && sp.mem.Len()+len(p) > spoolMemory {
-		f, err := os.CreateTemp("", "escrowd-request-*")
-		if err != nil {
-			return 0, err
-		}
-		sp.file = f
-		if _, err := f.Write(sp.mem.Bytes()); err != nil {
-			return 0, err
-		}
-		sp.mem = bytes.Buffer{}
+// fill reads r to its end into the spool. Up to spoolMemory bytes are read
+// straight into memory, with no copy buffer in between: most keyed bodies
+// are a few hundred bytes of JSON, and io.Copy would allocate 32 KB for
+// each (the body limit's reader offers it no shortcut). A larger body
+// moves to a temporary file, and the rest is copied after it.
+func (sp *spool) fill(r io.Reader) (int64, error) {
+	n, err := sp.mem.ReadFrom(io.LimitReader(r, spoolMemory+1))
+	if err != nil || n <= spoolMemory {
+		return n, err
 	}
-	if sp.file != nil {
-		return sp.file.Write(p)
+	f, err := os.CreateTemp("", "escrowd-request-*")
+	if err != nil {
+		return n, err
 	}
-	return sp.mem.Write(p)
+	sp.file = f
+	if _, err := f.Write(sp.mem.Bytes()); err != nil {
+		return n, err
+	}
+	sp.mem = bytes.Buffer{}
+	m, err := io.Copy(f, r)
+	return n + m, err
 }
 
 // reader reads the body back from its start.
