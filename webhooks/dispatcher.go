@@ -257,10 +257,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
+					ep := eps[endpointKey{c.MerchantID, c.Environment}]
 					slowTimer := time.AfterFunc(d.SlowAfter, func() { d.setSlow(c.MerchantID, true) })
-					o, ok := d.attempt(ctx, c, eps[endpointKey{c.MerchantID, c.Environment}])
-					if slowTimer.Stop() && ok && o.Sent {
-						d.setSlow(c.MerchantID, false) // answered in time
+					o, ok := d.attempt(ctx, c, ep)
+					// Answered in time. A failed endpoint lookup is counted
+					// as sent but asked no receiver: it proves nothing.
+					if slowTimer.Stop() && ok && o.Sent && ep.err == nil {
+						d.setSlow(c.MerchantID, false)
 					}
 					d.mu.Lock()
 					d.inflight--

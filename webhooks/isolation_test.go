@@ -95,8 +95,17 @@ func TestEndpointLookupFailuresReachFailed(t *testing.T) {
 	m := e.merchant("http://127.0.0.1:1/never")
 	e.runSubscriber(e.pool)
 	ids := e.deposits(m.MerchantID, 1)
-	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Endpoints = failingEndpoints{} })
+	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Endpoints = failingEndpoints{} })
 	eventually(t, 10*time.Second, "the message failed", func() bool { return e.statuses()["failed"] == len(ids) })
+	// Counted as attempts, but no receiver was asked: they say nothing of
+	// how it answers, and must not make the merchant prompt (a dead
+	// receiver would get PerMerchant workers back after a lookup blip).
+	d.mu.Lock()
+	slow, prompt := d.slow[m.MerchantID], d.prompt[m.MerchantID]
+	d.mu.Unlock()
+	if slow || prompt {
+		t.Fatalf("after lookup failures only: slow %v, prompt %v; want neither", slow, prompt)
+	}
 	var attempts, logged int
 	var lastErr string
 	if err := e.pool.QueryRow(context.Background(), `SELECT attempts, last_error FROM webhook_deliveries WHERE merchant_id = $1`,
