@@ -120,11 +120,29 @@ func TestReadyzCountsLagsPastTheRunnersLimit(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	h.wantProjectionLagCountedPast3(t)
+}
+
+// TestReadyzCountsProjectionLagPastTheRunnersLimit: without the webhooks
+// role (the API's own /readyz), the projection lag alone is also counted
+// one past MaxReadyLag, so a limit above the runner's LagLimit can fail.
+func TestReadyzCountsProjectionLagPastTheRunnersLimit(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.MaxReadyLag = 3 })
+	h.runner.LagLimit = 1
+	h.do(req{path: "/readyz"}).expect(t, 200, "Ready")
+	h.wantProjectionLagCountedPast3(t)
+}
+
+// wantProjectionLagCountedPast3 stops the harness's projections, writes
+// five events and waits for /readyz to count the projection lag past a
+// MaxReadyLag of 3 and refuse.
+func (h *harness) wantProjectionLagCountedPast3(t *testing.T) {
+	t.Helper()
 	h.projecting.stop()
 	if _, err := h.svc.CreateMerchant(context.Background(), "Late", false, "NG", KeyDigest); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := h.do(req{path: "/readyz"})
 		if lag, _ := r.obj()["projectionLag"].(float64); lag >= 4 {
