@@ -69,6 +69,23 @@ type idemEnv struct {
 	entered chan struct{}
 	release chan struct{}
 	gates   sync.Map // call number -> chan int, see gate
+	// afterFence, if set, runs once a takeover has fenced a claim, before
+	// it stores anything.
+	afterFence func()
+}
+
+// hookedFencer is the engine's fence, then the env's afterFence.
+type hookedFencer struct {
+	*app.Engine
+	env *idemEnv
+}
+
+func (f hookedFencer) FenceClaim(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (bool, error) {
+	wrote, err := f.Engine.FenceClaim(ctx, owner, keyID, key, meta)
+	if f.env.afterFence != nil {
+		f.env.afterFence()
+	}
+	return wrote, err
 }
 
 // gate is the channel through which /v1/gated call n is told its status.
@@ -84,7 +101,7 @@ func newIdemEnv(t *testing.T) *idemEnv {
 	env.store = postgres.New(env.pool)
 	t.Cleanup(env.store.Close)
 	engine := app.NewEngine(env.store, 100)
-	store := NewIdempotencyStore(env.pool, WithIdempotencyFence(engine),
+	store := NewIdempotencyStore(env.pool, WithIdempotencyFence(hookedFencer{engine, env}),
 		WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() }))
 
 	e := echo.New()
@@ -574,6 +591,37 @@ func TestIdempotencyWriteWithoutStoredResponseIsNotRunAgain(t *testing.T) {
 		t.Fatalf("retry of a request that wrote: %v %s", lost.Header(), lost.Body)
 	}
 	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), lost)
+	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
+		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
+	}
+}
+
+// A request that wrote and was only slow, not dead, may still store its
+// response while a retry takes its claim over: the retry, having learnt
+// that it wrote, must not then overwrite that response with "lost", but
+// answer it.
+func TestIdempotencySlowRequestStoringDuringTakeoverIsReplayed(t *testing.T) {
+	env := newIdemEnv(t)
+	finish := make(chan struct{})
+	env.write = idemWrite{after: func(c echo.Context) error {
+		env.entered <- struct{}{}
+		<-finish
+		return c.JSON(http.StatusCreated, map[string]any{"slow": true})
+	}}
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- env.post("/v1/write", "key1", "w", `a`) }()
+	<-env.entered // the append has committed; no response is stored yet
+
+	env.advance(idempotencyAbandonAfter + time.Second)
+	var stored *httptest.ResponseRecorder
+	env.afterFence = func() { // the slow request finishes between fence and store
+		close(finish)
+		stored = <-first
+	}
+	retry := env.post("/v1/write", "key1", "w", `a`)
+	idemWantStatus(t, stored, http.StatusCreated)
+	idemWantReplayOf(t, retry, stored)
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), stored)
 	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
 		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
 	}
