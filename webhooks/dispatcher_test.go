@@ -393,6 +393,49 @@ func TestTwoDispatchersNeverSendAnAttemptTwice(t *testing.T) {
 	}
 }
 
+// TestWorkersBoundAllAttempts: however many merchants have room under
+// their own caps, no more than Workers attempts are in flight at once; the
+// rest wait for a worker and then go out.
+func TestWorkersBoundAllAttempts(t *testing.T) {
+	e := newTestEnv(t)
+	hang := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hang) })
+	defer release()
+	var cur, peak atomic.Int32
+	rc := newReceiver(t, nil, func(hit) int {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		<-hang
+		cur.Add(-1)
+		return 200
+	})
+	const merchants, each, workers = 6, 2, 3
+	var ms []string
+	for range merchants {
+		ms = append(ms, e.merchant(rc.srv.URL).MerchantID)
+	}
+	e.runSubscriber(e.pool)
+	var ids []uuid.UUID
+	for _, m := range ms {
+		ids = append(ids, e.deposits(m, each)...)
+	}
+	e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = workers, each, each
+		d.Timeout, d.SlowAfter = 30*time.Second, 30*time.Second
+	})
+	eventually(t, 10*time.Second, "every worker busy", func() bool { return cur.Load() >= workers })
+	time.Sleep(20 * 20 * time.Millisecond) // twenty poll intervals for a claim past the bound
+	if n := len(rc.all()); n != workers || peak.Load() != workers {
+		t.Fatalf("%d requests, %d at once, with %d workers", n, peak.Load(), workers)
+	}
+	release()
+	eventually(t, 10*time.Second, "all delivered", func() bool { return len(rc.delivered()) == len(ids) })
+	if p := peak.Load(); p > workers {
+		t.Fatalf("%d attempts at once, with %d workers", p, workers)
+	}
+}
+
 // TestDeadMerchantDoesNotDelayOthers: a merchant whose receiver hangs holds
 // at most its per-merchant share of the workers.
 func TestDeadMerchantDoesNotDelayOthers(t *testing.T) {
