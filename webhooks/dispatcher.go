@@ -86,13 +86,12 @@ type Dispatcher struct {
 	Metrics         *Metrics
 	MetricsInterval time.Duration
 
-	mu       sync.Mutex
-	inflight int
-	busy     map[string]int  // attempts in flight per merchant
-	slow     map[string]bool // seen running past SlowAfter
-	prompt   map[string]bool // seen answering within SlowAfter
-	wake     chan struct{}
-	more     bool // the last claim was cut short by free workers
+	mu     sync.Mutex
+	busy   map[string]int  // attempts in flight per merchant (in all: inFlight)
+	slow   map[string]bool // seen running past SlowAfter
+	prompt map[string]bool // seen answering within SlowAfter
+	wake   chan struct{}
+	more   bool // the last claim was cut short by free workers
 }
 
 func (d *Dispatcher) defaults() {
@@ -221,7 +220,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		d.mu.Lock()
-		free := min(d.Workers-d.inflight, 256)
+		free := min(d.Workers-d.inFlight(), 256)
 		busy := d.claimLoad()
 		d.mu.Unlock()
 		var got []claimed
@@ -247,7 +246,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.more = more
 		}
 		for _, c := range got {
-			d.inflight++
 			d.busy[c.MerchantID]++
 		}
 		d.mu.Unlock()
@@ -266,7 +264,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 						d.setSlow(c.MerchantID, false)
 					}
 					d.mu.Lock()
-					d.inflight--
 					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
 						delete(d.busy, c.MerchantID)
 					}
@@ -302,6 +299,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// inFlight is the attempts in flight: the sum of busy, whose entries are
+// at most Workers. Callers hold d.mu.
+func (d *Dispatcher) inFlight() int {
+	n := 0
+	for _, k := range d.busy {
+		n += k
+	}
+	return n
 }
 
 // claimLoad is what the claim counts as each merchant's attempts in flight,
