@@ -112,3 +112,20 @@ func TestClaimLoadSlowShareBound(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowLaneMemoryIsBounded: the merchants remembered as slow or prompt
+// are at most maxRemembered; past it the memory starts over, with the
+// newest merchant remembered.
+func TestSlowLaneMemoryIsBounded(t *testing.T) {
+	d := slowLaneDispatcher()
+	for i := range maxRemembered {
+		d.setSlow(fmt.Sprintf("m%d", i), i%2 == 0)
+	}
+	if n := len(d.slow) + len(d.prompt); n != maxRemembered {
+		t.Fatalf("%d remembered, want %d", n, maxRemembered)
+	}
+	d.setSlow("newest", true)
+	if n := len(d.slow) + len(d.prompt); n != 1 || !d.slow["newest"] {
+		t.Fatalf("past the bound: %d slow, %d prompt; want only the newest, slow", len(d.slow), len(d.prompt))
+	}
+}
