@@ -396,3 +396,49 @@ func TestVerifyWithoutPayoutsTakesNothing(t *testing.T) {
 	}
 	expectMain(t, a, cid, money.Naira(5000-1000-50))
 }
+
+// The verify that debits a withdrawal holds the payout lease from that very
+// append: the intent's stream is the intent, the debit leased to it for
+// PayoutLease, and the payout, with no lease taken in a second append
+// (which would leave a moment in which another verify could take the payout
+// step from the one that debited). Its call to the provider is bounded by
+// PayoutCallTimeout, inside the lease, so a provider that hangs cannot keep
+// the call running into the next holder's lease.
+func TestTheDebitCarriesThePayoutLease(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{}
+	a, _, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	t0 := time.Now().UTC().Truncate(time.Second)
+	a.Engine.Now = func() time.Time { return t0 }
+	rec, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1")
+	if err != nil || rec.Status != ledger.Success {
+		t.Fatalf("verify: %+v, %v", rec, err)
+	}
+	stream := PaymentKind.StreamName(payment.StreamID(actor.MerchantID, actor.Environment, "wd-1"))
+	events, err := a.Engine.Store().ReadStream(ctx, stream, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type)
+	}
+	if want := []string{"payment.intent_created", "payment.payout_started", "payment.payout_completed"}; !reflect.DeepEqual(types, want) {
+		t.Fatalf("events %v, want %v", types, want)
+	}
+	ev, err := payment.Registry.Decode(events[1].Type, events[1].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, ok := ev.(payment.PayoutStarted)
+	if !ok || started.LeaseHolder == "" || !started.LeaseUntil.Equal(t0.Add(payment.PayoutLease)) {
+		t.Fatalf("the debit %+v (%T), want it leased to its verify until %s", ev, ev, t0.Add(payment.PayoutLease))
+	}
+	budgets := p.deadlines()
+	if len(budgets) != 1 || budgets[0] <= payment.PayoutCallTimeout-10*time.Second || budgets[0] > payment.PayoutCallTimeout {
+		t.Fatalf("the provider call had %v, want one call bounded by PayoutCallTimeout %s", budgets, payment.PayoutCallTimeout)
+	}
+	if payment.PayoutCallTimeout >= payment.PayoutLease {
+		t.Fatalf("PayoutCallTimeout %s must end inside PayoutLease %s", payment.PayoutCallTimeout, payment.PayoutLease)
+	}
+}
