@@ -233,6 +233,24 @@ func TestNewFeesCountAtOnceAcrossInstances(t *testing.T) {
 	if wd.Record.Fee != 7000 {
 		t.Fatalf("withdrawal fee %s, want the new 70", wd.Record.Fee)
 	}
+	// A withdrawal is no exception when nothing else reads the merchant
+	// first: A has it cached from the withdrawal above, B changes the fee
+	// again, and A's very next command is a withdrawal.
+	newFees.BankWithdrawalFee = 9000
+	if _, err := b.UpdateMerchant(ctx, actor.MerchantID, func(merchant.State) ([]domain.Event, error) {
+		return []domain.Event{merchant.FeesSet{Fees: newFees}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wd2, err := a.CreateIntent(ctx, actor, cid, customer.Permissions{CanWithdraw: true}, IntentRequest{Reference: "wd-2",
+		Type: ledger.Withdrawal, Amount: money.Naira(1000),
+		Withdrawal: &ledger.WithdrawalDetails{AccountNumber: domaintest.NUBAN(t, "058", "12", false), BankCode: "058"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wd2.Record.Fee != 9000 {
+		t.Fatalf("second withdrawal fee %s, want the newer 90", wd2.Record.Fee)
+	}
 }
 
 // A refusal is decided again only when it may rest on a cached state that
