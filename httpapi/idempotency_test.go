@@ -605,12 +605,20 @@ func TestIdempotencySlowRequestStoringDuringTakeoverIsReplayed(t *testing.T) {
 	env.advance(idempotencyAbandonAfter + time.Second)
 	var stored *httptest.ResponseRecorder
 	env.afterFence = func() { // the slow request finishes between fence and store
-		close(finish)
-		stored = <-first
+		if stored == nil {
+			close(finish)
+			stored = <-first
+		}
 	}
 	retry := env.post("/v1/write", "key1", "w", `a`)
+	if stored == nil {
+		t.Fatal("the retry never fenced the claim")
+	}
 	idemWantStatus(t, stored, http.StatusCreated)
 	idemWantReplayOf(t, retry, stored)
+	if strings.Contains(retry.Body.String(), msgIdempotencyOutcomeLost) {
+		t.Fatalf("retry answered a lost outcome: %s", retry.Body)
+	}
 	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), stored)
 	if n, w := env.calls.Load(), env.things("a"); n != 1 || w != 1 {
 		t.Fatalf("handler ran %d times and wrote %d events, want 1 and 1", n, w)
