@@ -306,9 +306,25 @@ func jsonEqual(a, b []byte) bool {
 // exit 0, which a supervisor takes for a clean stop).
 func TestServeRefusesAnUnknownRole(t *testing.T) {
 	db := pgtest.NewURL(t)
-	for _, roles := range []string{"projectors", "api,webhook", "api,"} {
-		if _, stderr, code := runEscrowd(t, db, "serve", "--role", roles, "--addr", "127.0.0.1:0"); code != 2 || !strings.Contains(stderr, "unknown role") {
+	for roles, unknown := range map[string]string{"projectors": `"projectors"`, "api,webhook": `"webhook"`, "api,": `""`} {
+		_, stderr, code := runEscrowd(t, db, "serve", "--role", roles, "--addr", "127.0.0.1:0")
+		if code != 2 || !strings.Contains(stderr, "unknown role") {
 			t.Fatalf("serve --role %s: exit %d, stderr %q; want 2 and the unknown role named", roles, code, stderr)
 		}
+		if !strings.Contains(stderr, "unknown role "+unknown) {
+			t.Fatalf("serve --role %s: stderr %q does not name the unknown role %s", roles, stderr, unknown)
+		}
+	}
+}
+
+// Roles may be listed with spaces around the commas (" api , projector "):
+// serve trims them instead of refusing a valid list.
+func TestServeAcceptsSpacedRoles(t *testing.T) {
+	db := pgtest.NewURL(t)
+	env := testEnv(t, db)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // start and stop at once: only the roles are under test
+	if err := cmdServe(ctx, mustConfig(t, db), env, []string{"--role", " api , projector ", "--addr", "127.0.0.1:0"}); err != nil {
+		t.Fatalf("serve --role ' api , projector ': %v", err)
 	}
 }
