@@ -284,3 +284,35 @@ func TestHorizonMetrics(t *testing.T) {
 		return n == 0 && secs == 0
 	})
 }
+
+// printHorizon says "or more" once the count reached horizonCountLimit,
+// where Horizon stops counting (so the count never exceeds it), and only
+// then; the oldest open transaction is named when the store found it.
+func TestPrintHorizon(t *testing.T) {
+	for _, c := range []struct {
+		h    eventstore.Horizon
+		want []string
+		not  []string
+	}{
+		{eventstore.Horizon{}, []string{"Horizon: no committed event is held back."}, []string{"or more", "Oldest open transaction"}},
+		{eventstore.Horizon{Held: horizonCountLimit - 1, HeldFor: 1500 * time.Millisecond},
+			[]string{fmt.Sprintf("Horizon: %d committed events held back for 1.5s,", horizonCountLimit-1)},
+			[]string{"or more", "Oldest open transaction"}},
+		{eventstore.Horizon{Held: horizonCountLimit, HeldFor: 2 * time.Second, Blocker: "pid 42 in database other"},
+			[]string{fmt.Sprintf("Horizon: %d or more committed events held back for 2s,", horizonCountLimit),
+				"Oldest open transaction: pid 42 in database other"}, nil},
+	} {
+		var out strings.Builder
+		printHorizon(&out, c.h)
+		for _, w := range c.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%+v: output %q lacks %q", c.h, out.String(), w)
+			}
+		}
+		for _, n := range c.not {
+			if strings.Contains(out.String(), n) {
+				t.Errorf("%+v: output %q has %q", c.h, out.String(), n)
+			}
+		}
+	}
+}

@@ -69,7 +69,19 @@ func TestRedactData(t *testing.T) {
 			if !reflect.DeepEqual(have, want) {
 				t.Fatalf("redacted %s\nwant %v", got, want)
 			}
+			// An event type without rules is exported exactly as stored,
+			// not re-encoded (key order, spacing, number forms kept).
+			if _, ruled := exportRedactions[c.ev.EventType()]; !ruled && string(got) != string(raw) {
+				t.Fatalf("data without rules changed: %s, stored %s", got, raw)
+			}
 		})
+	}
+	// Stored data of other types passes through byte for byte, even where
+	// it is not an object.
+	for _, raw := range []string{`{"z":1, "a":2.50}`, `[1]`, `null`} {
+		if got, err := redactData("wallet.posted", json.RawMessage(raw)); err != nil || string(got) != raw {
+			t.Fatalf("wallet.posted %s exported as %s (%v)", raw, got, err)
+		}
 	}
 	if _, err := redactData("merchant.created", json.RawMessage(`[1]`)); err == nil {
 		t.Fatal("data that is not an object was passed through")
