@@ -367,3 +367,47 @@ func TestHorizonReportsEventsHeldByAnotherDatabase(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestHorizonNamesTheOldestOpenTransaction: with two sessions holding the
+// log back, Horizon names the older one, the one whose end lets the held
+// events through first; the younger is named only once the older ends.
+func TestHorizonNamesTheOldestOpenTransaction(t *testing.T) {
+	s, _ := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	older, endOlder := pgtest.OpenTransactionElsewhere(t)
+	younger, endYounger := pgtest.OpenTransactionElsewhere(t)
+	defer endYounger()
+	if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: "horizon-" + uuid.NewString()[:8], Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Transactions of other tests on the shared server may be named
+	// instead while they last: look until one of ours is.
+	named := func() string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			h, err := s.Horizon(ctx, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, db := range []string{older, younger} {
+				if strings.Contains(h.Blocker, "in database "+db) {
+					return db
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("neither of our sessions named: %+v", h)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got := named(); got != older {
+		t.Fatalf("named %s, want the older session's database %s (younger: %s)", got, older, younger)
+	}
+	endOlder()
+	if got := named(); got != younger {
+		t.Fatalf("after the older ended: named %s, want %s", got, younger)
+	}
+}
