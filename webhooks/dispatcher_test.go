@@ -190,12 +190,22 @@ func TestNoEndpointThenRetry(t *testing.T) {
 	e := newTestEnv(t)
 	m := e.merchant("")
 	e.runSubscriber(e.pool)
-	e.runDispatcher(e.pool)
+	disp, _ := e.runDispatcher(e.pool)
+	prompt := func() bool {
+		disp.mu.Lock()
+		defer disp.mu.Unlock()
+		return disp.prompt[m.MerchantID]
+	}
 	id := e.deposits(m.MerchantID, 1)[0].String()
 	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
 	d, _ := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
 	if d.Attempts != 0 || len(d.AttemptLog) != 0 || d.LastError == nil {
 		t.Fatalf("no endpoint: %+v", d)
+	}
+	// Nothing was sent, so no receiver was seen answering in time: the
+	// merchant keeps the slow lane's SlowPerMerchant, not PerMerchant.
+	if prompt() {
+		t.Fatal("a merchant without a callback URL was marked as answering in time")
 	}
 	rc := newReceiver(t, secretOf(m), nil)
 	e.setURL(m.MerchantID, domain.Test, rc.srv.URL)
@@ -206,6 +216,7 @@ func TestNoEndpointThenRetry(t *testing.T) {
 	if h := rc.all()[0]; !h.SigOK || h.Attempt != "1" {
 		t.Fatalf("hit %+v", h)
 	}
+	eventually(t, 10*time.Second, "the receiver seen answering in time", prompt)
 }
 
 func TestRetryRefusedWhileInFlight(t *testing.T) {

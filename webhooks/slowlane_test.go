@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // slowLaneDispatcher is a dispatcher's claim bookkeeping without a pool:
@@ -110,6 +111,29 @@ func TestClaimLoadSlowShareBound(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The slow lane's defaults, as Dispatcher documents them: SlowAfter half
+// the Timeout, SlowPerMerchant 2 but never more than PerMerchant, SlowShare
+// a quarter of the workers and at least one; set values are kept.
+func TestSlowLaneDefaults(t *testing.T) {
+	d := &Dispatcher{}
+	d.defaults()
+	if d.SlowAfter != 5*time.Second || d.SlowPerMerchant != 2 || d.SlowShare != 16 {
+		t.Fatalf("defaults: SlowAfter %s, SlowPerMerchant %d, SlowShare %d; want 5s, 2, 16 (Timeout %s, Workers %d)",
+			d.SlowAfter, d.SlowPerMerchant, d.SlowShare, d.Timeout, d.Workers)
+	}
+	d = &Dispatcher{Timeout: 3 * time.Second, Workers: 3, PerMerchant: 1}
+	d.defaults()
+	if d.SlowAfter != 1500*time.Millisecond || d.SlowPerMerchant != 1 || d.SlowShare != 1 {
+		t.Fatalf("small dispatcher: SlowAfter %s, SlowPerMerchant %d, SlowShare %d; want 1.5s, 1 (PerMerchant), 1",
+			d.SlowAfter, d.SlowPerMerchant, d.SlowShare)
+	}
+	d = &Dispatcher{SlowAfter: time.Second, SlowPerMerchant: 3, SlowShare: 5, PerMerchant: 4}
+	d.defaults()
+	if d.SlowAfter != time.Second || d.SlowPerMerchant != 3 || d.SlowShare != 5 {
+		t.Fatalf("set values: SlowAfter %s, SlowPerMerchant %d, SlowShare %d; want 1s, 3, 5", d.SlowAfter, d.SlowPerMerchant, d.SlowShare)
 	}
 }
 
