@@ -229,3 +229,58 @@ func TestCheckpointerPendingIsDerived(t *testing.T) {
 		t.Fatalf("store moved the checkpoint back to %s", c.stored)
 	}
 }
+
+// A skipped position whose store failed is tried again after the flush
+// delay, not only at the next skip: an idle projector's stored checkpoint,
+// which other processes read for its lag, catches up once the database
+// takes the write again, with no further event.
+func TestFailedSkipFlushIsRetried(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := interested{newCounter("flushretry")}
+	active := testRunner(e.store, e.pool, e.log, c)
+	active.SkipFlushDelay = 20 * time.Millisecond
+	start(t, active)
+	waitUntil(t, 5*time.Second, "active runner", func() bool {
+		st, err := Status(ctx, e.pool, e.store, c)
+		return err == nil && st[0].Active
+	})
+	// Moves of this projector's checkpoint fail while flushretry_fail has
+	// a row; each failed move takes a number of flushretry_tries (which
+	// the failing transaction's rollback does not give back).
+	if _, err := e.pool.Exec(ctx, `
+CREATE SEQUENCE flushretry_tries;
+CREATE TABLE flushretry_fail (x int);
+INSERT INTO flushretry_fail VALUES (1);
+CREATE FUNCTION flushretry_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.name = 'flushretry' AND (NEW.commit_pos, NEW.prepare_pos) IS DISTINCT FROM (OLD.commit_pos, OLD.prepare_pos)
+     AND EXISTS (SELECT 1 FROM flushretry_fail) THEN
+    PERFORM nextval('flushretry_tries');
+    RAISE EXCEPTION 'checkpoint writes failing (test)';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER flushretry_fail BEFORE UPDATE ON projection_checkpoints
+  FOR EACH ROW EXECUTE FUNCTION flushretry_fail();`); err != nil {
+		t.Fatal(err)
+	}
+	before := checkpointOf(t, e.pool, c.name)
+	last := visible(t, e.store, appendEvents(t, e.store, 3, 1))
+	if err := active.WaitFor(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "a failed store of the skipped position", func() bool {
+		var tried bool
+		return e.pool.QueryRow(ctx, `SELECT is_called FROM flushretry_tries`).Scan(&tried) == nil && tried
+	})
+	if got := checkpointOf(t, e.pool, c.name); got != before {
+		t.Fatalf("stored checkpoint %s while writes fail, want it still at %s", got, before)
+	}
+	if _, err := e.pool.Exec(ctx, `DELETE FROM flushretry_fail`); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the skipped position stored without another event", func() bool {
+		return checkpointOf(t, e.pool, c.name) == last
+	})
+}
