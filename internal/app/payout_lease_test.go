@@ -120,6 +120,16 @@ func stageWithdrawals(t *testing.T, svc *Service, actor Actor, refs ...string) (
 	return cid
 }
 
+// expectPaidOutOnce: the provider was asked once and the customer debited
+// once (the 1,000 withdrawn and the 50 fee, of 5,000).
+func expectPaidOutOnce(t *testing.T, p *payoutProvider, svc *Service, cid string) {
+	t.Helper()
+	if calls := p.calls(); len(calls) != 1 {
+		t.Fatalf("provider asked %d times (%v), want once", len(calls), calls)
+	}
+	expectMain(t, svc, cid, money.Naira(5000-1000-50))
+}
+
 func expectMain(t *testing.T, svc *Service, cid string, want money.Amount) {
 	t.Helper()
 	w, _, err := Load(context.Background(), svc.Engine, WalletKind, cid)
@@ -165,10 +175,7 @@ func TestRacingVerifiesAskTheProviderOnce(t *testing.T) {
 	if want := map[string]int{"ok": n}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("verifies after the payout: %v, want %v", got, want)
 	}
-	if calls := p.calls(); len(calls) != 1 {
-		t.Fatalf("provider asked %d times (%v), want once", len(calls), calls)
-	}
-	expectMain(t, b, cid, money.Naira(5000-1000-50))
+	expectPaidOutOnce(t, p, b, cid)
 }
 
 // A verify that vanished while asking the provider (a crash) holds the
@@ -231,10 +238,7 @@ func TestAHungUpClientStillRecordsThePayout(t *testing.T) {
 	if err != nil || rec.Status != ledger.Success {
 		t.Fatalf("verify after the hang-up: %+v, %v", rec, err)
 	}
-	if calls := p.calls(); len(calls) != 1 {
-		t.Fatalf("provider asked %d times (%v), want once", len(calls), calls)
-	}
-	expectMain(t, b, cid, money.Naira(5000-1000-50))
+	expectPaidOutOnce(t, p, b, cid)
 }
 
 // A provider that does not answer gives the lease up: the next verify, on
