@@ -169,6 +169,10 @@ func OpenTransactionElsewhere(tb testing.TB) (database string, end func()) {
 	if err != nil {
 		tb.Fatalf("pgtest: connect: %v", err)
 	}
+	var pid uint32
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		tb.Fatal(err)
+	}
 	var once bool
 	end = func() {
 		if once {
@@ -176,6 +180,11 @@ func OpenTransactionElsewhere(tb testing.TB) (database string, end func()) {
 		}
 		once = true
 		_ = conn.Close(context.Background()) // rolls the transaction back
+		// Closing only asks the server to end the session; its backend
+		// lingers in pg_stat_activity (still holding its transaction id)
+		// for a moment. Return once it is gone, so a caller can rely on
+		// the transaction having ended.
+		waitForBackendGone(tb, pid)
 	}
 	tb.Cleanup(end) // before the database is dropped
 	if _, err := conn.Exec(ctx, `SET application_name = 'pgtest-forgotten-session'`); err != nil {
@@ -188,4 +197,27 @@ func OpenTransactionElsewhere(tb testing.TB) (database string, end func()) {
 		tb.Fatal(err)
 	}
 	return conn.Config().Database, end
+}
+
+func waitForBackendGone(tb testing.TB, pid uint32) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, ServerURL(tb))
+	if err != nil {
+		tb.Errorf("pgtest: connect: %v", err)
+		return
+	}
+	defer admin.Close(context.Background())
+	for {
+		var alive bool
+		err := admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&alive)
+		if err != nil {
+			tb.Errorf("pgtest: waiting for session %d to end: %v", pid, err)
+			return
+		}
+		if !alive {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
