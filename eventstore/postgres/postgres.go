@@ -392,14 +392,29 @@ func (s *Store) listen(ctx context.Context) {
 
 // sendNotifications tells other processes about appends, coalescing bursts
 // into one NOTIFY so that notification never throttles writers.
+//
+// Close does not cut a notification short, and sends a pending one: a
+// process that appends and exits at once (an operator command revoking a
+// key) must still wake the other processes' subscribers, or they would see
+// its events only at their next poll.
 func (s *Store) sendNotifications(ctx context.Context) {
+	notify := func() {
+		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = s.pool.Exec(nctx, `SELECT pg_notify($1, '')`, notifyChannel)
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			select {
+			case <-s.notifyCh:
+				notify()
+			default:
+			}
 			return
 		case <-s.notifyCh:
+			notify()
 		}
-		_, _ = s.pool.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
 	}
 }
 

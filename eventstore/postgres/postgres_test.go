@@ -411,3 +411,45 @@ func TestHorizonNamesTheOldestOpenTransaction(t *testing.T) {
 		t.Fatalf("after the older ended: named %s, want %s", got, younger)
 	}
 }
+
+// TestCloseSendsPendingNotification: a process that appends and closes its
+// store at once (an operator command) still wakes other processes'
+// subscribers; without the notification they would see its events only at
+// their next poll, here a minute away.
+func TestCloseSendsPendingNotification(t *testing.T) {
+	follower, pool := newStore(t)
+	follower.PollInterval = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	head, err := follower.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan eventstore.RecordedEvent, 16)
+	go func() {
+		_ = follower.Subscribe(ctx, head, func(_ context.Context, es []eventstore.RecordedEvent) error {
+			for _, e := range es {
+				got <- e
+			}
+			return nil
+		})
+	}()
+	time.Sleep(100 * time.Millisecond) // the follower is waiting for a wake-up
+	for i := range 5 {
+		writer := postgres.New(pool)
+		id := uuid.New()
+		if _, err := writer.Append(ctx, eventstore.StreamAppend{Stream: "exiting-" + uuid.NewString()[:8], Expected: eventstore.NoStream,
+			Events: []eventstore.EventData{{ID: id, Type: "E", Data: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		writer.Close()
+		select {
+		case e := <-got:
+			if e.ID != id {
+				t.Fatalf("append %d: got event %s, want %s", i, e.ID, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("append %d by a store closed at once: no subscriber woke", i)
+		}
+	}
+}
