@@ -19,15 +19,21 @@ import (
 const clkTck = 100
 
 type cpuSample struct {
-	self  time.Duration // this process, user + system
-	pg    time.Duration // every process named postgres, children included
-	pgOK  bool          // a local PostgreSQL server was found
-	steal int64         // machine-wide jiffies: stolen
-	total int64         // machine-wide jiffies: all
+	self time.Duration // this process, user + system
+	pg   time.Duration // every process named postgres, children included
+	pgOK bool          // a local PostgreSQL server was found
+	// db is the CPU time of each backend connected to the benchmark's
+	// database, by pid: unlike pg, it leaves out whatever else the server
+	// does meanwhile (other people's tests on a shared server), and the
+	// server's own background work (WAL writer, autovacuum, checkpoints).
+	db    map[string]time.Duration
+	steal int64 // machine-wide jiffies: stolen
+	total int64 // machine-wide jiffies: all
 }
 
-func sampleCPU() cpuSample {
-	var s cpuSample
+// sampleCPU samples CPU times; database names the benchmark's database.
+func sampleCPU(database string) cpuSample {
+	s := cpuSample{db: map[string]time.Duration{}}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -48,11 +54,20 @@ func sampleCPU() cpuSample {
 		if len(f) < 15 {
 			continue
 		}
+		var own int64
 		for _, i := range []int{11, 12, 13, 14} { // fields 14-17, counted after "state" (field 3)
 			v, _ := strconv.ParseInt(f[i], 10, 64)
 			pg += v
+			if i <= 12 {
+				own += v
+			}
 		}
 		s.pgOK = true
+		// A backend's title: "postgres: user database host(port) state".
+		if title, err := os.ReadFile(filepath.Join(filepath.Dir(p), "cmdline")); err == nil &&
+			strings.Contains(string(title), " "+database+" ") {
+			s.db[filepath.Base(filepath.Dir(p))] = time.Duration(own) * time.Second / clkTck
+		}
 	}
 	s.pg = time.Duration(pg) * time.Second / clkTck
 	if b, err := os.ReadFile("/proc/stat"); err == nil {
@@ -71,17 +86,24 @@ func sampleCPU() cpuSample {
 
 // cpuReport is the CPU used between two samples, per op.
 type cpuReport struct {
-	selfPerOp, pgPerOp time.Duration
-	pgOK               bool
-	stealPct           float64
+	selfPerOp, pgPerOp, dbPerOp time.Duration
+	pgOK                        bool
+	stealPct                    float64
 }
 
-func cpuSince(before cpuSample, ops int) cpuReport {
-	after := sampleCPU()
+func cpuSince(before cpuSample, database string, ops int) cpuReport {
+	after := sampleCPU(database)
 	r := cpuReport{pgOK: before.pgOK && after.pgOK}
 	if ops > 0 {
 		r.selfPerOp = (after.self - before.self) / time.Duration(ops)
 		r.pgPerOp = (after.pg - before.pg) / time.Duration(ops)
+		// A backend that exited meanwhile is missed (the pool keeps its
+		// connections during a run); one that started counts in full.
+		var db time.Duration
+		for pid, t := range after.db {
+			db += t - before.db[pid]
+		}
+		r.dbPerOp = db / time.Duration(ops)
 	}
 	if d := after.total - before.total; d > 0 {
 		r.stealPct = 100 * float64(after.steal-before.steal) / float64(d)

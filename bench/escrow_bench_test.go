@@ -185,9 +185,10 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 		confirms[w] = append(confirms[w], d)
 		return nil
 	}
-	cpuBefore := sampleCPU()
+	database := bs.pool.Config().ConnConfig.Database
+	cpuBefore := sampleCPU(database)
 	elapsed := runClients(b, clients, lifecycle)
-	cpu := cpuSince(cpuBefore, b.N)
+	cpu := cpuSince(cpuBefore, database, b.N)
 
 	// Conservation: customers + merchant + platform hold the initial funding,
 	// split as the fee rules say.
@@ -257,6 +258,7 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 	b.ReportMetric(ledgerMS(cpu.selfPerOp), "go-cpu-ms/lc")
 	if cpu.pgOK {
 		b.ReportMetric(ledgerMS(cpu.pgPerOp), "pg-cpu-ms/lc")
+		b.ReportMetric(ledgerMS(cpu.dbPerOp), "pg-db-cpu-ms/lc")
 	}
 	b.ReportMetric(cpu.stealPct, "steal-%")
 	if tps > 0 {
