@@ -106,6 +106,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 		log = zap.NewNop()
 	}
 	api := NewStack(cfg, store, pool, runner, log, nil)
+	t.Cleanup(api.Close)
 	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
 	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
 	h.srv.Start()

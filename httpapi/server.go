@@ -99,6 +99,7 @@ type Server struct {
 	ping    func(context.Context) error
 	files   *fileStore
 	hooks   *webhooks.Outbox
+	closers []func()
 }
 
 // Deps are the server's collaborators.

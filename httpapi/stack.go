@@ -19,14 +19,17 @@ const aggregateCacheSize = 100_000
 // the tests and the benchmarks share. reg may be nil.
 func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Waiter, log *zap.Logger, reg *prometheus.Registry) *Server {
 	q := projections.NewQueries(pool)
-	engine := app.NewEngine(store, aggregateCacheSize)
+	auth := NewAuthCache(QueriesDirectory{Q: q}, store, log)
+	// The engine's appends are watched, so that an auth change made through
+	// this server counts for the next request at once (see AuthCache).
+	engine := app.NewEngine(auth.WatchStore(store), aggregateCacheSize)
 	svc := app.NewService(engine)
 	for env, addr := range cfg.BSCMasterAddress {
 		if addr != "" {
 			svc.CryptoMaster[env] = addr
 		}
 	}
-	return New(cfg, Deps{
+	s := New(cfg, Deps{
 		Log:       log,
 		App:       svc,
 		Queries:   q,
@@ -35,9 +38,19 @@ func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Wai
 		Idem:      NewIdempotencyStore(pool, WithIdempotencyLogger(orNop(log)), WithIdempotencyFence(engine)),
 		Registry:  reg,
 		Ping:      pool.Ping,
-		Directory: QueriesDirectory{Q: q},
+		Directory: auth,
 		Webhooks:  webhooks.NewOutbox(pool),
 	})
+	s.closers = append(s.closers, auth.Close)
+	return s
+}
+
+// Close stops the server's background work (the auth cache's log tail). It
+// does not close the store or the pool, which the caller owns.
+func (s *Server) Close() {
+	for _, c := range s.closers {
+		c()
+	}
 }
 
 // App returns the application the server drives (tests issue commands

@@ -11,6 +11,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/reference"
+	"github.com/escrowd/escrowd/eventstore"
 )
 
 // Queries reads the read models.
@@ -238,27 +239,69 @@ type CustomerAuth struct {
 // customer request. The customer is reported whether or not it belongs to
 // the key's merchant; auth decides.
 func (q *Queries) KeyAndCustomer(ctx context.Context, digest, customerID string) (KeyRow, bool, CustomerAuth, bool, error) {
+	a, err := q.keyAndCustomer(ctx, digest, customerID, false)
+	return a.Key, a.KeyFound, a.Customer, a.CustomerFound, err
+}
+
+// AuthAnswer is what KeyAndCustomerAt found, and how current it is.
+type AuthAnswer struct {
+	Key           KeyRow
+	KeyFound      bool
+	Customer      CustomerAuth
+	CustomerFound bool
+	// Covers is the log position the rows include at least: the older of
+	// the merchants' and customers' projectors' checkpoints, read in the
+	// same statement. Covered is false when one of them is not stored.
+	Covers  eventstore.Position
+	Covered bool
+}
+
+// KeyAndCustomerAt is KeyAndCustomer, plus the position the answer covers
+// (when the key is found), for a cache that must know whether an answer
+// predates a change it has already seen in the log.
+func (q *Queries) KeyAndCustomerAt(ctx context.Context, digest, customerID string) (AuthAnswer, error) {
+	return q.keyAndCustomer(ctx, digest, customerID, true)
+}
+
+func (q *Queries) keyAndCustomer(ctx context.Context, digest, customerID string, at bool) (AuthAnswer, error) {
 	var (
-		k                     KeyRow
+		a                     AuthAnswer
 		env                   string
 		cid, cmid, cenv, cst  *string
 		canBuy, canSell, canW *bool
+		commits, prepares     []int64
 	)
+	checkpoints := `NULL::bigint[], NULL::bigint[]`
+	if at {
+		// Ordered by name, so both arrays pair up; a missing row shows as
+		// a short array.
+		checkpoints = `(SELECT array_agg(commit_pos ORDER BY name) FROM projection_checkpoints WHERE name IN ('` + Merchants{}.Name() + `', '` + Customers{}.Name() + `')),
+			(SELECT array_agg(prepare_pos ORDER BY name) FROM projection_checkpoints WHERE name IN ('` + Merchants{}.Name() + `', '` + Customers{}.Name() + `'))`
+	}
 	err := q.pool.QueryRow(ctx, `SELECT `+keyColumns+`,
-			c.customer_id, c.merchant_id, c.environment, c.status, c.can_buy, c.can_sell, c.can_withdraw
+			c.customer_id, c.merchant_id, c.environment, c.status, c.can_buy, c.can_sell, c.can_withdraw, `+checkpoints+`
 		FROM `+keyFrom+` LEFT JOIN rm_customers c ON c.customer_id = $2
 		WHERE `+keyWhere, digest, customerID).
-		Scan(append(k.keyTargets(&env), &cid, &cmid, &cenv, &cst, &canBuy, &canSell, &canW)...)
+		Scan(append(a.Key.keyTargets(&env), &cid, &cmid, &cenv, &cst, &canBuy, &canSell, &canW, &commits, &prepares)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return k, false, CustomerAuth{}, false, nil
+		return AuthAnswer{}, nil
 	}
 	if err != nil {
-		return k, false, CustomerAuth{}, false, err
+		return AuthAnswer{}, err
 	}
-	k.Environment = domain.Environment(env)
-	if cid == nil {
-		return k, true, CustomerAuth{}, false, nil
+	a.Key.Environment = domain.Environment(env)
+	a.KeyFound = true
+	if len(commits) == 2 && len(prepares) == 2 {
+		a.Covered = true
+		a.Covers = eventstore.Position{Commit: uint64(commits[0]), Prepare: uint64(prepares[0])}
+		if p := (eventstore.Position{Commit: uint64(commits[1]), Prepare: uint64(prepares[1])}); p.Less(a.Covers) {
+			a.Covers = p
+		}
 	}
-	return k, true, CustomerAuth{CustomerID: *cid, MerchantID: *cmid, Environment: domain.Environment(*cenv),
-		Blocked: *cst == "blocked", Permissions: customer.Permissions{CanBuy: *canBuy, CanSell: *canSell, CanWithdraw: *canW}}, true, nil
+	if cid != nil {
+		a.CustomerFound = true
+		a.Customer = CustomerAuth{CustomerID: *cid, MerchantID: *cmid, Environment: domain.Environment(*cenv),
+			Blocked: *cst == "blocked", Permissions: customer.Permissions{CanBuy: *canBuy, CanSell: *canSell, CanWithdraw: *canW}}
+	}
+	return a, nil
 }

@@ -84,6 +84,7 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	}
 	if want["api"] {
 		api := newAPI(cfg, env, runner, reg, want["webhooks"])
+		defer api.Close()
 		srv := &http.Server{Addr: *addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 		g.Go(func() error {

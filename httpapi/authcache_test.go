@@ -1,0 +1,319 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+// countingDirectory answers every lookup with answer (covering covers) and
+// counts the lookups.
+type countingDirectory struct {
+	mu     sync.Mutex
+	calls  int
+	answer ResolvedAuth
+}
+
+func (d *countingDirectory) ResolveAt(_ context.Context, _, customerID string) (ResolvedAuth, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls++
+	a := d.answer
+	if customerID != "" && a.CustomerFound {
+		a.Customer.ID = customerID
+	}
+	return a, nil
+}
+
+func (d *countingDirectory) set(a ResolvedAuth) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.answer = a
+}
+
+func (d *countingDirectory) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls
+}
+
+type authCacheFixture struct {
+	t      *testing.T
+	cache  *AuthCache
+	dir    *countingDirectory
+	store  *postgres.Store // the cache's store (its tail)
+	other  *postgres.Store // another process's store: appends the cache does not watch
+	engine eventstore.Store
+}
+
+func newAuthCacheFixture(t *testing.T) *authCacheFixture {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	store, other := postgres.New(pool), postgres.New(pool)
+	t.Cleanup(store.Close)
+	t.Cleanup(other.Close)
+	dir := &countingDirectory{}
+	c := NewAuthCache(dir, store, zap.NewExample())
+	t.Cleanup(c.Close)
+	f := &authCacheFixture{t: t, cache: c, dir: dir, store: store, other: other, engine: c.WatchStore(store)}
+	f.resolve("warm-up", "") // starts the tail
+	f.waitLive()
+	return f
+}
+
+func (f *authCacheFixture) waitLive() {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.cache.mu.Lock()
+		live := f.cache.live
+		f.cache.mu.Unlock()
+		if live {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatal("the auth cache's tail never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (f *authCacheFixture) resolve(digest, customerID string) (Principal, bool, CustomerRef, bool) {
+	f.t.Helper()
+	p, ok, c, cok, err := f.cache.Resolve(context.Background(), digest, customerID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return p, ok, c, cok
+}
+
+// head is the log's current head.
+func (f *authCacheFixture) head() eventstore.Position {
+	f.t.Helper()
+	h, err := f.store.Head(context.Background())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return h
+}
+
+// appendTo appends one event to stream through s and returns its position.
+func (f *authCacheFixture) appendTo(s eventstore.Store, stream string) eventstore.Position {
+	f.t.Helper()
+	res, err := s.Append(context.Background(), eventstore.StreamAppend{Stream: stream, Expected: eventstore.Any,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "test.changed", Data: []byte(`{}`)}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res.Position
+}
+
+// waitSeen waits until the cache's tail has read pos.
+func (f *authCacheFixture) waitSeen(pos eventstore.Position) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.cache.mu.Lock()
+		seen := f.cache.seen
+		f.cache.mu.Unlock()
+		if seen.AtLeast(pos) {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("the auth cache's tail never read %v", pos)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// expectCalls resolves (digest, customerID) and checks the directory's
+// total lookups afterwards.
+func (f *authCacheFixture) expectCalls(what, digest, customerID string, want int) {
+	f.t.Helper()
+	f.resolve(digest, customerID)
+	if got := f.dir.count(); got != want {
+		f.t.Fatalf("%s: %d directory lookups, want %d", what, got, want)
+	}
+}
+
+func found(covers eventstore.Position, customer bool) ResolvedAuth {
+	r := ResolvedAuth{Principal: Principal{KeyID: "key_1", MerchantID: "mer_1", Environment: domain.Test},
+		Found: true, Covers: covers, Covered: true}
+	if customer {
+		r.Customer, r.CustomerFound = CustomerRef{MerchantID: "mer_1", Environment: domain.Test}, true
+	}
+	return r
+}
+
+func TestAuthCacheAnswersRepeatsFromMemory(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	f.dir.set(found(f.head(), true))
+	base := f.dir.count()
+	f.expectCalls("first lookup", "d1", "cus_1", base+1)
+	f.expectCalls("repeat", "d1", "cus_1", base+1)
+	p, ok, c, cok := f.resolve("d1", "cus_1")
+	if !ok || !cok || p.KeyID != "key_1" || c.ID != "cus_1" || c.MerchantID != "mer_1" {
+		t.Fatalf("cached answer: %+v %v %+v %v", p, ok, c, cok)
+	}
+	// Another customer, or the key alone, is another lookup.
+	f.expectCalls("other customer", "d1", "cus_2", base+2)
+	f.expectCalls("key alone", "d1", "", base+3)
+	f.expectCalls("key alone again", "d1", "", base+3)
+}
+
+func TestAuthCacheNeverKeepsIncompleteAnswers(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	base := f.dir.count()
+	for i, a := range []ResolvedAuth{
+		{}, // unknown key
+		{Principal: Principal{KeyID: "k"}, Found: true, Covers: f.head(), Covered: true},  // customer not found
+		{Principal: Principal{KeyID: "k"}, Found: true, CustomerFound: true, Covered: false}, // coverage unknown
+	} {
+		f.dir.set(a)
+		f.expectCalls("first", "d", "cus_x", base+2*i+1)
+		f.expectCalls("again: not cached", "d", "cus_x", base+2*i+2)
+	}
+}
+
+func TestAuthCacheDropsWhatEventsChange(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	f.dir.set(found(f.head(), true))
+	f.resolve("d1", "cus_a")
+	f.resolve("d1", "cus_b")
+	f.resolve("d2", "")
+	base := f.dir.count()
+
+	// A customer's event (written by another process) drops that
+	// customer's entries only.
+	f.waitSeen(f.appendTo(f.other, app.CustomerKind.StreamName("cus_a")))
+	f.dir.set(found(f.head(), true))
+	f.expectCalls("customer a after its event", "d1", "cus_a", base+1)
+	f.expectCalls("customer b", "d1", "cus_b", base+1)
+	f.expectCalls("the key alone", "d2", "", base+1)
+
+	// Events of other aggregates change nothing.
+	f.waitSeen(f.appendTo(f.other, app.EscrowKind.StreamName(uuid.NewString())))
+	f.expectCalls("after an escrow event", "d1", "cus_b", base+1)
+
+	// A merchant's event drops everything.
+	f.waitSeen(f.appendTo(f.other, app.MerchantKind.StreamName("mer_1")))
+	f.dir.set(found(f.head(), true))
+	f.expectCalls("customer b after a merchant event", "d1", "cus_b", base+2)
+	f.expectCalls("the key alone after a merchant event", "d2", "", base+3)
+}
+
+// TestAuthCacheRefusesAnswersOlderThanAChangeItSaw: the read models can lag
+// the tail. An answer covering less than the last change the tail read may
+// predate it, so it is used but not kept.
+func TestAuthCacheRefusesAnswersOlderThanAChangeItSaw(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	before := f.head()
+	f.waitSeen(f.appendTo(f.other, app.CustomerKind.StreamName("cus_a")))
+	f.dir.set(found(before, true)) // read models still short of the change
+	base := f.dir.count()
+	f.expectCalls("stale answer", "d1", "cus_a", base+1)
+	f.expectCalls("stale answer not kept", "d1", "cus_a", base+2)
+	// Another customer's answer is refused too: the cache compares with the
+	// last change of any merchant or customer.
+	f.expectCalls("stale answer, other customer", "d1", "cus_b", base+3)
+	f.expectCalls("not kept either", "d1", "cus_b", base+4)
+	f.dir.set(found(f.head(), true)) // the read models caught up
+	f.expectCalls("current answer", "d1", "cus_a", base+5)
+	f.expectCalls("current answer kept", "d1", "cus_a", base+5)
+}
+
+// TestAuthCacheOwnWritesCountAtOnce: a change this process wrote (a
+// revocation through the API) counts for the next lookup even before the
+// tail has read it: nothing is answered from memory until it has.
+func TestAuthCacheOwnWritesCountAtOnce(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	f.dir.set(found(f.head(), true))
+	f.resolve("d1", "cus_b")
+	base := f.dir.count()
+	// Hold the tail back: subscribers see nothing while this transaction
+	// is open, so the tail cannot read the own write below.
+	_, endHold := pgtest.OpenTransactionElsewhere(t)
+	pos := f.appendTo(f.engine, app.CustomerKind.StreamName("cus_a"))
+	f.expectCalls("unrelated customer while an own change is unread", "d1", "cus_b", base+1)
+	endHold()
+	f.waitSeen(pos)
+	// The answer kept meanwhile is current: the change was another
+	// customer's.
+	f.expectCalls("after the tail read it", "d1", "cus_b", base+1)
+	f.expectCalls("customer a", "d1", "cus_a", base+2)
+	// Appends elsewhere than merchants and customers are not watched.
+	f.appendTo(f.engine, app.EscrowKind.StreamName(uuid.NewString()))
+	f.expectCalls("after an own escrow append", "d1", "cus_b", base+2)
+}
+
+func TestAuthCacheEntriesExpire(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	var mu sync.Mutex
+	now := time.Now()
+	f.cache.mu.Lock()
+	f.cache.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	f.cache.mu.Unlock()
+	f.dir.set(found(f.head(), false))
+	base := f.dir.count()
+	f.expectCalls("first", "d1", "", base+1)
+	mu.Lock()
+	now = now.Add(authCacheTTL - time.Millisecond)
+	mu.Unlock()
+	f.expectCalls("within the TTL", "d1", "", base+1)
+	mu.Lock()
+	now = now.Add(time.Millisecond)
+	mu.Unlock()
+	f.expectCalls("at the TTL", "d1", "", base+2)
+}
+
+func TestAuthCacheIsBounded(t *testing.T) {
+	f := newAuthCacheFixture(t)
+	f.cache.mu.Lock()
+	f.cache.max = 3
+	f.cache.mu.Unlock()
+	f.dir.set(found(f.head(), true))
+	for _, c := range []string{"c1", "c2", "c3", "c4"} {
+		f.resolve("d", c)
+	}
+	f.cache.mu.Lock()
+	size, n := f.cache.size, 0
+	for _, m := range f.cache.entries {
+		n += len(m)
+	}
+	f.cache.mu.Unlock()
+	if size != 1 || n != 1 {
+		t.Fatalf("after 4 answers with room for 3: size %d, %d entries; want the cache started over with 1", size, n)
+	}
+}
+
+// failingStore is a store whose log cannot be followed.
+type failingStore struct{ eventstore.Store }
+
+func (failingStore) Head(context.Context) (eventstore.Position, error) {
+	return eventstore.Position{}, errors.New("database unreachable")
+}
+
+func TestAuthCacheWithoutTailAsksEveryTime(t *testing.T) {
+	dir := &countingDirectory{answer: found(eventstore.Position{}, false)}
+	c := NewAuthCache(dir, failingStore{}, nil)
+	defer c.Close()
+	for i := 1; i <= 3; i++ {
+		if _, ok, _, _, err := c.Resolve(context.Background(), "d", ""); err != nil || !ok {
+			t.Fatalf("lookup %d: %v %v", i, ok, err)
+		}
+		if dir.count() != i {
+			t.Fatalf("lookup %d without a tail: %d directory lookups", i, dir.count())
+		}
+	}
+}
