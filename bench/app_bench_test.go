@@ -104,6 +104,7 @@ func benchCustomerCreate(b *testing.B, keyed bool) {
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	go func() { _ = runner.Run(ctx) }()
 	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test}, store, pool, runner, zap.NewNop(), nil)
+	defer api.Close()
 	svc := api.App()
 	srv := httptest.NewServer(api.Handler())
 	defer srv.Close()

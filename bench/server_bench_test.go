@@ -44,7 +44,7 @@ func newBenchServer(b *testing.B) *benchServer {
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
 	srv := httptest.NewServer(api.Handler())
-	bs := &benchServer{ctx: ctx, pool: pool, close: func() { srv.Close(); cancel(); <-done; store.Close() }}
+	bs := &benchServer{ctx: ctx, pool: pool, close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
 	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
 	if err != nil {
 		bs.close()

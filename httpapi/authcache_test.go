@@ -177,7 +177,7 @@ func TestAuthCacheNeverKeepsIncompleteAnswers(t *testing.T) {
 	base := f.dir.count()
 	for i, a := range []ResolvedAuth{
 		{}, // unknown key
-		{Principal: Principal{KeyID: "k"}, Found: true, Covers: f.head(), Covered: true},  // customer not found
+		{Principal: Principal{KeyID: "k"}, Found: true, Covers: f.head(), Covered: true},     // customer not found
 		{Principal: Principal{KeyID: "k"}, Found: true, CustomerFound: true, Covered: false}, // coverage unknown
 	} {
 		f.dir.set(a)
