@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"reflect"
 	"sort"
 	"strings"
 
@@ -20,11 +21,29 @@ var entryRegistries = map[string]domain.Registry{
 	"escrow":  escrow.Registry,
 }
 
+// nonEntryTypes are the event types of entryRegistries that are not
+// ledger entries (an escrow's creation, its funding), by stream prefix:
+// DecodeEntry need not decode them to find that out. Decoding JSON is most
+// of the ledger projector's own CPU, and escrow.created, the largest
+// event, is one of these.
+var nonEntryTypes = func() map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	for prefix, reg := range entryRegistries {
+		out[prefix] = map[string]bool{}
+		for typ, zero := range reg {
+			if _, ok := reflect.ValueOf(zero()).Elem().Interface().(ledger.Entry); !ok {
+				out[prefix][typ] = true
+			}
+		}
+	}
+	return out
+}()
+
 // DecodeEntry returns the ledger entry a recorded event is, if it is one.
 func DecodeEntry(re eventstore.RecordedEvent) (ledger.Entry, bool, error) {
 	prefix, _, _ := strings.Cut(re.Stream, "-")
 	reg, ok := entryRegistries[prefix]
-	if !ok {
+	if !ok || nonEntryTypes[prefix][re.Type] {
 		return nil, false, nil
 	}
 	ev, err := reg.Decode(re.Type, re.Data)
