@@ -255,7 +255,7 @@ func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms
 		// An attempt whose append conflicted leaves the escrows it built
 		// (a clone never appended); each attempt answers only for itself.
 		out = PaymentResult{}
-		p, err := Read(tx, PaymentKind, stream)
+		p, err := ReadNew(tx, PaymentKind, stream) // references are nearly always new
 		if err != nil {
 			return err
 		}

@@ -171,3 +171,51 @@ func TestEscrowPaymentRecordsTheFeeItCharged(t *testing.T) {
 		t.Fatalf("buyer wallet %+v, %v", w, err)
 	}
 }
+
+// A payment's reference is taken to be new without reading its stream
+// (ReadNew). Repeated on an instance that has nothing cached for it, the
+// payment still answers its stored outcome and moves nothing, even though
+// a decision on the assumption alone would refuse it: the buyer has spent
+// the whole balance on it.
+func TestRepeatedEscrowPaymentOnAColdInstance(t *testing.T) {
+	ctx := context.Background()
+	a, b, store, actor := twoInstances(t)
+	buyer, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := a.CreateEscrow(ctx, actor, "", escrow.Draft{Amount: money.Naira(1000), Purpose: "Bag", WhoPays: "buyer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.TopUp(ctx, actor, buyer, link.Escrow.Due()); err != nil {
+		t.Fatal(err)
+	}
+	in := EscrowPayment{Reference: "pay-cold", Amount: link.Escrow.Due(), EscrowIDs: []string{link.Escrow.ID}}
+	first, err := a.PayEscrows(ctx, actor, buyer, allowed, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := PaymentKind.StreamName(payment.StreamID(actor.MerchantID, actor.Environment, in.Reference))
+	before, err := store.ReadStream(ctx, stream, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, svc := range []*Service{b, a} { // b cold, a with the payment cached
+		again, err := svc.PayEscrows(ctx, actor, buyer, allowed, in)
+		if err != nil {
+			t.Fatalf("repeat %d: %v", i, err)
+		}
+		if again.Record.ID != first.Record.ID || len(again.Escrows) != 1 || again.Escrows[0].ID != first.Escrows[0].ID {
+			t.Fatalf("repeat %d answered %+v, want the first payment's outcome %+v", i, again.Record, first.Record)
+		}
+	}
+	after, err := store.ReadStream(ctx, stream, 0, 100)
+	if err != nil || len(after) != len(before) {
+		t.Fatalf("the payment stream grew from %d to %d events (%v)", len(before), len(after), err)
+	}
+	w, _, err := Load(ctx, a.Engine, WalletKind, buyer)
+	if err != nil || w.Main != 0 || w.Escrow != link.Escrow.Held() {
+		t.Fatalf("wallet %+v, %v: the payment must move money once", w, err)
+	}
+}

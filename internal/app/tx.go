@@ -51,6 +51,26 @@ func ReadLatest[S any](tx *Tx, k Kind[S], id string) (S, error) {
 	return read(tx, k, id, true)
 }
 
+// ReadNew is Read for an aggregate the command expects not to exist yet (a
+// payment under a reference the client has just made up): unless it is
+// cached, it is taken to be absent without a read, and the append proves
+// it, expecting no stream. If the stream exists after all, the append
+// conflicts and the command runs again with everything read from the
+// store; a refusal decided meanwhile is retried the same way, since it may
+// rest on the assumption (a repeated payment refused for the balance it
+// already spent).
+func ReadNew[S any](tx *Tx, k Kind[S], id string) (S, error) {
+	stream := k.StreamName(id)
+	if _, cached := tx.engine.cache.get(stream); cached || tx.fresh {
+		return Read(tx, k, id)
+	}
+	var zero S
+	tx.stale = true
+	ts := tx.stream(stream)
+	ts.rev, ts.known, ts.unchecked = -1, true, false
+	return zero, nil
+}
+
 func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 	stream := k.StreamName(id)
 	state, rev, cachedOnly, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, fresh)
