@@ -60,7 +60,7 @@ func benchClaim(b *testing.B, remembered int) {
 // benchClaimOnce is the Run loop's claim of n rows.
 func benchClaimOnce(ctx context.Context, d *Dispatcher, n int) ([]claimed, error) {
 	d.mu.Lock()
-	busy := d.claimLoad()
+	a := d.allot()
 	d.mu.Unlock()
-	return claim(ctx, d.Pool, n, d.SlowPerMerchant, busy, d.Lease)
+	return claim(ctx, d.Pool, n, d.Lease, a.full, a.rooms)
 }

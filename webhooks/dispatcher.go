@@ -221,12 +221,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
-		busy := d.claimLoad()
+		a := d.allot()
 		d.mu.Unlock()
 		var got []claimed
 		if free > 0 {
 			var err error
-			got, err = claim(ctx, d.Pool, free, d.SlowPerMerchant, busy, d.Lease)
+			got, err = claim(ctx, d.Pool, free, d.Lease, a.full, a.rooms)
 			if err != nil {
 				if ctx.Err() != nil {
 					break
@@ -311,32 +311,73 @@ func (d *Dispatcher) inFlight() int {
 	return n
 }
 
-// claimLoad is what the claim counts as each merchant's attempts in flight,
-// against a cap of SlowPerMerchant for every merchant: prompt merchants
-// look less busy (room up to PerMerchant), and slow ones busier, so that
-// all of them together get at most SlowShare. Callers hold d.mu.
-func (d *Dispatcher) claimLoad() map[string]int {
-	load := make(map[string]int, len(d.busy)+len(d.slow)+len(d.prompt))
+// allotment shares a claim's attempts out among the merchants of its
+// window: a prompt merchant may have up to PerMerchant attempts in flight,
+// any other up to SlowPerMerchant, and the slow ones all together up to
+// SlowShare. It is asked only about merchants the window holds, so what a
+// claim costs does not grow with the merchants the dispatcher remembers.
+type allotment struct {
+	d *Dispatcher
+	// full are merchants in flight that may get nothing more, whatever the
+	// window holds: the claim leaves their rows out from the start.
+	full []string
+	// share is what the slow merchants may still get together.
+	share int
+}
+
+// allot starts the allotment of a claim. Callers hold d.mu.
+func (d *Dispatcher) allot() *allotment {
+	a := &allotment{d: d, share: d.SlowShare}
 	for m, n := range d.busy {
-		load[m] = n
+		if d.slow[m] {
+			a.share -= n
+		}
 	}
-	for m := range d.prompt {
-		load[m] = d.busy[m] - (d.PerMerchant - d.SlowPerMerchant)
+	for m, n := range d.busy {
+		if n >= d.capOf(m) || d.slow[m] && a.share <= 0 {
+			a.full = append(a.full, m)
+		}
 	}
-	budget := d.SlowShare
-	for m := range d.slow {
-		budget -= d.busy[m]
+	return a
+}
+
+// capOf is how many attempts merchant m may have in flight: PerMerchant
+// once seen answering in time, SlowPerMerchant otherwise. Callers hold
+// d.mu.
+func (d *Dispatcher) capOf(m string) int {
+	if d.prompt[m] {
+		return d.PerMerchant
 	}
-	for m := range d.slow { // map order: no slow merchant always goes last
-		room := min(d.SlowPerMerchant-d.busy[m], budget)
-		if room <= 0 {
-			load[m] = d.SlowPerMerchant // saturated
+	return d.SlowPerMerchant
+}
+
+// rooms returns how many more attempts each merchant of rows (merchants a
+// claim's window shows for the first time, each with its rows there) may
+// get: its cap less its attempts in flight, and for a slow merchant no
+// more than its rows there nor than what is left of the share. The share
+// goes to the slow merchants in random order, so that no slow merchant
+// always comes last, and only as far as they have rows to take it. It
+// takes d.mu.
+func (a *allotment) rooms(rows map[string]int) map[string]int {
+	d := a.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]int, len(rows))
+	var slow []string
+	for m := range rows {
+		if d.slow[m] {
+			slow = append(slow, m)
 			continue
 		}
-		budget -= room
-		load[m] = d.SlowPerMerchant - room
+		out[m] = max(d.capOf(m)-d.busy[m], 0)
 	}
-	return load
+	rand.Shuffle(len(slow), func(i, j int) { slow[i], slow[j] = slow[j], slow[i] })
+	for _, m := range slow {
+		r := max(min(d.SlowPerMerchant-d.busy[m], rows[m], a.share), 0)
+		out[m] = r
+		a.share -= r
+	}
+	return out
 }
 
 // maxRemembered bounds the merchants remembered as slow or prompt; past it

@@ -290,80 +290,202 @@ type claimed struct {
 	Attempt     int
 }
 
-// claim leases up to n due deliveries for one attempt each, skipping rows
-// other dispatchers hold (SKIP LOCKED), messages queued behind an earlier
-// undelivered message of their order key, and merchants at their
-// concurrency cap: busy holds this dispatcher's attempts in flight per
-// merchant, perMerchant the cap (a merchant's room is perMerchant minus its
-// busy count, which may be negative to allow it more). Leased rows become
-// due again when the lease ends, which is how a dead dispatcher's attempts
-// are retried.
-func claim(ctx context.Context, pool *pgxpool.Pool, n, perMerchant int, busy map[string]int, lease time.Duration) ([]claimed, error) {
-	var saturated, busyIDs []string
-	var busyN []int32
-	for m, k := range busy {
-		if k >= perMerchant {
-			saturated = append(saturated, m)
-		} else if k != 0 { // negative: a merchant allowed more than perMerchant
-			busyIDs = append(busyIDs, m)
-			busyN = append(busyN, int32(k))
-		}
-	}
-	if saturated == nil {
-		saturated = []string{}
-	}
-	if busyIDs == nil {
-		busyIDs, busyN = []string{}, []int32{}
-	}
-	// Look further than n rows, so that rows of merchants at their cap do
-	// not hide other merchants' rows behind them.
-	window := min(4*n, 1000)
-	// The claim commits synchronously (unlike outcomes): its attempt number
-	// must survive a database crash, or the next claim would reuse it.
-	rows, err := pool.Query(ctx, `
-		WITH cand AS (
-		    SELECT d.id, d.merchant_id, d.next_attempt_at, d.seq
-		      FROM webhook_deliveries d
-		     WHERE d.status IN ('pending', 'delivering') AND d.next_attempt_at <= now()
-		       AND d.merchant_id <> ALL ($2::text[])
-		       AND (d.order_key IS NULL OR NOT EXISTS (
-		            SELECT 1 FROM webhook_deliveries p
-		             WHERE p.order_key = d.order_key AND p.seq < d.seq
-		               AND p.status IN ('pending', 'delivering')))
-		     ORDER BY d.next_attempt_at, d.seq
-		     LIMIT $1
-		     FOR UPDATE SKIP LOCKED
-		), ranked AS (
-		    SELECT c.id, c.next_attempt_at, c.seq,
-		           row_number() OVER (PARTITION BY c.merchant_id ORDER BY c.next_attempt_at, c.seq) AS rn,
-		           $5::int - coalesce(b.busy, 0) AS room
-		      FROM cand c
-		      LEFT JOIN unnest($3::text[], $4::int[]) AS b(merchant_id, busy) ON b.merchant_id = c.merchant_id
-		), pick AS (
-		    SELECT id FROM ranked WHERE rn <= room ORDER BY next_attempt_at, seq LIMIT $6
-		)
-		UPDATE webhook_deliveries d
-		   SET status = 'delivering', attempts = d.attempts + 1,
-		       lease_until = now() + $7::bigint * interval '1 millisecond',
-		       next_attempt_at = now() + $7::bigint * interval '1 millisecond'
-		  FROM pick WHERE d.id = pick.id
-		RETURNING d.id, d.merchant_id, d.environment, d.event, d.body, d.attempts`,
-		window, saturated, busyIDs, busyN, perMerchant, n, lease.Milliseconds())
+// claim leases up to n (> 0) due deliveries for one attempt each, in due
+// order, skipping rows other dispatchers hold (SKIP LOCKED), messages
+// queued behind an earlier undelivered message of their order key, and
+// merchants without room. full are merchants known to have none; rooms
+// tells how many more attempts each merchant may get as the window shows
+// it, with its rows in the select that first showed it (see allotment).
+// Leased rows become due again when the lease ends, which is how a dead
+// dispatcher's attempts are retried.
+//
+// It is one transaction: it selects and locks the window, chooses here
+// which of its rows to lease, updates only those and commits, which
+// releases the others untouched. rooms is asked only about the merchants
+// the window holds, so a claim costs the same however many merchants the
+// dispatcher remembers. The claim commits synchronously (unlike outcomes):
+// its attempt number must survive a database crash, or the next claim
+// would reuse it.
+func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) ([]claimed, error) {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []claimed
-	for rows.Next() {
-		var c claimed
-		var env string
-		if err := rows.Scan(&c.ID, &c.MerchantID, &env, &c.Event, &c.Body, &c.Attempt); err != nil {
+	// After an error the connection may still be inside the transaction:
+	// the pool then closes it, which rolls it back.
+	defer conn.Release()
+	w := newWindow(n, full, rooms)
+	for begin := true; !w.done(); begin = false {
+		after, exclude, limit := w.next()
+		cands, err := selectWindow(ctx, conn.Conn(), begin, after, exclude, limit)
+		if err != nil {
 			return nil, err
 		}
-		c.Environment = domain.Environment(env)
-		out = append(out, c)
+		w.add(cands, limit)
 	}
-	return out, rows.Err()
+	return leasePicked(ctx, conn.Conn(), w.picked, lease)
+}
+
+// candidate is a due row of a claim's window.
+type candidate struct {
+	ID         uuid.UUID
+	MerchantID string
+	Due        time.Time // next_attempt_at
+	Seq        int64
+}
+
+// window is the part of the outbox a claim looks at, and the rows it picks
+// there. It is read in due order, by selects that each go on after the
+// last row seen, and picks each row whose merchant has room left, until it
+// has n rows, or has looked at size rows (4n, at most 1,000: further than
+// n, so that merchants at their cap do not hide others' rows behind
+// theirs), or the due rows run out. Only rows of merchants with room when
+// first seen count towards size: a merchant with none (a dead receiver with
+// a backlog) is left out of the selects that follow, as the allotment's
+// full merchants are from the first, so its rows hide nobody's either.
+type window struct {
+	want    int // rows still to pick
+	size    int // rows of merchants with room still to look at
+	asked   int // rows the last select asked for (0: none yet)
+	got     int // rows it returned
+	after   candidate
+	rooms   func(rows map[string]int) map[string]int
+	room    map[string]int  // merchants seen: attempts they may still get
+	full    map[string]bool // merchants seen with no room
+	exclude []string        // merchants the selects leave out
+	picked  []uuid.UUID
+}
+
+// newWindow is the window of a claim of n rows; full are merchants known
+// to have no room, rooms tells the room of merchants as they show up (see
+// allotment.rooms).
+func newWindow(n int, full []string, rooms func(map[string]int) map[string]int) *window {
+	return &window{want: n, size: min(4*n, 1000), rooms: rooms, room: map[string]int{}, full: map[string]bool{},
+		// Never nil: <> ALL (NULL) would leave every row out.
+		exclude: append([]string{}, full...)}
+}
+
+// done says the window needs no further select.
+func (w *window) done() bool { return w.want == 0 || w.size == 0 || w.got < w.asked }
+
+// next is the next select: after the last row seen (the zero candidate
+// before the first, which every row follows), without the merchants known
+// to have no room, as many rows as may still count.
+func (w *window) next() (after candidate, exclude []string, limit int) {
+	return w.after, w.exclude, w.size
+}
+
+// add takes the rows a select of limit rows returned.
+func (w *window) add(cands []candidate, limit int) {
+	w.asked, w.got = limit, len(cands)
+	fresh := map[string]int{}
+	for _, c := range cands {
+		if _, seen := w.room[c.MerchantID]; !seen {
+			fresh[c.MerchantID]++
+		}
+	}
+	for m, r := range w.rooms(fresh) {
+		w.room[m] = r
+		if r == 0 {
+			w.full[m] = true
+			w.exclude = append(w.exclude, m)
+		}
+	}
+	for _, c := range cands {
+		w.after = c
+		if w.full[c.MerchantID] {
+			continue
+		}
+		w.size--
+		if w.want > 0 && w.room[c.MerchantID] > 0 {
+			w.room[c.MerchantID]--
+			w.want--
+			w.picked = append(w.picked, c.ID)
+		}
+	}
+}
+
+// selectWindow selects and locks up to limit due rows after after, of
+// merchants not in exclude, skipping rows other transactions hold and rows
+// queued behind an earlier undelivered row of their order key. begin starts
+// the claim's transaction in the same round trip.
+func selectWindow(ctx context.Context, conn *pgx.Conn, begin bool, after candidate, exclude []string, limit int) ([]candidate, error) {
+	b := &pgx.Batch{}
+	if begin {
+		b.Queue(`BEGIN`)
+	}
+	b.Queue(`
+		SELECT d.id, d.merchant_id, d.next_attempt_at, d.seq
+		  FROM webhook_deliveries d
+		 WHERE d.status IN ('pending', 'delivering') AND d.next_attempt_at <= now()
+		   AND (d.next_attempt_at, d.seq) > ($1::timestamptz, $2::bigint)
+		   AND d.merchant_id <> ALL ($3::text[])
+		   AND (d.order_key IS NULL OR NOT EXISTS (
+		        SELECT 1 FROM webhook_deliveries p
+		         WHERE p.order_key = d.order_key AND p.seq < d.seq
+		           AND p.status IN ('pending', 'delivering')))
+		 ORDER BY d.next_attempt_at, d.seq
+		 LIMIT $4
+		 FOR UPDATE SKIP LOCKED`, after.Due, after.Seq, exclude, limit)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	if begin {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	cands, err := pgx.CollectRows(rows, pgx.RowToStructByPos[candidate])
+	if err != nil {
+		return nil, err
+	}
+	return cands, br.Close()
+}
+
+// leasePicked leases the rows picked, as the claim's attempt, and commits
+// in the same round trip. With none picked it rolls back instead: there is
+// nothing to keep, so nothing to wait for.
+func leasePicked(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, lease time.Duration) ([]claimed, error) {
+	if len(ids) == 0 {
+		_, err := conn.Exec(ctx, `ROLLBACK`)
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	// statement_timestamp, not now(): the lease runs from the update, not
+	// from the start of the transaction.
+	b.Queue(`
+		UPDATE webhook_deliveries d
+		   SET status = 'delivering', attempts = d.attempts + 1,
+		       lease_until = statement_timestamp() + $2::bigint * interval '1 millisecond',
+		       next_attempt_at = statement_timestamp() + $2::bigint * interval '1 millisecond'
+		 WHERE d.id = ANY ($1::uuid[])
+		RETURNING d.id, d.merchant_id, d.environment, d.event, d.body, d.attempts`, ids, lease.Milliseconds())
+	b.Queue(`COMMIT`)
+	br := conn.SendBatch(ctx, b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out, err := pgx.CollectRows(rows, scanClaimed)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	return out, br.Close()
+}
+
+func scanClaimed(row pgx.CollectableRow) (claimed, error) {
+	var c claimed
+	var env string
+	err := row.Scan(&c.ID, &c.MerchantID, &env, &c.Event, &c.Body, &c.Attempt)
+	c.Environment = domain.Environment(env)
+	return c, err
 }
 
 // outcome is the result of one attempt.

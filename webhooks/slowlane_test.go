@@ -2,7 +2,9 @@ package webhooks
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -14,34 +16,45 @@ func slowLaneDispatcher() *Dispatcher {
 		busy: map[string]int{}, slow: map[string]bool{}, prompt: map[string]bool{}}
 }
 
-// claimRoom is how many more attempts claim (outbox.go) would give merchant
-// m under load: SlowPerMerchant minus its load, never below 0.
-func claimRoom(d *Dispatcher, load map[string]int, m string) int {
-	return max(d.SlowPerMerchant-load[m], 0)
+// roomsOf is what a claim whose window holds merchants ms, each with more
+// rows than any cap, may give each of them (allotment.rooms).
+func roomsOf(d *Dispatcher, ms ...string) map[string]int {
+	rows := map[string]int{}
+	for _, m := range ms {
+		rows[m] = d.PerMerchant + 1
+	}
+	return d.allot().rooms(rows)
 }
 
-// TestClaimLoadSlowLane: what the claim may still give each merchant. A
+// TestAllotmentSlowLane: what the claim may still give each merchant. A
 // prompt merchant has room up to PerMerchant; one never seen answering up
 // to SlowPerMerchant; slow merchants share SlowShare between them, counting
 // the attempts they already hold, so dead receivers that already hold the
-// slow share get nothing more.
-func TestClaimLoadSlowLane(t *testing.T) {
+// slow share get nothing more. Merchants in flight with no room are known
+// before the window is read: the claim leaves their rows out.
+func TestAllotmentSlowLane(t *testing.T) {
 	d := slowLaneDispatcher()
 	d.busy = map[string]int{"slowA": 2, "prompt": 1, "unknownBusy": 1}
 	d.setSlow("slowA", true)
 	d.setSlow("slowB", true)
 	d.setSlow("prompt", false)
-	load := d.claimLoad()
-	for m, want := range map[string]int{
+	want := map[string]int{
 		"slowA":       0, // holds the whole slow share already
 		"slowB":       0, // idle, but the slow share is taken
 		"prompt":      3, // PerMerchant 4, one in flight
 		"unknownBusy": 0, // SlowPerMerchant 1, one in flight
 		"unknownIdle": 1, // SlowPerMerchant
-	} {
-		if got := claimRoom(d, load, m); got != want {
-			t.Errorf("%s: room %d, want %d (load %v)", m, got, want, load)
+	}
+	rooms := roomsOf(d, slices.Collect(maps.Keys(want))...)
+	for m, w := range want {
+		if rooms[m] != w {
+			t.Errorf("%s: room %d, want %d (rooms %v)", m, rooms[m], w, rooms)
 		}
+	}
+	full := d.allot().full
+	slices.Sort(full)
+	if !slices.Equal(full, []string{"slowA", "unknownBusy"}) {
+		t.Errorf("full before the window: %v, want slowA and unknownBusy", full)
 	}
 
 	// Share left over: one slow attempt in flight of a share of two leaves
@@ -51,9 +64,9 @@ func TestClaimLoadSlowLane(t *testing.T) {
 	for _, m := range []string{"slowA", "slowB", "slowC"} {
 		d.setSlow(m, true)
 	}
-	load = d.claimLoad()
-	if a, bc := claimRoom(d, load, "slowA"), claimRoom(d, load, "slowB")+claimRoom(d, load, "slowC"); a != 0 || bc != 1 {
-		t.Fatalf("slowA room %d, slowB+slowC room %d; want 0 and 1 (load %v)", a, bc, load)
+	rooms = roomsOf(d, "slowA", "slowB", "slowC")
+	if a, bc := rooms["slowA"], rooms["slowB"]+rooms["slowC"]; a != 0 || bc != 1 {
+		t.Fatalf("slowA room %d, slowB+slowC room %d; want 0 and 1 (rooms %v)", a, bc, rooms)
 	}
 
 	// A slow merchant that answers in time again is prompt, not slow.
@@ -63,7 +76,7 @@ func TestClaimLoadSlowLane(t *testing.T) {
 	if d.slow["m"] || !d.prompt["m"] {
 		t.Fatalf("after answering in time: slow %v, prompt %v", d.slow, d.prompt)
 	}
-	if got := claimRoom(d, d.claimLoad(), "m"); got != 4 {
+	if got := roomsOf(d, "m")["m"]; got != 4 {
 		t.Fatalf("prompt again: room %d, want PerMerchant 4", got)
 	}
 	d.setSlow("m", true)
@@ -72,44 +85,50 @@ func TestClaimLoadSlowLane(t *testing.T) {
 	}
 }
 
-// TestClaimLoadSlowShareBound: whatever the slow merchants already hold,
+// TestAllotmentSlowShareBound: whatever the slow merchants already hold,
 // the claim never lets them together exceed SlowShare (unless they already
-// do), nor any of them SlowPerMerchant.
-func TestClaimLoadSlowShareBound(t *testing.T) {
+// do), nor any of them SlowPerMerchant, nor gives one more than its rows
+// in the window; the share is not left unused while a slow merchant below
+// its cap has rows.
+func TestAllotmentSlowShareBound(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 2000 {
 		d := &Dispatcher{PerMerchant: 1 + r.IntN(5), SlowShare: 1 + r.IntN(6),
 			busy: map[string]int{}, slow: map[string]bool{}, prompt: map[string]bool{}}
 		d.SlowPerMerchant = 1 + r.IntN(d.PerMerchant)
 		held := 0
+		rows := map[string]int{}
 		for j := range 1 + r.IntN(6) {
 			m := fmt.Sprintf("slow%d", j)
 			d.setSlow(m, true)
+			rows[m] = 1 + r.IntN(3)
 			if n := r.IntN(d.SlowPerMerchant + 2); n > 0 {
 				d.busy[m] = n
 				held += n
 			}
 		}
-		load := d.claimLoad()
-		granted := 0
+		// Rounds as a claim's selects bring them: each merchant once.
+		a := d.allot()
+		rooms := map[string]int{}
+		for m, n := range rows {
+			maps.Copy(rooms, a.rooms(map[string]int{m: n}))
+		}
+		granted, wanted := 0, 0
 		for m := range d.slow {
-			room := claimRoom(d, load, m)
-			if room > max(d.SlowPerMerchant-d.busy[m], 0) {
-				t.Fatalf("case %d: %s holds %d, room %d over SlowPerMerchant %d", i, m, d.busy[m], room, d.SlowPerMerchant)
+			room := rooms[m]
+			if room > max(d.SlowPerMerchant-d.busy[m], 0) || room > rows[m] {
+				t.Fatalf("case %d: %s holds %d with %d rows, room %d over SlowPerMerchant %d or its rows", i, m, d.busy[m], rows[m], room, d.SlowPerMerchant)
 			}
 			granted += room
+			wanted += min(max(d.SlowPerMerchant-d.busy[m], 0), rows[m])
 		}
 		if held+granted > max(d.SlowShare, held) {
-			t.Fatalf("case %d: slow merchants hold %d and may get %d more, SlowShare %d (busy %v, load %v)",
-				i, held, granted, d.SlowShare, d.busy, load)
+			t.Fatalf("case %d: slow merchants hold %d and may get %d more, SlowShare %d (busy %v, rooms %v)",
+				i, held, granted, d.SlowShare, d.busy, rooms)
 		}
-		if held < d.SlowShare && granted == 0 {
-			// Some slow merchant below its cap must get the share left.
-			for m := range d.slow {
-				if d.busy[m] < d.SlowPerMerchant {
-					t.Fatalf("case %d: share %d, %d held, yet %s (holding %d) gets nothing (load %v)", i, d.SlowShare, held, m, d.busy[m], load)
-				}
-			}
+		if granted < min(max(d.SlowShare-held, 0), wanted) {
+			t.Fatalf("case %d: share %d, %d held, %d wanted, yet only %d granted (busy %v, rows %v, rooms %v)",
+				i, d.SlowShare, held, wanted, granted, d.busy, rows, rooms)
 		}
 	}
 }
