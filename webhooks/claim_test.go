@@ -1,0 +1,335 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+// rowState is what a claim may change of an outbox row; xmin changes with
+// any update of the row, so an equal rowState means the row was not written.
+type rowState struct {
+	Merchant string
+	Status   string
+	Attempts int
+	Next     time.Time
+	Lease    *time.Time
+	Xmin     uint32
+}
+
+// seedDue inserts one due row per entry of merchants, in that due order
+// (one millisecond apart, starting an hour ago), and returns their ids in
+// the same order.
+func seedDue(t *testing.T, pool *pgxpool.Pool, merchants []string) []uuid.UUID {
+	t.Helper()
+	ids := make([]uuid.UUID, len(merchants))
+	dues := make([]time.Time, len(merchants))
+	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	for i := range merchants {
+		ids[i] = uuid.New()
+		dues[i] = start.Add(time.Duration(i) * time.Millisecond)
+	}
+	if _, err := pool.Exec(context.Background(), `
+		INSERT INTO webhook_deliveries (id, merchant_id, environment, event, body, next_attempt_at)
+		SELECT id, m, 'test', 'payment.settled', '{}'::bytea, due
+		  FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS r(id, m, due)`, ids, merchants, dues); err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// interleaved is k rows of each of ms, taking turns.
+func interleaved(k int, ms ...string) []string {
+	var out []string
+	for range k {
+		out = append(out, ms...)
+	}
+	return out
+}
+
+// outboxRows reads every row's state by id.
+func outboxRows(t *testing.T, pool *pgxpool.Pool) map[uuid.UUID]rowState {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT id, merchant_id, status, attempts, next_attempt_at, lease_until, xmin::text::bigint FROM webhook_deliveries`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uuid.UUID]rowState{}
+	for rows.Next() {
+		var (
+			id   uuid.UUID
+			s    rowState
+			xmin int64
+		)
+		if err := rows.Scan(&id, &s.Merchant, &s.Status, &s.Attempts, &s.Next, &s.Lease, &xmin); err != nil {
+			t.Fatal(err)
+		}
+		s.Xmin = uint32(xmin)
+		out[id] = s
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkClaimed: the claimed rows are leased for their first attempt, from
+// the claim on, and every other row is exactly as before.
+func checkClaimed(t *testing.T, before, after map[uuid.UUID]rowState, got []claimed, lease time.Duration, from, to time.Time) {
+	t.Helper()
+	picked := map[uuid.UUID]bool{}
+	for _, c := range got {
+		if picked[c.ID] {
+			t.Fatalf("row %s claimed twice in one claim", c.ID)
+		}
+		picked[c.ID] = true
+		s := after[c.ID]
+		if c.Attempt != 1 || s.Status != StatusDelivering || s.Attempts != 1 || s.Lease == nil || !s.Lease.Equal(s.Next) ||
+			s.Lease.Before(from.Add(lease-time.Second)) || s.Lease.After(to.Add(lease+time.Second)) {
+			t.Errorf("claimed row %s: attempt %d, state %+v; want delivering, attempt 1, leased until about %s",
+				c.ID, c.Attempt, s, from.Add(lease))
+		}
+	}
+	for id, was := range before {
+		if !picked[id] && after[id] != was {
+			t.Errorf("row %s not claimed, yet changed: %+v, was %+v", id, after[id], was)
+		}
+	}
+}
+
+func countByMerchant(got []claimed) map[string]int {
+	out := map[string]int{}
+	for _, c := range got {
+		out[c.MerchantID]++
+	}
+	return out
+}
+
+// A claim costs the same however many merchants the dispatcher remembers:
+// with 100,000 prompt and 100,000 slow merchants remembered (twice what
+// setSlow keeps), it asks only about the merchants its window holds, and
+// still gives each its due: PerMerchant to a prompt merchant,
+// SlowPerMerchant to one never seen answering, the slow share left to the
+// idle slow merchants, nothing to a slow merchant at its cap, whose rows
+// stay pending and untouched.
+func TestClaimWithManyRememberedMerchants(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	d := &Dispatcher{Pool: pool, Workers: 64, PerMerchant: 4, SlowPerMerchant: 1, SlowShare: 3}
+	d.defaults()
+	for i := range 100_000 {
+		d.prompt[fmt.Sprintf("idle-prompt-%d", i)] = true
+		d.slow[fmt.Sprintf("idle-slow-%d", i)] = true
+	}
+	d.prompt["prompt"] = true
+	for _, m := range []string{"slowA", "slowB", "slowC", "slowBusy"} {
+		d.slow[m] = true
+	}
+	d.busy["slowBusy"] = 1 // at its cap; the share left is 3 - 1 = 2
+	seedDue(t, pool, interleaved(6, "slowBusy", "prompt", "slowA", "unknown", "slowB", "slowC"))
+	before := outboxRows(t, pool)
+
+	d.mu.Lock()
+	a := d.allot()
+	d.mu.Unlock()
+	var asked []string
+	rooms := func(rows map[string]int) map[string]int {
+		asked = append(asked, slices.Collect(maps.Keys(rows))...)
+		return a.rooms(rows)
+	}
+	from := time.Now()
+	got, err := claim(context.Background(), pool, 64, d.Lease, a.full, rooms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := time.Now()
+
+	slices.Sort(asked)
+	if want := []string{"prompt", "slowA", "slowB", "slowC", "unknown"}; !slices.Equal(asked, want) {
+		t.Errorf("rooms asked about %v, want only the window's merchants with room possible %v", asked, want)
+	}
+	n := countByMerchant(got)
+	if n["prompt"] != 4 || n["unknown"] != 1 || n["slowBusy"] != 0 {
+		t.Errorf("claimed per merchant %v; want prompt 4 (PerMerchant), unknown 1 (SlowPerMerchant), slowBusy none", n)
+	}
+	if slow := n["slowA"] + n["slowB"] + n["slowC"]; slow != 2 || n["slowA"] > 1 || n["slowB"] > 1 || n["slowC"] > 1 {
+		t.Errorf("claimed per merchant %v; want the share left, 2, to two idle slow merchants, one each", n)
+	}
+	if len(got) != 7 {
+		t.Errorf("claimed %d rows, want 7", len(got))
+	}
+	after := outboxRows(t, pool)
+	checkClaimed(t, before, after, got, d.Lease, from, to)
+	for id, s := range after {
+		if s.Merchant == "slowBusy" && (s.Status != StatusPending || s.Attempts != 0) {
+			t.Errorf("row %s of the full slow merchant: %+v, want pending, never attempted", id, s)
+		}
+	}
+}
+
+// fixedRooms gives each merchant its room in r, or def.
+func fixedRooms(r map[string]int, def int) func(map[string]int) map[string]int {
+	return func(rows map[string]int) map[string]int {
+		out := map[string]int{}
+		for m := range rows {
+			if v, ok := r[m]; ok {
+				out[m] = v
+			} else {
+				out[m] = def
+			}
+		}
+		return out
+	}
+}
+
+// Rows the claim looked at but did not lease, a merchant's past its room
+// and the window's past n, are left exactly as they were: same status,
+// attempts and due time, and not written at all.
+func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ids := seedDue(t, pool, append(interleaved(5, "capped"), interleaved(10, "other")...))
+	before := outboxRows(t, pool)
+	from := time.Now()
+	got, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"capped": 2}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClaimed(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
+	var gotIDs []uuid.UUID
+	for _, c := range got {
+		gotIDs = append(gotIDs, c.ID)
+	}
+	slices.SortFunc(gotIDs, func(a, b uuid.UUID) int { return slices.Index(ids, a) - slices.Index(ids, b) })
+	// In due order: capped's first two, then other's first two.
+	if want := []uuid.UUID{ids[0], ids[1], ids[5], ids[6]}; !slices.Equal(gotIDs, want) {
+		t.Fatalf("claimed %v, want %v", gotIDs, want)
+	}
+}
+
+// Merchants without room never hide the rows behind theirs: not those
+// known full from the start, left out of every select, nor those found
+// without room in the window, left out of the selects that follow, however
+// many rows they have ahead of the window's size.
+func TestClaimLooksPastMerchantsWithoutRoom(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	seedDue(t, pool, slices.Concat(interleaved(30, "busy"), interleaved(15, "shareless", "dead"), interleaved(3, "live")))
+	var calls []map[string]int
+	rooms := fixedRooms(map[string]int{"shareless": 0, "dead": 0}, 5)
+	record := func(rows map[string]int) map[string]int {
+		calls = append(calls, maps.Clone(rows))
+		return rooms(rows)
+	}
+	// n 2: a window of 8 rows, all of the merchants without room at first.
+	got, err := claim(context.Background(), pool, 2, time.Minute, []string{"busy"}, record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := countByMerchant(got); len(got) != 2 || n["live"] != 2 {
+		t.Fatalf("claimed per merchant %v, want live's 2", n)
+	}
+	want := []map[string]int{{"shareless": 4, "dead": 4}, {"live": 3}}
+	if len(calls) != len(want) || !maps.Equal(calls[0], want[0]) || !maps.Equal(calls[1], want[1]) {
+		t.Fatalf("rooms asked %v, want %v: busy never, the others once, as the selects show them", calls, want)
+	}
+}
+
+// Claims running at once never lease the same row: every row is leased
+// exactly once however the claims' windows overlap.
+func TestConcurrentClaimsNeverShareARow(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	var ms []string
+	for i := range 30 {
+		ms = append(ms, fmt.Sprintf("m%d", i))
+	}
+	ids := seedDue(t, pool, interleaved(20, ms...))
+	var (
+		mu     sync.Mutex
+		leased = map[uuid.UUID]int{}
+		wg     sync.WaitGroup
+	)
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	for w := range 8 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				got, err := claim(ctx, pool, 3+w, time.Hour, []string{}, fixedRooms(nil, 2))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, c := range got {
+					leased[c.ID]++
+				}
+				mu.Unlock()
+				if len(got) == 0 && pendingRows(t, pool) == 0 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for id, n := range leased {
+		if n != 1 {
+			t.Errorf("row %s leased %d times", id, n)
+		}
+	}
+	if len(leased) != len(ids) {
+		t.Errorf("%d rows leased, want all %d", len(leased), len(ids))
+	}
+}
+
+func pendingRows(t *testing.T, pool *pgxpool.Pool) int {
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'`).Scan(&n); err != nil {
+		t.Error(err)
+	}
+	return n
+}
+
+// window without a database: only rows of merchants with room count
+// towards its size; merchants seen without room are left out of the next
+// select, which goes on after the last row seen; it is done when it has n
+// rows, or has counted size rows, or a select comes back short.
+func TestWindowCountsOnlyMerchantsWithRoom(t *testing.T) {
+	rows := func(ms ...string) []candidate {
+		var out []candidate
+		for _, m := range ms {
+			out = append(out, candidate{ID: uuid.New(), MerchantID: m, Seq: int64(len(out) + 1)})
+		}
+		return out
+	}
+	w := newWindow(2, []string{"busy"}, fixedRooms(map[string]int{"dead": 0}, 1))
+	after, exclude, limit := w.next()
+	if after != (candidate{}) || !slices.Equal(exclude, []string{"busy"}) || limit != 8 {
+		t.Fatalf("first select: after %v, exclude %v, limit %d; want the start, busy, 8", after, exclude, limit)
+	}
+	first := rows("dead", "dead", "dead", "a", "a", "dead", "dead", "dead")
+	w.add(first, limit)
+	after, exclude, limit = w.next()
+	if w.done() || len(w.picked) != 1 || after != first[7] || !slices.Equal(exclude, []string{"busy", "dead"}) || limit != 6 {
+		t.Fatalf("after a full select: done %v, picked %d, after %v, exclude %v, limit %d; want more, 1, the last row, busy and dead, 6",
+			w.done(), len(w.picked), after, exclude, limit)
+	}
+	w.add(rows("a", "b"), limit)
+	if !w.done() || len(w.picked) != 2 {
+		t.Fatalf("after b: done %v, picked %d; want done with 2", w.done(), len(w.picked))
+	}
+	w = newWindow(5, nil, fixedRooms(nil, 1))
+	if _, exclude, _ := w.next(); exclude == nil {
+		t.Fatal("no merchants to leave out must be an empty array, not NULL (which leaves every row out)")
+	}
+	w.add(rows("a"), 20)
+	if !w.done() {
+		t.Fatal("a short select must end the window")
+	}
+}
