@@ -9,7 +9,9 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -100,8 +102,8 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 		counts   = make([]int32, len(sorted))
 		ids      []uuid.UUID // binary encoded (as strings pgx would first fail binary, then send text)
 		types    []string
-		data     []string
-		meta     []*string
+		data     []json.RawMessage // the caller's bytes: pgx sends a RawMessage as it is, without a copy to string
+		meta     []json.RawMessage // nil metadata: a NULL element
 		sidx     []int32
 		off      []int32
 	)
@@ -117,15 +119,16 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 			if e.Type == "" {
 				return eventstore.AppendResult{}, errors.New("eventstore: event without type")
 			}
+			if err := storableEscapes(e.Data); err != nil {
+				return eventstore.AppendResult{}, fmt.Errorf("eventstore: event %s data: %w", e.ID, err)
+			}
+			if err := storableEscapes(e.Metadata); err != nil {
+				return eventstore.AppendResult{}, fmt.Errorf("eventstore: event %s metadata: %w", e.ID, err)
+			}
 			ids = append(ids, e.ID)
 			types = append(types, e.Type)
-			data = append(data, string(jsonOrNull(e.Data)))
-			if e.Metadata != nil {
-				m := string(e.Metadata)
-				meta = append(meta, &m)
-			} else {
-				meta = append(meta, nil)
-			}
+			data = append(data, jsonOrNull(e.Data))
+			meta = append(meta, e.Metadata)
 			sidx = append(sidx, int32(i+1))
 			off = append(off, int32(k))
 		}
@@ -199,11 +202,83 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	return res, nil
 }
 
-func jsonOrNull(b []byte) []byte {
+func jsonOrNull(b []byte) json.RawMessage {
 	if len(b) == 0 {
-		return []byte("null")
+		return json.RawMessage("null")
 	}
 	return b
+}
+
+// storableEscapes refuses the two things that are valid JSON, that the
+// json column type accepts, and that jsonb, which the store used before
+// (migration 0007), refused: the escape \u0000 (no PostgreSQL text can hold
+// the character, so an event carrying it would be stored and then stop
+// every projection that writes the string to a text column) and UTF-16
+// surrogate escapes that are not a high one followed directly by a low
+// one. Everything else, invalid JSON included, is left to PostgreSQL,
+// which refuses what is not valid JSON. Data without a backslash, almost
+// all of it, costs one IndexByte.
+func storableEscapes(b []byte) error {
+	for i := 0; ; {
+		k := bytes.IndexByte(b[i:], '\\')
+		if k < 0 {
+			return nil
+		}
+		i += k
+		if i+1 >= len(b) {
+			return nil // not valid JSON: PostgreSQL refuses it
+		}
+		if b[i+1] != 'u' {
+			i += 2 // \", \\, \/, \b ...: the escaped byte is never a backslash that starts an escape
+			continue
+		}
+		cp, ok := hex4(b[i+2:])
+		if !ok {
+			return nil // not valid JSON: PostgreSQL refuses it
+		}
+		switch {
+		case cp == 0:
+			return errNULEscape
+		case cp >= 0xD800 && cp <= 0xDBFF:
+			if len(b) >= i+12 && b[i+6] == '\\' && b[i+7] == 'u' {
+				if lo, ok := hex4(b[i+8:]); ok && lo >= 0xDC00 && lo <= 0xDFFF {
+					i += 12
+					continue
+				}
+			}
+			return errSurrogateEscape
+		case cp >= 0xDC00 && cp <= 0xDFFF:
+			return errSurrogateEscape
+		}
+		i += 6
+	}
+}
+
+var (
+	errNULEscape       = errors.New("unsupported Unicode escape sequence: \\u0000 cannot be stored as text")
+	errSurrogateEscape = errors.New("invalid JSON: a Unicode surrogate escape that is not a high one followed by a low one")
+)
+
+// hex4 reads the four hex digits of a \u escape.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
 }
 
 // isRaceLoss reports the errors an append gets when a concurrent append of
