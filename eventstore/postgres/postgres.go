@@ -140,7 +140,7 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	)
 	call := func(checkIDs bool) error {
 		return s.pool.QueryRow(ctx,
-			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9, $10)`,
+			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::json[], $7::json[], $8, $9, $10)`,
 			streams, expected, counts, ids, types, data, meta, sidx, off, checkIDs,
 		).Scan(&tx, &lastSeq, &revs)
 	}

@@ -81,7 +81,7 @@ func TestReadAllWaitsForOlderTransactions(t *testing.T) {
 	oldID := uuid.New()
 	var oldTx string
 	err = old.QueryRow(ctx,
-		`SELECT tx FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9)`,
+		`SELECT tx FROM es_append($1, $2, $3, $4::uuid[], $5, $6::json[], $7::json[], $8, $9)`,
 		[]string{p + "-old"}, []int64{-1}, []int32{1}, []string{oldID.String()},
 		[]string{"Old"}, []string{`{"n":1}`}, []*string{nil}, []int32{1}, []int32{0},
 	).Scan(&oldTx)
