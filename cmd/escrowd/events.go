@@ -129,7 +129,9 @@ func eventsExport(ctx context.Context, env *cliEnv, args []string) error {
 
 // rawJSON passes stored JSON through unchanged; anything else (which a
 // store should never hold) is exported as a JSON string rather than
-// breaking the line.
+// breaking the line. The store keeps data as written, line breaks
+// included; the encoder compacts a RawMessage, so each event still takes
+// one line (only whitespace between tokens goes).
 func rawJSON(b []byte) json.RawMessage {
 	if len(b) == 0 {
 		return json.RawMessage("null")
