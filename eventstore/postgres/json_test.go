@@ -19,7 +19,7 @@ import (
 // de-escaped them).
 func TestDataIsReadBackByteForByte(t *testing.T) {
 	s, pool := newStore(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	var big strings.Builder
@@ -49,7 +49,8 @@ func TestDataIsReadBackByteForByte(t *testing.T) {
 		}
 		sent = append(sent, e)
 	}
-	if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream, Events: sent}); err != nil {
+	res, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream, Events: sent})
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -72,6 +73,22 @@ func TestDataIsReadBackByteForByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("ReadStream", got)
+	// ReadAll returns the events once no older transaction anywhere on the
+	// server is still open (other tests share it).
+	for {
+		head, err := s.Head(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if head.AtLeast(res.Position) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("head %s never reached %s", head, res.Position)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	all, err := s.ReadAll(ctx, eventstore.Start, 0)
 	if err != nil {
 		t.Fatal(err)
