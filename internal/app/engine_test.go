@@ -335,3 +335,38 @@ func TestReadAfterAppendIsChecked(t *testing.T) {
 		t.Fatalf("decided %d times, want 2: the append must conflict with the write after the read", runs)
 	}
 }
+
+// conflictingStore loses every append to a concurrent writer.
+type conflictingStore struct {
+	eventstore.Store
+	appends int
+}
+
+func (s *conflictingStore) Append(_ context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	s.appends++
+	return eventstore.AppendResult{}, &eventstore.ConcurrencyError{Stream: appends[0].Stream}
+}
+
+// A command that loses the race on every attempt gives up with
+// ErrContended: a resumable 503 (the repeat finishes it), not the store's
+// conflict, which the API would answer as a 500 and replay for its
+// Idempotency-Key.
+func TestContendedCommandIsResumable(t *testing.T) {
+	ctx := context.Background()
+	store := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(store.Close)
+	losing := &conflictingStore{Store: store}
+	engine := NewEngine(losing, 100)
+	engine.MaxAttempts = 3
+	_, err := engine.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+		Append(tx, CustomerKind, "c1", customer.Blocked{Reason: "x"})
+		return nil
+	})
+	var de *domain.Error
+	if !errors.As(err, &de) || de.Code != domain.Unavailable || !de.Resumable || err != ErrContended {
+		t.Fatalf("after losing every attempt: %v, want ErrContended", err)
+	}
+	if losing.appends != 3 {
+		t.Fatalf("%d appends, want one per attempt (3)", losing.appends)
+	}
+}

@@ -154,6 +154,13 @@ func (tx *Tx) stream(name string) *txStream {
 	return ts
 }
 
+// ErrContended is a command that lost the race for its streams on every
+// attempt: other requests kept changing the same wallet or escrow. It wrote
+// nothing, so repeating it is safe and finishes it (a 503 whose
+// Idempotency-Key is released for the repeat, not a 500 replayed forever).
+var ErrContended = &domain.Error{Code: domain.Unavailable, Resumable: true,
+	Message: "Too many concurrent changes to the same account; retry shortly"}
+
 // Engine executes commands against a store.
 type Engine struct {
 	store eventstore.Store
@@ -171,7 +178,7 @@ func NewEngine(store eventstore.Store, cacheSize int) *Engine {
 		cache:       newCache(cacheSize),
 		Now:         func() time.Time { return time.Now().UTC() },
 		NewID:       func() uuid.UUID { return uuid.Must(uuid.NewV7()) },
-		MaxAttempts: 10,
+		MaxAttempts: 20,
 	}
 }
 
@@ -229,7 +236,10 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 			e.cache.evict(name)
 		}
 		// Back off a little so that racing commands interleave.
-		time.Sleep(time.Duration(rand.IntN(1+attempt*attempt)) * time.Millisecond)
+		time.Sleep(time.Duration(rand.IntN(1+min(attempt*attempt, 50))) * time.Millisecond)
+	}
+	if errors.Is(lastErr, eventstore.ErrConcurrency) {
+		return eventstore.AppendResult{}, ErrContended
 	}
 	return eventstore.AppendResult{}, lastErr
 }
