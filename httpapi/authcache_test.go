@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -74,18 +75,24 @@ func newAuthCacheFixture(t *testing.T) *authCacheFixture {
 
 func (f *authCacheFixture) waitLive() {
 	f.t.Helper()
+	f.waitUntil("the auth cache's tail started", func(c *AuthCache) bool { return c.live })
+}
+
+// waitUntil polls the cache's state, under its lock, until cond holds.
+func (f *authCacheFixture) waitUntil(what string, cond func(*AuthCache) bool) {
+	f.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		f.cache.mu.Lock()
-		live := f.cache.live
+		ok := cond(f.cache)
 		f.cache.mu.Unlock()
-		if live {
+		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			f.t.Fatal("the auth cache's tail never started")
+			f.t.Fatalf("waited 10 s in vain: %s", what)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -122,19 +129,7 @@ func (f *authCacheFixture) appendTo(s eventstore.Store, stream string) eventstor
 // waitSeen waits until the cache's tail has read pos.
 func (f *authCacheFixture) waitSeen(pos eventstore.Position) {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		f.cache.mu.Lock()
-		seen := f.cache.seen
-		f.cache.mu.Unlock()
-		if seen.AtLeast(pos) {
-			return
-		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("the auth cache's tail never read %v", pos)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	f.waitUntil(fmt.Sprintf("the auth cache's tail read %v", pos), func(c *AuthCache) bool { return c.seen.AtLeast(pos) })
 }
 
 // expectCalls resolves (digest, customerID) and checks the directory's

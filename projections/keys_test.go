@@ -14,14 +14,8 @@ import (
 // which keys authenticate: a live key resolves to the same row by either,
 // a revoked one by neither.
 func TestKeyLookupsAgree(t *testing.T) {
-	e := newEnv(t)
+	e, svc, m := newKeysEnv(t)
 	ctx := context.Background()
-	svc := app.NewService(app.NewEngine(e.store, 100))
-	digest := func(k string) string { return "d-" + k }
-	m, err := svc.CreateMerchant(ctx, "Shop", true, "NG", digest)
-	if err != nil {
-		t.Fatal(err)
-	}
 	live, gone := m.Keys[0], m.Keys[1]
 	last, err := svc.UpdateMerchant(ctx, m.MerchantID, func(s merchant.State) ([]domain.Event, error) {
 		return merchant.RevokeKey(s, gone.KeyID, svc.Engine.Now())
@@ -37,11 +31,11 @@ func TestKeyLookupsAgree(t *testing.T) {
 		key  app.IssuedKey
 		want bool
 	}{{live, true}, {gone, false}} {
-		k1, ok1, err := q.KeyByDigest(ctx, digest(c.key.Key))
+		k1, ok1, err := q.KeyByDigest(ctx, keyDigest(c.key.Key))
 		if err != nil {
 			t.Fatal(err)
 		}
-		k2, ok2, _, cok, err := q.KeyAndCustomer(ctx, digest(c.key.Key), "cus_none")
+		k2, ok2, _, cok, err := q.KeyAndCustomer(ctx, keyDigest(c.key.Key), "cus_none")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,14 +57,8 @@ func TestKeyLookupsAgree(t *testing.T) {
 // merchants' and customers' checkpoints, read with the rows, and nothing
 // while one of them is not stored.
 func TestKeyAndCustomerAtCoverage(t *testing.T) {
-	e := newEnv(t)
+	e, svc, m := newKeysEnv(t)
 	ctx := context.Background()
-	svc := app.NewService(app.NewEngine(e.store, 100))
-	digest := func(k string) string { return "d-" + k }
-	m, err := svc.CreateMerchant(ctx, "Shop", true, "NG", digest)
-	if err != nil {
-		t.Fatal(err)
-	}
 	head, err := svc.UpdateMerchant(ctx, m.MerchantID, func(merchant.State) ([]domain.Event, error) {
 		return []domain.Event{merchant.AllowlistSet{Entries: []string{"10.0.0.1"}}}, nil
 	})
@@ -78,7 +66,7 @@ func TestKeyAndCustomerAtCoverage(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := NewQueries(e.pool)
-	key := digest(m.Keys[0].Key)
+	key := keyDigest(m.Keys[0].Key)
 	if err := CatchUpTo(ctx, e.store, e.pool, e.log, head, Merchants{}, Customers{}); err != nil {
 		t.Fatal(err)
 	}
@@ -120,4 +108,19 @@ func TestKeyAndCustomerAtCoverage(t *testing.T) {
 	if a, err := q.KeyAndCustomerAt(ctx, "d-unknown", ""); err != nil || a.KeyFound || a.Covered {
 		t.Fatalf("unknown key: %+v, %v", a, err)
 	}
+}
+
+func keyDigest(k string) string { return "d-" + k }
+
+// newKeysEnv is a projection environment with a service on its store and
+// one merchant created through it (keys digested by keyDigest).
+func newKeysEnv(t *testing.T) (*env, *app.Service, app.CreatedMerchant) {
+	t.Helper()
+	e := newEnv(t)
+	svc := app.NewService(app.NewEngine(e.store, 100))
+	m, err := svc.CreateMerchant(context.Background(), "Shop", true, "NG", keyDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, svc, m
 }
