@@ -13,8 +13,10 @@ import (
 )
 
 // Auth cache defaults: entries live at most authCacheTTL (a bound on
-// staleness should the log tail ever stall unnoticed), and at most
-// authCacheMax are kept (past it the cache starts over).
+// staleness should the log tail ever stall unnoticed), and the entries of
+// at most authCacheMax customers are kept (past it the cache starts over;
+// a customer is used with its merchant's few keys, and key-only lookups
+// count as one more customer).
 const (
 	authCacheTTL = 5 * time.Second
 	authCacheMax = 100_000
@@ -81,7 +83,6 @@ type AuthCache struct {
 	mustSee eventstore.Position // the last auth change this process wrote
 	// entries by customer id ("" for key-only lookups), then key digest.
 	entries map[string]map[string]authEntry
-	size    int
 }
 
 type authEntry struct {
@@ -112,7 +113,7 @@ func (a *AuthCache) Resolve(ctx context.Context, digest, customerID string) (Pri
 	if err != nil {
 		return Principal{}, false, CustomerRef{}, false, err
 	}
-	if r.Found && r.Covered && (customerID == "" || r.CustomerFound && r.Customer.ID == customerID) {
+	if r.Found && r.Covered && (customerID == "" || r.CustomerFound) {
 		a.keep(digest, customerID, r)
 	}
 	return r.Principal, r.Found, r.Customer, r.CustomerFound, nil
@@ -138,23 +139,15 @@ func (a *AuthCache) keep(digest, customerID string, r ResolvedAuth) {
 	if !a.live || r.Covers.Less(a.changed) {
 		return
 	}
-	if a.size >= a.max {
-		a.clearLocked()
-	}
 	byDigest := a.entries[customerID]
 	if byDigest == nil {
+		if len(a.entries) >= a.max {
+			clear(a.entries)
+		}
 		byDigest = map[string]authEntry{}
 		a.entries[customerID] = byDigest
 	}
-	if _, ok := byDigest[digest]; !ok {
-		a.size++
-	}
 	byDigest[digest] = authEntry{p: r.Principal, c: r.Customer, expires: a.now().Add(a.ttl)}
-}
-
-func (a *AuthCache) clearLocked() {
-	clear(a.entries)
-	a.size = 0
 }
 
 func (a *AuthCache) start() {
@@ -193,7 +186,7 @@ func (a *AuthCache) follow(ctx context.Context) {
 		}
 		a.mu.Lock()
 		a.live = false
-		a.clearLocked()
+		clear(a.entries)
 		a.mu.Unlock()
 		if ctx.Err() != nil {
 			return
@@ -217,10 +210,9 @@ func (a *AuthCache) apply(_ context.Context, events []eventstore.RecordedEvent) 
 	defer a.mu.Unlock()
 	for _, e := range events {
 		if strings.HasPrefix(e.Stream, merchantStreamPrefix) {
-			a.clearLocked()
+			clear(a.entries)
 			a.changed = e.Position
 		} else if id, ok := strings.CutPrefix(e.Stream, customerStreamPrefix); ok {
-			a.size -= len(a.entries[id])
 			delete(a.entries, id)
 			a.changed = e.Position
 		}

@@ -278,17 +278,25 @@ func TestAuthCacheIsBounded(t *testing.T) {
 	f.cache.max = 3
 	f.cache.mu.Unlock()
 	f.dir.set(found(f.head(), true))
-	for _, c := range []string{"c1", "c2", "c3", "c4"} {
+	count := func() (customers, entries int) {
+		f.cache.mu.Lock()
+		defer f.cache.mu.Unlock()
+		for _, m := range f.cache.entries {
+			entries += len(m)
+		}
+		return len(f.cache.entries), entries
+	}
+	for _, c := range []string{"c1", "c2", "c3"} {
 		f.resolve("d", c)
 	}
-	f.cache.mu.Lock()
-	size, n := f.cache.size, 0
-	for _, m := range f.cache.entries {
-		n += len(m)
+	// Another key of a remembered customer takes no more room.
+	f.resolve("d2", "c3")
+	if c, e := count(); c != 3 || e != 4 {
+		t.Fatalf("3 customers, one with two keys: %d customers, %d entries", c, e)
 	}
-	f.cache.mu.Unlock()
-	if size != 1 || n != 1 {
-		t.Fatalf("after 4 answers with room for 3: size %d, %d entries; want the cache started over with 1", size, n)
+	f.resolve("d", "c4")
+	if c, e := count(); c != 1 || e != 1 {
+		t.Fatalf("a 4th customer with room for 3: %d customers, %d entries; want the cache started over with 1", c, e)
 	}
 }
 
