@@ -285,6 +285,52 @@ func TestHorizonMetrics(t *testing.T) {
 	})
 }
 
+// askedHorizon is a HorizonReporter that records what it was asked and
+// answers a full count.
+type askedHorizon struct {
+	limit        int64
+	explainAfter time.Duration
+}
+
+func (a *askedHorizon) Horizon(_ context.Context, limit int64, explainAfter time.Duration) (eventstore.Horizon, error) {
+	a.limit, a.explainAfter = limit, explainAfter
+	return eventstore.Horizon{Held: limit, HeldFor: 3 * time.Second}, nil
+}
+
+// A scrape counts held events no further than `projections status` does,
+// never asks who blocks them, and its help says where the count stops:
+// counting is a scrape's cost, and one that outlasts its 2 s exports no
+// gauge at all, so a high cap would make the gauges vanish while a
+// horizon stays stuck.
+func TestHorizonScrapeCountIsCapped(t *testing.T) {
+	asked := &askedHorizon{}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newHorizonCollector(asked))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if asked.limit <= 0 || asked.limit > horizonCountLimit {
+		t.Fatalf("a scrape counts up to %d held events; want at most %d, as projections status", asked.limit, horizonCountLimit)
+	}
+	if asked.explainAfter < 24*time.Hour {
+		t.Fatalf("a scrape asks for the blocker of a horizon held %v", asked.explainAfter)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "escrowd_eventstore_horizon_held_events" {
+			continue
+		}
+		if v := mf.GetMetric()[0].GetGauge().GetValue(); v != float64(asked.limit) {
+			t.Fatalf("held events gauge %v, want the count %d", v, asked.limit)
+		}
+		if want := fmt.Sprintf("counted up to %d", asked.limit); !strings.Contains(mf.GetHelp(), want) {
+			t.Fatalf("help %q does not say %q", mf.GetHelp(), want)
+		}
+		return
+	}
+	t.Fatal("no held events gauge")
+}
+
 // printHorizon says "or more" once the count reached horizonCountLimit,
 // where Horizon stops counting (so the count never exceeds it), and only
 // then; the oldest open transaction is named when the store found it.
