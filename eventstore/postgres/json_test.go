@@ -131,6 +131,7 @@ func TestAppendRefusesWhatJSONBRefused(t *testing.T) {
 		{"lone high surrogate", `"\ud800"`, true},
 		{"lone high surrogate, upper case", `"x\uD83Dy"`, true},
 		{"high surrogate, then another escape", `"\ud83d\n"`, true},
+		{"high surrogate, then a low one's digits unescaped", `"\ud83dxude00"`, true},
 		{"two high surrogates", `"\ud83d\ud83d"`, true},
 		{"lone low surrogate", `"\ude00"`, true},
 		{"reversed pair", `"\ude00\ud83d"`, true},
