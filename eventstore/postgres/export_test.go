@@ -11,3 +11,10 @@ func TailHits(s *Store) int {
 	defer s.tail.mu.Unlock()
 	return s.tail.hits
 }
+
+// Stopping is closed once Close has begun stopping the store's background
+// loops.
+func Stopping(s *Store) <-chan struct{} { return s.bg.Done() }
+
+// NotifyChannel is the channel appends are announced on.
+const NotifyChannel = notifyChannel

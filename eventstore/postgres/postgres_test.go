@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/eventstore"
@@ -451,5 +452,96 @@ func TestCloseSendsPendingNotification(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("append %d by a store closed at once: no subscriber woke", i)
 		}
+	}
+}
+
+// notifyHolder is a pgx tracer that holds its pool's first pg_notify, once
+// the server has run it, until release is closed.
+type notifyHolder struct {
+	once    sync.Once
+	held    chan struct{} // closed when the first notification is sent and held
+	release chan struct{}
+}
+
+type notifyKey struct{}
+
+func (h *notifyHolder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	return context.WithValue(ctx, notifyKey{}, strings.Contains(d.SQL, "pg_notify"))
+}
+
+func (h *notifyHolder) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if notify, _ := ctx.Value(notifyKey{}).(bool); notify {
+		h.once.Do(func() {
+			close(h.held)
+			<-h.release
+		})
+	}
+}
+
+// TestCloseSendsNotificationQueuedBehindOneInFlight: an append whose
+// notification waits behind one still being sent when the store is closed
+// is announced all the same. Close has begun (the loops' context is over)
+// when the notification in flight returns, so the sender finds both its
+// stop and the queued notification ready, and must send the notification
+// before it stops. (TestCloseSendsPendingNotification cannot tell: there
+// the sender is idle and takes the notification as it is queued.) A
+// sender without that check picks its stop half the time, so the test
+// goes round several times. It listens for the notifications themselves:
+// a subscriber woken by one may still find the event held back by
+// another test's open transaction on the shared server.
+func TestCloseSendsNotificationQueuedBehindOneInFlight(t *testing.T) {
+	url := pgtest.NewURL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	listener, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close(context.Background())
+	if _, err := listener.Exec(ctx, "LISTEN "+postgres.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	notified := func(what string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := listener.WaitForNotification(wctx); err != nil {
+			t.Fatalf("%s: no notification: %v", what, err)
+		}
+	}
+	appendOne := func(s *postgres.Store) {
+		t.Helper()
+		if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: "queued-" + uuid.NewString()[:8], Expected: eventstore.NoStream,
+			Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 8 {
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &notifyHolder{held: make(chan struct{}), release: make(chan struct{})}
+		cfg.ConnConfig.Tracer = h
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writer := postgres.New(pool)
+		appendOne(writer)
+		select { // its notification went out; the sender is held in it
+		case <-h.held:
+		case <-ctx.Done():
+			t.Fatalf("round %d: the first append's notification never went out", i)
+		}
+		notified(fmt.Sprintf("round %d, first append", i))
+		appendOne(writer) // its notification waits for the sender
+		closed := make(chan struct{})
+		go func() { writer.Close(); close(closed) }()
+		<-postgres.Stopping(writer)
+		close(h.release)
+		notified(fmt.Sprintf("round %d, append queued behind a notification in flight at Close", i))
+		<-closed
+		pool.Close()
 	}
 }
