@@ -6,12 +6,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/eventstore/storetest"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
@@ -112,19 +112,7 @@ func BenchmarkReadAll(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(time.Minute); ; {
-		h, err := s.Head(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if h.AtLeast(last.Position) {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the filled log is not readable after a minute (head %v, last %v)", h, last.Position)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	storetest.WaitReadable(b, s, last.Position) // the filled log
 
 	read := 0
 	after := eventstore.Start

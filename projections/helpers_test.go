@@ -19,6 +19,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/eventstore/storetest"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
@@ -148,20 +149,7 @@ func testRunner(store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps 
 // visible waits until the store's head reaches pos (see testRunner).
 func visible(t testing.TB, store eventstore.Store, pos eventstore.Position) eventstore.Position {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		head, err := store.Head(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if head.AtLeast(pos) {
-			return head
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("head %s did not reach %s", head, pos)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	return storetest.WaitReadable(t, store, pos)
 }
 
 // start runs r until the returned stop (also called at cleanup).

@@ -19,6 +19,7 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/storetest"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/audit"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -155,19 +156,7 @@ func TestAuditAndEventsExportCommands(t *testing.T) {
 	}
 
 	// The export covers the log's readable head when it starts.
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		head, err := env.Store.Head(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if head.AtLeast(last) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("head %s never reached %s", head, last)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	storetest.WaitReadable(t, env.Store, last)
 	var mine []eventstore.RecordedEvent
 	all, err := env.Store.ReadAll(ctx, eventstore.Start, 100000)
 	if err != nil {

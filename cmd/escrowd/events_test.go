@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/storetest"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
@@ -45,19 +45,7 @@ func TestEventsExportOfDataAsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		head, err := env.Store.Head(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if head.AtLeast(res.Position) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("head %s never reached %s", head, res.Position)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	storetest.WaitReadable(t, env.Store, res.Position)
 
 	out, err = cli(t, db, "events", "export", "--merchant", m.MerchantID)
 	if err != nil {

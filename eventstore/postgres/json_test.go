@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/storetest"
 )
 
 // TestDataIsReadBackByteForByte: event data and metadata are stored as
@@ -75,20 +76,7 @@ func TestDataIsReadBackByteForByte(t *testing.T) {
 	check("ReadStream", got)
 	// ReadAll returns the events once no older transaction anywhere on the
 	// server is still open (other tests share it).
-	for {
-		head, err := s.Head(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if head.AtLeast(res.Position) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("head %s never reached %s", head, res.Position)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	storetest.WaitReadable(t, s, res.Position)
 	all, err := s.ReadAll(ctx, eventstore.Start, 0)
 	if err != nil {
 		t.Fatal(err)

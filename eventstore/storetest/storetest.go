@@ -174,19 +174,27 @@ func readAllFrom(t *testing.T, s eventstore.Store, after eventstore.Position, pa
 	}
 }
 
-// waitReadable waits until ReadAll can return the event at pos: a store may
-// hold back committed events while earlier positions can still commit
-// (PostgreSQL's horizon is cluster-wide, so any open transaction on the
-// server delays it).
-func waitReadable(t *testing.T, s eventstore.Store, pos eventstore.Position) {
-	t.Helper()
-	waitFor(t, 30*time.Second, fmt.Sprintf("position %v to become readable", pos), func() bool {
+// WaitReadable waits until ReadAll can return the event at pos and returns
+// the head that reached it: a store may hold back committed events while
+// earlier positions can still commit (PostgreSQL's horizon is cluster-wide,
+// so any open transaction on the server delays it). It gives up after a
+// minute.
+func WaitReadable(tb testing.TB, s eventstore.Store, pos eventstore.Position) eventstore.Position {
+	tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
 		h, err := s.Head(context.Background())
 		if err != nil {
-			t.Fatalf("head: %v", err)
+			tb.Fatalf("head: %v", err)
 		}
-		return h.AtLeast(pos)
-	})
+		if h.AtLeast(pos) {
+			return h
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("head %v did not reach %v within a minute", h, pos)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func wantConcurrency(t *testing.T, err error, stream string, expected eventstore.ExpectedRevision, actual int64) {
@@ -413,7 +421,7 @@ func testAtomicAcrossStreams(t *testing.T, s eventstore.Store) {
 	ctx := ctxT(t, 30*time.Second)
 	a, b := p+"-a", p+"-b"
 	setup := mustAppend(t, s, eventstore.StreamAppend{Stream: b, Expected: eventstore.NoStream, Events: events("E", 1)})
-	waitReadable(t, s, setup.Position)
+	WaitReadable(t, s, setup.Position)
 	before := mustHead(t, s)
 
 	// The failing stream sorts both after and before the good one, so an
@@ -446,7 +454,7 @@ func testAtomicAcrossStreams(t *testing.T, s eventstore.Store) {
 	if res.Revisions[a] != 1 || res.Revisions[b] != 1 {
 		t.Errorf("revisions = %v; want a:1 b:1", res.Revisions)
 	}
-	waitReadable(t, s, res.Position)
+	WaitReadable(t, s, res.Position)
 	if ours, _ := readAllFrom(t, s, before, 100, p); len(ours) != 3 {
 		t.Errorf("global log has %d new events; want 3", len(ours))
 	}
@@ -457,7 +465,7 @@ func testZeroEventRevisionCheck(t *testing.T, s eventstore.Store) {
 	ctx := ctxT(t, 30*time.Second)
 	a := p + "-a"
 	setup := mustAppend(t, s, eventstore.StreamAppend{Stream: a, Expected: eventstore.NoStream, Events: events("E", 2)})
-	waitReadable(t, s, setup.Position)
+	WaitReadable(t, s, setup.Position)
 	before := mustHead(t, s)
 
 	res, err := s.Append(ctx, eventstore.StreamAppend{Stream: a, Expected: eventstore.Exact(1)})
@@ -680,7 +688,7 @@ func testIdempotentEventIDs(t *testing.T, s eventstore.Store) {
 
 	sameIDs(t, "stream a", recIDs(mustReadStream(t, s, a, 0, 0)), ids(evA))
 	sameIDs(t, "stream b", recIDs(mustReadStream(t, s, b, 0, 0)), ids(evB))
-	waitReadable(t, s, last.Position)
+	WaitReadable(t, s, last.Position)
 	if ours, _ := readAllFrom(t, s, before, 100, p); len(ours) != 4 {
 		t.Errorf("global log has %d events; want 4 (repeats must not duplicate)", len(ours))
 	}
@@ -781,7 +789,7 @@ func testGlobalOrder(t *testing.T, s eventstore.Store) {
 		done = append(done, appended{ids: all, res: mustAppend(t, s, appends...)})
 	}
 
-	waitReadable(t, s, done[len(done)-1].res.Position)
+	WaitReadable(t, s, done[len(done)-1].res.Position)
 	ours, last := readAllFrom(t, s, before, 7, p)
 	byID := make(map[uuid.UUID]eventstore.RecordedEvent, len(ours))
 	for _, e := range ours {
@@ -872,7 +880,7 @@ func testLargeBatch(t *testing.T, s eventstore.Store) {
 		}
 	}
 
-	waitReadable(t, s, res.Position)
+	WaitReadable(t, s, res.Position)
 	ctx := ctxT(t, 60*time.Second)
 	var ours []eventstore.RecordedEvent
 	after, pages := before, 0
@@ -959,7 +967,7 @@ func testSubscribeResume(t *testing.T, s eventstore.Store) {
 	for i := range 6 {
 		res := mustAppend(t, s, eventstore.StreamAppend{Stream: fmt.Sprintf("%s-%d", p, i%2), Expected: eventstore.Any, Events: events("E", 2)})
 		if i == 5 {
-			waitReadable(t, s, res.Position)
+			WaitReadable(t, s, res.Position)
 		}
 	}
 	ours, _ := readAllFrom(t, s, before, 100, p)
