@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
@@ -30,20 +29,7 @@ import (
 func TestReadModelsDoNotDependOnBatching(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	svc, a := e.service(t)
-	allowed := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
-	newCustomer := func(i int) string {
-		id, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
-			Email: fmt.Sprintf("c%d@x.co", i), Phone: fmt.Sprintf("0803777000%d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
-	seller, buyer := newCustomer(1), newCustomer(2)
-	if _, _, err := svc.TopUp(ctx, a, buyer, money.Naira(100000)); err != nil {
-		t.Fatal(err)
-	}
+	svc, a, seller, buyer := e.escrowParties(t)
 	one := 1
 	for i, who := range []string{"buyer", "seller", "both"} {
 		res, err := svc.CreateEscrow(ctx, a, seller, escrow.Draft{Amount: money.Naira(10000), Purpose: "x", WhoPays: who, TotalQuantity: &one})

@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/eventstore/storetest"
@@ -296,6 +298,32 @@ func (e *env) service(t *testing.T) (*app.Service, app.Actor) {
 		t.Fatal(err)
 	}
 	return svc, app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+}
+
+// allowed lets a customer buy, sell and withdraw.
+var allowed = customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
+
+// escrowParties is a service on e's store with a merchant (see service), a
+// seller and a buyer of that merchant, and the buyer topped up with
+// 100,000 naira.
+func (e *env) escrowParties(t *testing.T) (svc *app.Service, a app.Actor, seller, buyer string) {
+	t.Helper()
+	ctx := context.Background()
+	svc, a = e.service(t)
+	var ids [2]string
+	for i := range ids {
+		id, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
+			Email: fmt.Sprintf("c%d@x.co", i), Phone: fmt.Sprintf("0803777000%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	seller, buyer = ids[0], ids[1]
+	if _, _, err := svc.TopUp(ctx, a, buyer, money.Naira(100000)); err != nil {
+		t.Fatal(err)
+	}
+	return svc, a, seller, buyer
 }
 
 // reapplyAll applies the whole log once more to p, outside any runner and

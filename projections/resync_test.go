@@ -3,11 +3,9 @@ package projections
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
-	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore"
@@ -27,21 +25,7 @@ import (
 func TestLosingApplierAppliesNothing(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	svc, a := e.service(t)
-	allowed := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
-	var ids []string
-	for i := range 2 {
-		id, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
-			Email: fmt.Sprintf("r%d@x.co", i), Phone: fmt.Sprintf("0803888000%d", i)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	seller, buyer := ids[0], ids[1]
-	if _, _, err := svc.TopUp(ctx, a, buyer, money.Naira(100000)); err != nil {
-		t.Fatal(err)
-	}
+	svc, a, seller, buyer := e.escrowParties(t)
 	one := 1
 	res, err := svc.CreateEscrow(ctx, a, seller, escrow.Draft{Amount: money.Naira(10000), Purpose: "x", WhoPays: "buyer", TotalQuantity: &one})
 	if err != nil {
