@@ -185,3 +185,26 @@ func TestAppendRefusesWhatJSONBRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestEmptyDataIsStoredAsNull: an event without data (nil or empty) is
+// stored with the JSON null, not refused by the NOT NULL column; its
+// metadata, absent, stays absent.
+func TestEmptyDataIsStoredAsNull(t *testing.T) {
+	s, _ := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	stream := "empty-" + uuid.NewString()[:8]
+	if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream, Events: []eventstore.EventData{
+		{ID: uuid.New(), Type: "Nil"}, {ID: uuid.New(), Type: "Empty", Data: []byte{}}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ReadStream(ctx, stream, 0, 0)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("read %d events, %v", len(got), err)
+	}
+	for _, e := range got {
+		if string(e.Data) != "null" || e.Metadata != nil {
+			t.Fatalf("%s: data %q, metadata %q; want null and none", e.Type, e.Data, e.Metadata)
+		}
+	}
+}
