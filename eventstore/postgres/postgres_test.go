@@ -414,43 +414,42 @@ func TestHorizonNamesTheOldestOpenTransaction(t *testing.T) {
 }
 
 // TestCloseSendsPendingNotification: a process that appends and closes its
-// store at once (an operator command) still wakes other processes'
-// subscribers; without the notification they would see its events only at
-// their next poll, here a minute away.
+// store at once (an operator command) still announces its events, so other
+// processes' subscribers wake for them instead of at their next poll. It
+// listens for the notifications themselves: a subscriber woken by one may
+// still find the event held back by another test's open transaction on the
+// shared server, and would then sleep until its next poll.
 func TestCloseSendsPendingNotification(t *testing.T) {
-	follower, pool := newStore(t)
-	follower.PollInterval = time.Minute
+	reader, pool := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	head, err := follower.Head(ctx)
+	listener, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan eventstore.RecordedEvent, 16)
-	go func() {
-		_ = follower.Subscribe(ctx, head, func(_ context.Context, es []eventstore.RecordedEvent) error {
-			for _, e := range es {
-				got <- e
-			}
-			return nil
-		})
-	}()
-	time.Sleep(100 * time.Millisecond) // the follower is waiting for a wake-up
+	defer listener.Release()
+	if _, err := listener.Exec(ctx, "LISTEN "+postgres.NotifyChannel); err != nil {
+		t.Fatal(err)
+	}
 	for i := range 5 {
 		writer := postgres.New(pool)
-		id := uuid.New()
-		if _, err := writer.Append(ctx, eventstore.StreamAppend{Stream: "exiting-" + uuid.NewString()[:8], Expected: eventstore.NoStream,
-			Events: []eventstore.EventData{{ID: id, Type: "E", Data: []byte(`{}`)}}}); err != nil {
+		id, stream := uuid.New(), "exiting-"+uuid.NewString()[:8]
+		res, err := writer.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream,
+			Events: []eventstore.EventData{{ID: id, Type: "E", Data: []byte(`{}`)}}})
+		if err != nil {
 			t.Fatal(err)
 		}
 		writer.Close()
-		select {
-		case e := <-got:
-			if e.ID != id {
-				t.Fatalf("append %d: got event %s, want %s", i, e.ID, id)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("append %d by a store closed at once: no subscriber woke", i)
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = listener.Conn().WaitForNotification(wctx)
+		wcancel()
+		if err != nil {
+			t.Fatalf("append %d by a store closed at once: no notification: %v", i, err)
+		}
+		storetest.WaitReadable(t, reader, res.Position)
+		events, err := reader.ReadStream(ctx, stream, 0, 10)
+		if err != nil || len(events) != 1 || events[0].ID != id {
+			t.Fatalf("append %d: read back %v (%v), want event %s", i, events, err, id)
 		}
 	}
 }
