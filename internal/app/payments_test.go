@@ -83,46 +83,70 @@ func TestTopUpOnceUnderRaces(t *testing.T) {
 }
 
 // A repeated escrow payment answers with the escrows the payment funded,
-// even when this instance first decided on a stale cache and built escrows
-// of its own (a clone that was never appended): instance B has "no such
-// payment" and the unsold link cached while A pays with the reference.
+// even when this instance first decided on a stale cache or on nothing at
+// all and built escrows of its own (a clone that was never appended): the
+// link is multi-unit, so buying it again is allowed, and only the payment
+// stream's expected revision stops a second payment. "stale cache":
+// instance B has "no such payment" and the unsold link cached while A pays
+// with the reference. "cold": B has nothing cached, so it takes the
+// reference to be new without reading it (ReadNew), and the append must
+// prove that (expecting no stream), not add a second payment to the stream.
 func TestRepeatedEscrowPaymentAnswersWhatWasFunded(t *testing.T) {
-	ctx := context.Background()
-	a, b, _, actor := twoInstances(t)
-	buyer, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := a.TopUp(ctx, actor, buyer, money.Naira(10000)); err != nil {
-		t.Fatal(err)
-	}
-	link, err := a.CreateEscrow(ctx, actor, "", escrow.Draft{Amount: money.Naira(1000), Purpose: "Bag", WhoPays: "buyer", TotalQuantity: ptr(3)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := EscrowPayment{Reference: "pay-1", Amount: link.Escrow.Due(), EscrowIDs: []string{link.Escrow.ID}}
-	if _, _, err := Load(ctx, b.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, in.Reference)); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := Load(ctx, b.Engine, EscrowKind, link.Escrow.ID); err != nil {
-		t.Fatal(err)
-	}
-	first, err := a.PayEscrows(ctx, actor, buyer, allowed, in)
-	if err != nil || len(first.Escrows) != 1 || first.Escrows[0].ParentID != link.Escrow.ID {
-		t.Fatalf("first payment %+v, %v", first, err)
-	}
-	again, err := b.PayEscrows(ctx, actor, buyer, allowed, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(again.Escrows) != 1 || again.Escrows[0].ID != first.Escrows[0].ID || again.Escrows[0].PaymentID != first.Record.ID ||
-		again.Record.ID != first.Record.ID {
-		t.Fatalf("repeat answered escrows %+v (record %s), want the clone %s funded by %s",
-			again.Escrows, again.Record.ID, first.Escrows[0].ID, first.Record.ID)
-	}
-	w, _, err := Load(ctx, a.Engine, WalletKind, buyer)
-	if err != nil || w.Main != money.Naira(10000)-in.Amount || w.Escrow != link.Escrow.Held() {
-		t.Fatalf("wallet %+v, %v: the payment must move money once", w, err)
+	for _, tc := range []struct {
+		name   string
+		cached bool // B has the payment (absent) and the link cached
+	}{{"stale cache", true}, {"cold", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			a, b, store, actor := twoInstances(t)
+			buyer, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := a.TopUp(ctx, actor, buyer, money.Naira(10000)); err != nil {
+				t.Fatal(err)
+			}
+			link, err := a.CreateEscrow(ctx, actor, "", escrow.Draft{Amount: money.Naira(1000), Purpose: "Bag", WhoPays: "buyer", TotalQuantity: ptr(3)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := EscrowPayment{Reference: "pay-1", Amount: link.Escrow.Due(), EscrowIDs: []string{link.Escrow.ID}}
+			stream := PaymentKind.StreamName(payment.StreamID(actor.MerchantID, actor.Environment, in.Reference))
+			if tc.cached {
+				if _, _, err := Load(ctx, b.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, in.Reference)); err != nil {
+					t.Fatal(err)
+				}
+				if _, _, err := Load(ctx, b.Engine, EscrowKind, link.Escrow.ID); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, ok := b.Engine.cache.get(stream); ok {
+				t.Fatal("B has the payment cached: the cold case needs it unread")
+			}
+			first, err := a.PayEscrows(ctx, actor, buyer, allowed, in)
+			if err != nil || len(first.Escrows) != 1 || first.Escrows[0].ParentID != link.Escrow.ID {
+				t.Fatalf("first payment %+v, %v", first, err)
+			}
+			before, err := store.ReadStream(ctx, stream, 0, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			again, err := b.PayEscrows(ctx, actor, buyer, allowed, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(again.Escrows) != 1 || again.Escrows[0].ID != first.Escrows[0].ID || again.Escrows[0].PaymentID != first.Record.ID ||
+				again.Record.ID != first.Record.ID {
+				t.Fatalf("repeat answered escrows %+v (record %s), want the clone %s funded by %s",
+					again.Escrows, again.Record.ID, first.Escrows[0].ID, first.Record.ID)
+			}
+			if after, err := store.ReadStream(ctx, stream, 0, 100); err != nil || len(after) != len(before) {
+				t.Fatalf("the payment stream grew from %d to %d events (%v)", len(before), len(after), err)
+			}
+			w, _, err := Load(ctx, a.Engine, WalletKind, buyer)
+			if err != nil || w.Main != money.Naira(10000)-in.Amount || w.Escrow != link.Escrow.Held() {
+				t.Fatalf("wallet %+v, %v: the payment must move money once", w, err)
+			}
+		})
 	}
 }
 
