@@ -194,6 +194,22 @@ func TestEscrowPaymentRecordsTheFeeItCharged(t *testing.T) {
 	if err != nil || w.Main != money.Naira(10000-1025) || w.Escrow != money.Naira(1000) {
 		t.Fatalf("buyer wallet %+v, %v", w, err)
 	}
+	// And when the buyer does bear it, the record carries the buyer's share
+	// (not 0, whatever the path: paid at once here).
+	e2, err := a.CreateEscrow(ctx, actor, seller, escrow.Draft{Amount: money.Naira(1000), Purpose: "Bag", WhoPays: "buyer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid, err := a.PayEscrows(ctx, actor, buyer, allowed, EscrowPayment{Reference: "esc-2", Amount: money.Naira(1025), EscrowIDs: []string{e2.Escrow.ID}})
+	if err != nil || paid.Record.Status != ledger.Success {
+		t.Fatalf("pay: %+v, %v", paid.Record, err)
+	}
+	if paid.Record.Fee != money.Naira(25) || paid.Record.Fee != e2.Escrow.BuyerFee() {
+		t.Fatalf("record fee %s, want the buyer's share 25", paid.Record.Fee)
+	}
+	if w, _, err = Load(ctx, a.Engine, WalletKind, buyer); err != nil || w.Main != money.Naira(10000-2*1025) || w.Escrow != money.Naira(1000+1025) {
+		t.Fatalf("buyer wallet after the second payment %+v, %v", w, err)
+	}
 }
 
 // A payment's reference is taken to be new without reading its stream
