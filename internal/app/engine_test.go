@@ -336,6 +336,64 @@ func TestReadAfterAppendIsChecked(t *testing.T) {
 	}
 }
 
+// A decision's expected revision is not replaced by a later read of the
+// same stream in the command: events decided on a stream taken to be new
+// (ReadNew), or created without a read (Record), still expect no stream
+// when the command goes on to read it, so they conflict if it exists
+// instead of being appended to it as if its state had been read first.
+func TestALaterReadKeepsTheExpectation(t *testing.T) {
+	ctx := context.Background()
+	store := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(store.Close)
+	other, engine := NewEngine(store, 100), NewEngine(store, 100)
+	for _, tc := range []struct {
+		id      string
+		decided func(tx *Tx) error // on the assumption that id is new
+	}{
+		{"taken-to-be-new", func(tx *Tx) error {
+			c, err := ReadNew(tx, CustomerKind, "taken-to-be-new")
+			if err != nil || c.Exists() {
+				return fmt.Errorf("ReadNew on a cold cache: %+v, %v; want it taken to be absent", c, err)
+			}
+			Record(tx, CustomerKind, "taken-to-be-new", customer.Blocked{Reason: "assumed new"})
+			return nil
+		}},
+		{"created", func(tx *Tx) error {
+			Record(tx, CustomerKind, "created", customer.Blocked{Reason: "assumed new"})
+			return nil
+		}},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			// Another instance wrote the stream: this engine has nothing cached.
+			if _, err := other.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+				Append(tx, CustomerKind, tc.id, customer.Blocked{Reason: "exists"})
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			runs := 0
+			if _, err := engine.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+				runs++
+				if runs > 1 { // decided again on what the store holds
+					return ErrNothingToDo
+				}
+				if err := tc.decided(tx); err != nil {
+					return err
+				}
+				_, err := Read(tx, CustomerKind, tc.id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			events, err := store.ReadStream(ctx, CustomerKind.StreamName(tc.id), 0, 10)
+			if err != nil || runs != 2 || len(events) != 1 {
+				t.Fatalf("decided %d times, stream has %d events (%v); want 2 decisions and the one event: "+
+					"the events decided on its absence must conflict, not follow the read", runs, len(events), err)
+			}
+		})
+	}
+}
+
 // conflictingStore loses every append to a concurrent writer.
 type conflictingStore struct {
 	eventstore.Store

@@ -82,8 +82,14 @@ func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 	}
 	ts := tx.stream(stream)
 	// A stream appended to unchecked (Append) is checked once read: the
-	// decision now rests on the revision read.
-	ts.rev, ts.known, ts.unchecked = rev, true, false
+	// decision now rests on the revision read. One whose revision the
+	// command already decided on (read, taken to be new by ReadNew, or
+	// created by Record) keeps it: events decided on it must not be
+	// appended at a revision read after them.
+	if !ts.known || ts.unchecked {
+		ts.rev = rev
+	}
+	ts.known, ts.unchecked = true, false
 	return state, nil
 }
 
