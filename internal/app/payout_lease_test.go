@@ -10,10 +10,10 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/domaintest"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
-	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/gateway"
@@ -72,6 +72,17 @@ func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outc
 	return payment.Outcome{OK: true}, nil
 }
 
+// unansweredOnce is a provider that does not answer the first payout (an
+// error: the payout is unknown) and pays every later one.
+func unansweredOnce() *payoutProvider {
+	return &payoutProvider{answer: func(call int) (payment.Outcome, error) {
+		if call == 1 {
+			return payment.Outcome{}, errors.New("provider timed out")
+		}
+		return payment.Outcome{OK: true}, nil
+	}}
+}
+
 // deadlines is what each call's context had left of its deadline.
 func (p *payoutProvider) deadlines() []time.Duration {
 	p.mu.Lock()
@@ -108,11 +119,10 @@ func stageWithdrawals(t *testing.T, svc *Service, actor Actor, refs ...string) (
 	if _, _, err := svc.TopUp(ctx, actor, cid, money.Naira(5000)); err != nil {
 		t.Fatal(err)
 	}
-	serial := "123456789"
-	check, _ := reference.NUBANCheckDigit("058", serial)
+	account := domaintest.NUBAN(t, "058", "12", false)
 	for _, ref := range refs {
 		in := IntentRequest{Reference: ref, Type: ledger.Withdrawal, Amount: money.Naira(1000),
-			Withdrawal: &ledger.WithdrawalDetails{AccountNumber: serial + string(check), BankCode: "058"}}
+			Withdrawal: &ledger.WithdrawalDetails{AccountNumber: account, BankCode: "058"}}
 		if _, err := svc.CreateIntent(ctx, actor, cid, allowed, in); err != nil {
 			t.Fatal(err)
 		}
@@ -245,12 +255,7 @@ func TestAHungUpClientStillRecordsThePayout(t *testing.T) {
 // either instance, asks again at once instead of waiting for the lease.
 func TestAnUnansweredPayoutGivesTheLeaseUp(t *testing.T) {
 	ctx := context.Background()
-	p := &payoutProvider{answer: func(call int) (payment.Outcome, error) {
-		if call == 1 {
-			return payment.Outcome{}, errors.New("provider timed out")
-		}
-		return payment.Outcome{OK: true}, nil
-	}}
+	p := unansweredOnce()
 	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
 	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
 		t.Fatalf("first verify: %v, want ErrPayoutUnanswered", err)
@@ -364,12 +369,7 @@ func TestThePayoutCallEndsInsideTheLease(t *testing.T) {
 // one paying out stays free for a verify that can ask the provider.
 func TestVerifyWithoutPayoutsTakesNothing(t *testing.T) {
 	ctx := context.Background()
-	p := &payoutProvider{answer: func(call int) (payment.Outcome, error) {
-		if call == 1 {
-			return payment.Outcome{}, errors.New("provider timed out")
-		}
-		return payment.Outcome{OK: true}, nil
-	}}
+	p := unansweredOnce()
 	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
 	b.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}}
 	if _, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPaymentsNotConfigured {
