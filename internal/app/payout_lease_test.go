@@ -224,13 +224,46 @@ func TestAnAbandonedPayoutLeaseRunsOut(t *testing.T) {
 	}
 }
 
+// appendDeadlines is a store that notes, per event type appended, how long
+// the append's context had left (0: no deadline).
+type appendDeadlines struct {
+	eventstore.Store
+	mu   sync.Mutex
+	left map[string]time.Duration
+}
+
+func (s *appendDeadlines) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	var left time.Duration
+	if deadline, ok := ctx.Deadline(); ok {
+		left = time.Until(deadline)
+	}
+	s.mu.Lock()
+	for _, sa := range appends {
+		for _, ev := range sa.Events {
+			s.left[ev.Type] = left
+		}
+	}
+	s.mu.Unlock()
+	return s.Store.Append(ctx, appends...)
+}
+
+func (s *appendDeadlines) of(eventType string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.left[eventType]
+}
+
 // A client that hangs up while its verify is asking the provider cuts
 // neither the call short nor the recording of its answer: the payout is
 // completed once, and the next verify answers it without asking again.
+// The recording is still bounded (payoutRecordTimeout): no longer by the
+// client, it must not wait forever on a stuck database.
 func TestAHungUpClientStillRecordsThePayout(t *testing.T) {
 	ctx := context.Background()
 	p := &payoutProvider{started: make(chan struct{}, 2), release: make(chan struct{})}
 	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	appends := &appendDeadlines{Store: a.Engine.store, left: map[string]time.Duration{}}
+	a.Engine.store = appends
 	client, hangUp := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -243,6 +276,9 @@ func TestAHungUpClientStillRecordsThePayout(t *testing.T) {
 	close(p.release)
 	if err := <-done; err != nil {
 		t.Fatalf("the hung-up verify: %v, want the payout recorded", err)
+	}
+	if left := appends.of("payment.payout_completed"); left <= 0 || left > payoutRecordTimeout {
+		t.Fatalf("recording the payout had %v left, want a deadline within payoutRecordTimeout (%v)", left, payoutRecordTimeout)
 	}
 	rec, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1")
 	if err != nil || rec.Status != ledger.Success {
