@@ -161,9 +161,14 @@ func (tx *Tx) stream(name string) *txStream {
 }
 
 // ErrContended is a command that lost the race for its streams on every
-// attempt: other requests kept changing the same wallet or escrow. It wrote
-// nothing, so repeating it is safe and finishes it (a 503 whose
-// Idempotency-Key is released for the repeat, not a 500 replayed forever).
+// attempt: other requests kept changing the same wallet or escrow. The
+// command wrote nothing, so repeating it is safe and finishes it (a 503
+// whose Idempotency-Key is released for the repeat, not a 500 replayed
+// forever). Resumable also releases the key of a request whose earlier
+// commands did write: the only such request, Verify (several steps, a
+// batch of references), decides every step afresh from the intent's
+// stored phase, so its repeat resumes rather than redoes. A request of
+// several commands that is not so must not let this error through as is.
 var ErrContended = &domain.Error{Code: domain.Unavailable, Resumable: true,
 	Message: "Too many concurrent changes to the same account; retry shortly"}
 
