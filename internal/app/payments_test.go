@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"reflect"
+	"sync/atomic"
 	"testing"
 
 	"github.com/escrowd/escrowd/domain/customer"
@@ -10,6 +11,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/eventstore"
 )
 
 var allowed = customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
@@ -232,11 +234,16 @@ func TestRepeatedEscrowPaymentOnAColdInstance(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := EscrowPayment{Reference: "pay-cold", Amount: link.Escrow.Due(), EscrowIDs: []string{link.Escrow.ID}}
+	stream := PaymentKind.StreamName(payment.StreamID(actor.MerchantID, actor.Environment, in.Reference))
+	reads := &streamReads{Store: a.Engine.store, stream: stream}
+	a.Engine.store = reads
 	first, err := a.PayEscrows(ctx, actor, buyer, allowed, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream := PaymentKind.StreamName(payment.StreamID(actor.MerchantID, actor.Environment, in.Reference))
+	if n := reads.count.Load(); n != 0 {
+		t.Fatalf("the first payment read its new payment stream %d times, want none (ReadNew)", n)
+	}
 	before, err := store.ReadStream(ctx, stream, 0, 100)
 	if err != nil {
 		t.Fatal(err)
@@ -258,4 +265,18 @@ func TestRepeatedEscrowPaymentOnAColdInstance(t *testing.T) {
 	if err != nil || w.Main != 0 || w.Escrow != link.Escrow.Held() {
 		t.Fatalf("wallet %+v, %v: the payment must move money once", w, err)
 	}
+}
+
+// streamReads counts the reads of one stream.
+type streamReads struct {
+	eventstore.Store
+	stream string
+	count  atomic.Int64
+}
+
+func (s *streamReads) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	if stream == s.stream {
+		s.count.Add(1)
+	}
+	return s.Store.ReadStream(ctx, stream, from, limit)
 }
