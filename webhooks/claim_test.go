@@ -296,10 +296,10 @@ func pendingRows(t *testing.T, pool *pgxpool.Pool) int {
 	return n
 }
 
-// window without a database: only rows of merchants with room count
-// towards its size; merchants seen without room are left out of the next
-// select, which goes on after the last row seen; it is done when it has n
-// rows, or has counted size rows, or a select comes back short.
+// window without a database: merchants seen without room, and those whose
+// room it used up, are left out of the next select, which goes on after
+// the last row seen and asks for 4n rows, at most 1,000; it is done when it
+// has n rows, or a select comes back short.
 func TestWindowCountsOnlyMerchantsWithRoom(t *testing.T) {
 	rows := func(ms ...string) []candidate {
 		var out []candidate
@@ -316,8 +316,8 @@ func TestWindowCountsOnlyMerchantsWithRoom(t *testing.T) {
 	first := rows("dead", "dead", "dead", "a", "a", "dead", "dead", "dead")
 	w.add(first, limit)
 	after, exclude, limit = w.next()
-	if w.done() || len(w.picked) != 1 || after != first[7] || !slices.Equal(exclude, []string{"busy", "dead"}) || limit != 6 {
-		t.Fatalf("after a full select: done %v, picked %d, after %v, exclude %v, limit %d; want more, 1, the last row, busy and dead, 6",
+	if w.done() || len(w.picked) != 1 || after != first[7] || !slices.Equal(exclude, []string{"busy", "dead", "a"}) || limit != 8 {
+		t.Fatalf("after a full select: done %v, picked %d, after %v, exclude %v, limit %d; want more, 1, the last row, busy, dead and a (its room used up), 8",
 			w.done(), len(w.picked), after, exclude, limit)
 	}
 	w.add(rows("a", "b"), limit)
@@ -331,5 +331,33 @@ func TestWindowCountsOnlyMerchantsWithRoom(t *testing.T) {
 	w.add(rows("a"), 20)
 	if !w.done() {
 		t.Fatal("a short select must end the window")
+	}
+	if _, _, limit := newWindow(300, nil, nil).next(); limit != 1000 {
+		t.Fatalf("a claim of 300: selects of %d rows, want 1,000 at most", limit)
+	}
+}
+
+// A merchant whose room the window uses up hides nobody either: a receiver
+// that fails at once gets its room back after every claim, and with a
+// backlog of more than a select's worth of rows due ahead of everyone
+// else's it would otherwise take every claim's window until that backlog
+// had drained.
+func TestClaimLooksPastMerchantsWhoseRoomRunsOut(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ids := seedDue(t, pool, slices.Concat(interleaved(20, "backlog"), interleaved(2, "live")))
+	before := outboxRows(t, pool)
+	from := time.Now()
+	// n 4: selects of 16 rows, the first all backlog's.
+	got, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"backlog": 2}, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClaimed(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
+	gotIDs := map[uuid.UUID]bool{}
+	for _, c := range got {
+		gotIDs[c.ID] = true
+	}
+	if len(got) != 4 || !gotIDs[ids[0]] || !gotIDs[ids[1]] || !gotIDs[ids[20]] || !gotIDs[ids[21]] {
+		t.Fatalf("claimed per merchant %v, want backlog's first 2 (its room) and live's 2", countByMerchant(got))
 	}
 }

@@ -335,24 +335,24 @@ type candidate struct {
 }
 
 // window is the part of the outbox a claim looks at, and the rows it picks
-// there. It is read in due order, by selects that each go on after the
-// last row seen, and picks each row whose merchant has room left, until it
-// has n rows, or has looked at size rows (4n, at most 1,000: further than
-// n, so that merchants at their cap do not hide others' rows behind
-// theirs), or the due rows run out. Only rows of merchants with room when
-// first seen count towards size: a merchant with none (a dead receiver with
-// a backlog) is left out of the selects that follow, as the allotment's
-// full merchants are from the first, so its rows hide nobody's either.
+// there. It is read in due order, by selects of up to size rows each (4n,
+// at most 1,000: further than n, so that rows the claim cannot take do not
+// cost a round trip each), each going on after the last row seen, and it
+// picks each row whose merchant has room left, until it has n rows or the
+// due rows run out. A merchant without room is left out of the selects
+// that follow, whether the allotment knew it full from the start, the
+// window showed it without room, or the window used its room up (a
+// receiver that fails at once, with a backlog): its rows, however many,
+// hide nobody's.
 type window struct {
-	want    int // rows still to pick
-	size    int // rows of merchants with room still to look at
+	n       int // rows to pick
+	size    int // rows a select asks for
 	asked   int // rows the last select asked for (0: none yet)
 	got     int // rows it returned
 	after   candidate
 	rooms   func(rows map[string]int) map[string]int
-	room    map[string]int  // merchants seen: attempts they may still get
-	full    map[string]bool // merchants seen with no room
-	exclude []string        // merchants the selects leave out
+	room    map[string]int // merchants seen: attempts they may still get (none: left out)
+	exclude []string       // merchants the selects leave out
 	picked  []uuid.UUID
 }
 
@@ -360,17 +360,17 @@ type window struct {
 // to have no room, rooms tells the room of merchants as they show up (see
 // allotment.rooms).
 func newWindow(n int, full []string, rooms func(map[string]int) map[string]int) *window {
-	return &window{want: n, size: min(4*n, 1000), rooms: rooms, room: map[string]int{}, full: map[string]bool{},
+	return &window{n: n, size: min(4*n, 1000), rooms: rooms, room: map[string]int{},
 		// Never nil: <> ALL (NULL) would leave every row out.
 		exclude: append([]string{}, full...)}
 }
 
 // done says the window needs no further select.
-func (w *window) done() bool { return w.want == 0 || w.size == 0 || w.got < w.asked }
+func (w *window) done() bool { return len(w.picked) == w.n || w.got < w.asked }
 
 // next is the next select: after the last row seen (the zero candidate
 // before the first, which every row follows), without the merchants known
-// to have no room, as many rows as may still count.
+// to have no room.
 func (w *window) next() (after candidate, exclude []string, limit int) {
 	return w.after, w.exclude, w.size
 }
@@ -386,21 +386,18 @@ func (w *window) add(cands []candidate, limit int) {
 	}
 	for m, r := range w.rooms(fresh) {
 		w.room[m] = r
-		if r == 0 {
-			w.full[m] = true
+		if r <= 0 {
 			w.exclude = append(w.exclude, m)
 		}
 	}
 	for _, c := range cands {
 		w.after = c
-		if w.full[c.MerchantID] {
+		if len(w.picked) == w.n || w.room[c.MerchantID] <= 0 {
 			continue
 		}
-		w.size--
-		if w.want > 0 && w.room[c.MerchantID] > 0 {
-			w.room[c.MerchantID]--
-			w.want--
-			w.picked = append(w.picked, c.ID)
+		w.picked = append(w.picked, c.ID)
+		if w.room[c.MerchantID]--; w.room[c.MerchantID] == 0 {
+			w.exclude = append(w.exclude, c.MerchantID)
 		}
 	}
 }
