@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -359,5 +361,161 @@ func TestClaimLooksPastMerchantsWhoseRoomRunsOut(t *testing.T) {
 	}
 	if len(got) != 4 || !gotIDs[ids[0]] || !gotIDs[ids[1]] || !gotIDs[ids[20]] || !gotIDs[ids[21]] {
 		t.Fatalf("claimed per merchant %v, want backlog's first 2 (its room) and live's 2", countByMerchant(got))
+	}
+}
+
+// A claim blocks on nothing another transaction holds: a row locked
+// elsewhere (another dispatcher's claim in progress) is skipped at once,
+// and the claim takes the rows after it.
+func TestClaimSkipsLockedRows(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ids := seedDue(t, pool, interleaved(3, "m"))
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM webhook_deliveries WHERE id = $1 FOR UPDATE`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	got, err := claim(cctx, pool, 3, time.Minute, []string{}, fixedRooms(nil, 3))
+	if err != nil {
+		t.Fatalf("claim with a row locked elsewhere: %v", err)
+	}
+	if len(got) != 2 || got[0].ID == ids[0] || got[1].ID == ids[0] {
+		t.Fatalf("claimed %d rows (%v), want the 2 not locked elsewhere", len(got), got)
+	}
+}
+
+// A claim ends its transaction whatever it picks: with nothing to lease it
+// rolls back, so the rows it looked at are free again when it returns and
+// its connection goes back to the pool for the next claim (one left inside
+// a transaction would be closed by the pool, and every idle poll would pay
+// for a new connection).
+func TestClaimEndsItsTransaction(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	seedDue(t, pool, slices.Concat(interleaved(3, "full"), interleaved(2, "open")))
+	ctx := context.Background()
+	for i, rooms := range []map[string]int{{"open": 0}, {"open": 1}, {"open": 0}, {"open": 1}} {
+		got, err := claim(ctx, pool, 2, time.Minute, []string{}, fixedRooms(rooms, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != rooms["open"] {
+			t.Fatalf("claim %d: %d rows, want %d", i, len(got), rooms["open"])
+		}
+		var locked int
+		if err := pool.QueryRow(ctx, `
+			SELECT count(*) FROM webhook_deliveries
+			 WHERE id NOT IN (SELECT id FROM webhook_deliveries FOR UPDATE SKIP LOCKED)`).Scan(&locked); err != nil {
+			t.Fatal(err)
+		}
+		if locked != 0 {
+			t.Fatalf("claim %d returned with %d rows still locked", i, locked)
+		}
+	}
+	if n := pool.Stat().NewConnsCount(); n != 1 {
+		t.Fatalf("%d connections opened for one claim after another; want 1, handed back clean each time", n)
+	}
+}
+
+// A select goes on after the last row the one before it saw, not from it:
+// that row, picked, is not picked again.
+func TestClaimGoesOnAfterTheLastRowSeen(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ids := seedDue(t, pool, slices.Concat(interleaved(7, "dead"), interleaved(3, "live")))
+	// n 2: a first select of 8 rows, dead's 7 and live's first.
+	got, err := claim(context.Background(), pool, 2, time.Minute, []string{}, fixedRooms(map[string]int{"dead": 0}, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].ID == got[1].ID || !slices.ContainsFunc(got, func(c claimed) bool { return c.ID == ids[8] }) {
+		t.Fatalf("claimed %v, want live's first two rows, %s and %s", got, ids[7], ids[8])
+	}
+}
+
+// A claim takes exactly what one pass over the due rows in due order
+// (next_attempt_at, then seq) would: each row of a merchant neither known
+// full nor out of room, until n; however the rows fall into its selects,
+// whatever the order of seq against due times, with rows sharing a due
+// time.
+func TestClaimIsOnePassInDueOrder(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(3, 4))
+	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	several := 0 // rounds whose claim made more than one select
+	for round := range 100 {
+		if _, err := pool.Exec(ctx, `DELETE FROM webhook_deliveries`); err != nil {
+			t.Fatal(err)
+		}
+		merchants := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+		rooms := map[string]int{}
+		var full []string
+		for _, m := range merchants {
+			rooms[m] = max(r.IntN(5)-2, 0)
+			if r.IntN(5) == 0 {
+				full = append(full, m)
+			}
+		}
+		k := 10 + r.IntN(40)
+		ids, ms, dues := make([]uuid.UUID, k), make([]string, k), make([]time.Time, k)
+		for i := range k {
+			ids[i], ms[i] = uuid.New(), merchants[r.IntN(len(merchants))]
+			dues[i] = start.Add(time.Duration(r.IntN(k/2+1)) * time.Millisecond) // seq order is not due order
+		}
+		if _, err := pool.Exec(ctx, `
+			INSERT INTO webhook_deliveries (id, merchant_id, environment, event, body, next_attempt_at)
+			SELECT id, m, 'test', 'payment.settled', '{}'::bytea, due
+			  FROM unnest($1::uuid[], $2::text[], $3::timestamptz[]) AS r(id, m, due)`, ids, ms, dues); err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pool.Query(ctx, `SELECT id, merchant_id FROM webhook_deliveries ORDER BY next_attempt_at, seq`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		type row struct {
+			ID uuid.UUID
+			M  string
+		}
+		ordered, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 1 + r.IntN(4)
+		var want []uuid.UUID
+		left := maps.Clone(rooms)
+		for _, o := range ordered {
+			if len(want) < n && !slices.Contains(full, o.M) && left[o.M] > 0 {
+				left[o.M]--
+				want = append(want, o.ID)
+			}
+		}
+		selects := 0
+		counted := func(rows map[string]int) map[string]int { selects++; return fixedRooms(rooms, 0)(rows) }
+		got, err := claim(ctx, pool, n, time.Minute, append([]string{}, full...), counted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if selects > 1 {
+			several++
+		}
+		var gotIDs []uuid.UUID
+		for _, c := range got {
+			gotIDs = append(gotIDs, c.ID)
+		}
+		slices.SortFunc(gotIDs, func(a, b uuid.UUID) int {
+			return slices.IndexFunc(ordered, func(o row) bool { return o.ID == a }) -
+				slices.IndexFunc(ordered, func(o row) bool { return o.ID == b })
+		})
+		if !slices.Equal(gotIDs, want) {
+			t.Fatalf("round %d (n %d, rooms %v, full %v, rows %v): claimed %v, want %v", round, n, rooms, full, ordered, gotIDs, want)
+		}
+	}
+	if several < 15 {
+		t.Fatalf("only %d rounds of 100 made more than one select: the rounds do not test going on after the last row", several)
 	}
 }
