@@ -92,6 +92,9 @@ type Dispatcher struct {
 	prompt map[string]bool // seen answering within SlowAfter
 	wake   chan struct{}
 	more   bool // the last claim was cut short by free workers
+	// claiming: a claim is under way, with the attempts in flight as they
+	// were when it started.
+	claiming bool
 }
 
 func (d *Dispatcher) defaults() {
@@ -222,6 +225,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
 		a := d.allot()
+		d.claiming = free > 0
 		d.mu.Unlock()
 		var got []claimed
 		if free > 0 {
@@ -231,6 +235,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					break
 				}
+				d.mu.Lock()
+				d.claiming = false
+				d.mu.Unlock()
 				d.Log.Error("webhooks: claim failed", zap.Error(err))
 				sleepCtx(ctx, backoff)
 				backoff = min(2*backoff, 10*time.Second)
@@ -240,8 +247,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		// A full claim may have left due rows behind: claim again now, and
 		// again whenever a worker frees up, until a claim comes back short.
+		// A claim may also have left rows for want of a merchant's room,
+		// or of the slow share: an attempt whose end gives that back wakes
+		// the dispatcher too (see freesRoom), and so does any that ends
+		// while a claim is under way, which may have counted it in flight.
 		more := free > 0 && len(got) == free
 		d.mu.Lock()
+		d.claiming = false
 		if free > 0 {
 			d.more = more
 		}
@@ -260,14 +272,15 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 					o, ok := d.attempt(ctx, c, ep)
 					// Answered in time. A failed endpoint lookup is counted
 					// as sent but asked no receiver: it proves nothing.
+					rose := false
 					if slowTimer.Stop() && ok && o.Sent && ep.err == nil {
-						d.setSlow(c.MerchantID, false)
+						rose = d.setSlow(c.MerchantID, false)
 					}
 					d.mu.Lock()
+					wake := d.more || d.claiming || rose || d.freesRoom(c.MerchantID)
 					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
 						delete(d.busy, c.MerchantID)
 					}
-					more := d.more
 					d.mu.Unlock()
 					if ok {
 						results <- o
@@ -276,7 +289,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 						aborted = append(aborted, c)
 						abortMu.Unlock()
 					}
-					if more {
+					if wake {
 						d.signal()
 					}
 				}()
@@ -380,19 +393,30 @@ func (a *allotment) rooms(rows map[string]int) map[string]int {
 	return out
 }
 
+// freesRoom says whether the end of one of merchant m's attempts in flight
+// gives back room a claim may have lacked: m's own, when m is at its cap,
+// or the slow share, when m is slow (its attempts end seldom, and the
+// share may have run out). Callers hold d.mu and have not yet counted the
+// attempt out of busy.
+func (d *Dispatcher) freesRoom(m string) bool {
+	return d.slow[m] || d.busy[m] >= d.capOf(m)
+}
+
 // maxRemembered bounds the merchants remembered as slow or prompt; past it
 // the memory starts over (every merchant is probed again: harmless).
 const maxRemembered = 100_000
 
 // setSlow records that a merchant's attempt ran past SlowAfter (slow) or
-// answered within it.
-func (d *Dispatcher) setSlow(merchantID string, slow bool) {
+// answered within it; rose says its cap went up (it answered in time, and
+// was not known to).
+func (d *Dispatcher) setSlow(merchantID string, slow bool) (rose bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.slow)+len(d.prompt) >= maxRemembered {
 		clear(d.slow)
 		clear(d.prompt)
 	}
+	rose = !slow && !d.prompt[merchantID]
 	if slow {
 		d.slow[merchantID] = true
 		delete(d.prompt, merchantID)
@@ -400,6 +424,7 @@ func (d *Dispatcher) setSlow(merchantID string, slow bool) {
 		d.prompt[merchantID] = true
 		delete(d.slow, merchantID)
 	}
+	return rose
 }
 
 type endpointKey struct {

@@ -447,6 +447,33 @@ func TestWorkersBoundAllAttempts(t *testing.T) {
 	}
 }
 
+// TestBacklogGoesOutAsAttemptsEnd: a merchant with more messages due than
+// its cap gets its next attempts as soon as its attempts end, not at the
+// next poll: when the end of an attempt gives it room (it was at its cap,
+// or it answered in time and now has PerMerchant), the dispatcher claims
+// again. The poll interval here is longer than the test.
+func TestBacklogGoesOutAsAttemptsEnd(t *testing.T) {
+	e := newTestEnv(t)
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open()
+	rc := newReceiver(t, nil, func(hit) int { <-gate; return 200 })
+	m := e.merchant(rc.srv.URL)
+	e.runSubscriber(e.pool)
+	const backlog = 20
+	ids := e.deposits(m.MerchantID, backlog)
+	eventually(t, 10*time.Second, "the backlog in the outbox", func() bool { return e.statuses()[StatusPending] == backlog })
+	e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = 8, 3, 1
+		d.Timeout, d.SlowAfter = time.Minute, 30*time.Second
+		d.PollInterval = time.Hour
+	})
+	// Never seen answering: one attempt, which waits at the gate.
+	eventually(t, 10*time.Second, "the first attempt", func() bool { return len(rc.all()) == 1 })
+	open()
+	eventually(t, 10*time.Second, "the whole backlog", func() bool { return len(rc.delivered()) == len(ids) })
+}
+
 // TestDeadMerchantDoesNotDelayOthers: a merchant whose receiver hangs holds
 // at most its per-merchant share of the workers.
 func TestDeadMerchantDoesNotDelayOthers(t *testing.T) {

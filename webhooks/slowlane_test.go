@@ -172,3 +172,31 @@ func TestSlowLaneMemoryIsBounded(t *testing.T) {
 		t.Fatalf("past the bound: %d slow, %d prompt; want only the newest, slow", len(d.slow), len(d.prompt))
 	}
 }
+
+// TestAttemptEndFreesRoom: which ends of attempts wake the dispatcher
+// besides a full claim's: those that give a merchant at its cap room, those
+// of slow merchants (the slow share), and answers in time that raise a
+// merchant's cap to PerMerchant; not those of a merchant still below its
+// cap.
+func TestAttemptEndFreesRoom(t *testing.T) {
+	d := slowLaneDispatcher()
+	d.SlowPerMerchant = 2 // PerMerchant 4, SlowShare 2
+	if !d.setSlow("prompt", false) || d.setSlow("prompt", false) {
+		t.Fatal("answering in time must raise the cap of a merchant not known to, and only then")
+	}
+	d.setSlow("slow", true)
+	if !d.setSlow("slow", false) || d.setSlow("slow", true) {
+		t.Fatal("a slow merchant answering in time gets PerMerchant back; turning slow raises nothing")
+	}
+	d.setSlow("slowBelowCap", true)
+	d.busy = map[string]int{"prompt": 3, "promptFull": 4, "unknown": 1, "unknownFull": 2, "slowBelowCap": 1}
+	d.setSlow("promptFull", false)
+	for m, want := range map[string]bool{
+		"prompt": false, "promptFull": true, "unknown": false, "unknownFull": true,
+		"slowBelowCap": true, // below its own cap, but the slow share may have run out
+	} {
+		if got := d.freesRoom(m); got != want {
+			t.Errorf("%s with %d in flight: freesRoom %v, want %v", m, d.busy[m], got, want)
+		}
+	}
+}
