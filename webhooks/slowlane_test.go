@@ -69,6 +69,20 @@ func TestAllotmentSlowLane(t *testing.T) {
 		t.Fatalf("slowA room %d, slowB+slowC room %d; want 0 and 1 (rooms %v)", a, bc, rooms)
 	}
 
+	// A slow merchant in flight below its own cap has no room either once
+	// the slow merchants hold the whole share: its rows are left out from
+	// the start, not read to be found without room.
+	d = slowLaneDispatcher()
+	d.SlowPerMerchant = 2
+	d.busy = map[string]int{"slowA": 1, "slowB": 1}
+	d.setSlow("slowA", true)
+	d.setSlow("slowB", true)
+	full = d.allot().full
+	slices.Sort(full)
+	if !slices.Equal(full, []string{"slowA", "slowB"}) {
+		t.Fatalf("slow share used up: full %v, want slowA and slowB", full)
+	}
+
 	// A slow merchant that answers in time again is prompt, not slow.
 	d = slowLaneDispatcher()
 	d.setSlow("m", true)
