@@ -345,10 +345,9 @@ type candidate struct {
 // receiver that fails at once, with a backlog): its rows, however many,
 // hide nobody's.
 type window struct {
-	n       int // rows to pick
-	size    int // rows a select asks for
-	asked   int // rows the last select asked for (0: none yet)
-	got     int // rows it returned
+	n       int  // rows to pick
+	size    int  // rows a select asks for
+	ranOut  bool // a select came back short: no due rows are left to read
 	after   candidate
 	rooms   func(rows map[string]int) map[string]int
 	room    map[string]int // merchants seen: attempts they may still get (none: left out)
@@ -366,7 +365,7 @@ func newWindow(n int, full []string, rooms func(map[string]int) map[string]int) 
 }
 
 // done says the window needs no further select.
-func (w *window) done() bool { return len(w.picked) == w.n || w.got < w.asked }
+func (w *window) done() bool { return len(w.picked) == w.n || w.ranOut }
 
 // next is the next select: after the last row seen (the zero candidate
 // before the first, which every row follows), without the merchants known
@@ -377,7 +376,7 @@ func (w *window) next() (after candidate, exclude []string, limit int) {
 
 // add takes the rows a select of limit rows returned.
 func (w *window) add(cands []candidate, limit int) {
-	w.asked, w.got = limit, len(cands)
+	w.ranOut = len(cands) < limit
 	fresh := map[string]int{}
 	for _, c := range cands {
 		if _, seen := w.room[c.MerchantID]; !seen {
