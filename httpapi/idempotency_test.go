@@ -625,6 +625,36 @@ func TestIdempotencySlowRequestStoringDuringTakeoverIsReplayed(t *testing.T) {
 	}
 }
 
+// A slow request that wrote nothing may likewise store its answer after a
+// retry has fenced its claim and found no write: the takeover is a
+// compare-and-set on the row still being in flight, so the retry then
+// replays that answer instead of running the request a second time (which
+// could now move money where the first answer said it did not).
+func TestIdempotencyTakeoverAfterTheAnswerIsStoredReplaysIt(t *testing.T) {
+	env := newIdemEnv(t)
+	first := make(chan *httptest.ResponseRecorder, 1)
+	go func() { first <- env.post("/v1/slow", "key1", "k", `{}`) }()
+	<-env.entered // running, nothing written, nothing stored
+
+	env.advance(idempotencyAbandonAfter + time.Second)
+	var stored *httptest.ResponseRecorder
+	env.afterFence = func() { // the slow request finishes between fence and takeover
+		if stored == nil {
+			close(env.release)
+			stored = <-first
+		}
+	}
+	retry := env.post("/v1/slow", "key1", "k", `{}`)
+	if stored == nil {
+		t.Fatal("the retry never fenced the claim")
+	}
+	idemWantStatus(t, stored, http.StatusCreated)
+	idemWantReplayOf(t, retry, stored)
+	if n := env.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want once", n)
+	}
+}
+
 // A claim whose request wrote but never stored its response is answered
 // as a lost outcome only while the key lives: once it has expired (24 h)
 // the key is free like any expired key, and a new request under it runs.
