@@ -321,3 +321,39 @@ func TestKeyedUploadOverLimitLeavesNoSpoolFile(t *testing.T) {
 		t.Fatalf("handler ran %d times, want once", ran)
 	}
 }
+
+// TestKeyedUploadWhoseHandlerPanicsLeavesNoSpoolFile: the temporary file a
+// keyed upload waits in is removed when the request ends however it ends,
+// here by a handler panic that the recover middleware further out answers
+// 500. The key, under which nothing was written, is released for a retry.
+func TestKeyedUploadWhoseHandlerPanicsLeavesNoSpoolFile(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	h := newHarness(t, func(c *Config) { c.DataDir = t.TempDir() })
+	var spooled []string
+	ran := 0
+	h.api.handle(http.MethodPost, "/v1/probe/keyed-panic", Policy{CID: CIDOptional}, func(c echo.Context) error {
+		if ran++; ran == 1 {
+			spooled = spoolFiles(t, tmp)
+			panic("a handler bug")
+		}
+		return respond(c, http.StatusCreated, "ok", map[string]any{})
+	}, true)
+	big := append(uploadPNG(t), bytes.Repeat([]byte{0}, 2<<20)...) // past spoolMemory
+	body, ct := uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", big})
+	keyed := map[string]string{"Idempotency-Key": "panic-1"}
+	h.uploadDo("POST", "/v1/probe/keyed-panic", h.std(), ct, bytes.NewReader(body), keyed).expect(t, 500, "")
+	if len(spooled) != 1 {
+		t.Fatalf("while the handler ran, spool files %v, want one", spooled)
+	}
+	if left := spoolFiles(t, tmp); len(left) != 0 {
+		t.Fatalf("spool files left after a handler panic: %v", left)
+	}
+	h.uploadDo("POST", "/v1/probe/keyed-panic", h.std(), ct, bytes.NewReader(body), keyed).expect(t, 201, "ok")
+	if ran != 2 {
+		t.Fatalf("handler ran %d times, want twice", ran)
+	}
+	if left := spoolFiles(t, tmp); len(left) != 0 {
+		t.Fatalf("spool files left after the retry: %v", left)
+	}
+}
