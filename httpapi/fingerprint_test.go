@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"mime"
 	"net/http"
@@ -193,5 +194,40 @@ func TestFingerprintStreamingDoesNotCopyEveryPiece(t *testing.T) {
 	_, _ = f.Write(piece)
 	if n := testing.AllocsPerRun(100, func() { _, _ = f.Write(piece) }); n > 0 {
 		t.Fatalf("%.1f allocations per 32 KB piece", n)
+	}
+}
+
+// failingReader hands over n bytes, then fails as a connection that drops
+// mid-body does.
+type failingReader struct{ n int }
+
+var errBodyCut = errors.New("connection reset mid-body")
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, errBodyCut
+	}
+	k := min(len(p), r.n)
+	clear(p[:k])
+	r.n -= k
+	return k, nil
+}
+
+// TestSpoolBodyCutAfterSpillingLeavesNoFile: a keyed body that fails to
+// read after it has moved to a temporary file (the client went away
+// mid-upload) is an error, and the file is removed there and then: no
+// caller gets a spool to remove.
+func TestSpoolBodyCutAfterSpillingLeavesNoFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("TMPDIR", dir)
+	r := httptest.NewRequest(http.MethodPost, "/v1/escrow/create", nil)
+	r.Header.Set(echo.HeaderContentType, "multipart/form-data; boundary=XyZ")
+	r.Body = http.MaxBytesReader(nil, io.NopCloser(&failingReader{n: 2 * spoolMemory}), 32<<20)
+	fp, sp, err := NewIdempotencyStore(nil).spoolBody(r)
+	if !errors.Is(err, errBodyCut) || fp != nil || sp != nil {
+		t.Fatalf("spoolBody = %x, %v, %v; want the read error and no spool", fp, sp, err)
+	}
+	if left := spoolFiles(t, dir); len(left) != 0 {
+		t.Fatalf("spool files left after a cut body: %v", left)
 	}
 }
