@@ -7,25 +7,9 @@ import (
 	"github.com/escrowd/escrowd/projections"
 )
 
-// QueriesDirectory resolves keys and customers from the read models.
+// QueriesDirectory resolves keys and customers from the read models, for
+// the auth cache (its only reader, in front of every request).
 type QueriesDirectory struct{ Q *projections.Queries }
-
-// Resolve reads the key, and the customer when one is named, from the read
-// models in one query.
-func (d QueriesDirectory) Resolve(ctx context.Context, digest, customerID string) (Principal, bool, CustomerRef, bool, error) {
-	if customerID == "" {
-		k, ok, err := d.Q.KeyByDigest(ctx, digest)
-		if !ok || err != nil {
-			return Principal{}, ok, CustomerRef{}, false, err
-		}
-		return principalOf(k), true, CustomerRef{}, false, nil
-	}
-	k, kok, c, cok, err := d.Q.KeyAndCustomer(ctx, digest, customerID)
-	if err != nil || !kok {
-		return Principal{}, false, CustomerRef{}, false, err
-	}
-	return principalOf(k), true, customerRefOf(c), cok, nil
-}
 
 func customerRefOf(c projections.CustomerAuth) CustomerRef {
 	return CustomerRef{ID: c.CustomerID, MerchantID: c.MerchantID, Environment: c.Environment, Blocked: c.Blocked, Permissions: c.Permissions}
@@ -36,8 +20,8 @@ func principalOf(k projections.KeyRow) Principal {
 		Business: k.Business, Country: k.Country, Allowlist: k.Allowlist}
 }
 
-// ResolveAt is Resolve with the position the read models cover, in the same
-// query, for the auth cache.
+// ResolveAt reads the key, and the customer when one is named, with the
+// position the read models cover, in one query.
 func (d QueriesDirectory) ResolveAt(ctx context.Context, digest, customerID string) (ResolvedAuth, error) {
 	a, err := d.Q.KeyAndCustomerAt(ctx, digest, customerID)
 	if err != nil || !a.KeyFound {

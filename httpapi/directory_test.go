@@ -11,9 +11,9 @@ import (
 )
 
 // TestQueriesDirectoryResolveAtCoversItsWrites: the read models' answer
-// to the auth cache is Resolve's answer plus the log position it covers,
-// which, once the projectors have caught up, includes the writes that
-// made it. Were Covered or Covers lost on the way to the cache, it would
+// to the auth cache is the key and customer plus the log position it
+// covers, which, once the projectors have caught up, includes the writes
+// that made it. Were Covered or Covers lost on the way to the cache, it would
 // keep nothing and every request would query again, and its own tests
 // (on a stand-in directory) would not notice.
 func TestQueriesDirectoryResolveAtCoversItsWrites(t *testing.T) {
@@ -27,15 +27,16 @@ func TestQueriesDirectoryResolveAtCoversItsWrites(t *testing.T) {
 	dir := QueriesDirectory{Q: h.api.rm}
 	digest := KeyDigest(h.std())
 	for _, c := range []string{cid, ""} {
-		p, found, ref, refFound, err := dir.Resolve(ctx, digest, c)
+		first, err := dir.ResolveAt(ctx, digest, c)
+		p, found, ref, refFound := first.Principal, first.Found, first.Customer, first.CustomerFound
 		if err != nil || !found || refFound != (c != "") {
-			t.Fatalf("Resolve(%q): found %v, customer found %v (%v)", c, found, refFound, err)
+			t.Fatalf("ResolveAt(%q): found %v, customer found %v (%v)", c, found, refFound, err)
 		}
 		if p.MerchantID != h.m.MerchantID || p.Environment != domain.Test || p.Role != merchant.Standard {
-			t.Fatalf("Resolve(%q): principal %+v", c, p)
+			t.Fatalf("ResolveAt(%q): principal %+v", c, p)
 		}
 		if c != "" && (ref.ID != cid || ref.MerchantID != h.m.MerchantID || ref.Environment != domain.Test || ref.Blocked) {
-			t.Fatalf("Resolve(%q): customer %+v", c, ref)
+			t.Fatalf("ResolveAt(%q): customer %+v", c, ref)
 		}
 		// A projector that skips an event may store its checkpoint past it
 		// a little later: wait for the answer to cover the writes.
@@ -46,7 +47,7 @@ func TestQueriesDirectoryResolveAtCoversItsWrites(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(r.Principal, p) || !r.Found || r.CustomerFound != refFound || r.Customer != ref {
-				t.Fatalf("ResolveAt(%q) = %+v, want Resolve's %+v %+v", c, r, p, ref)
+				t.Fatalf("ResolveAt(%q) = %+v, then %+v %+v", c, r, p, ref)
 			}
 			if r.Covered && r.Covers.AtLeast(written) {
 				break

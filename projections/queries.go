@@ -33,9 +33,8 @@ type KeyRow struct {
 	Allowlist   []string
 }
 
-// Which keys authenticate, and what of them auth reads, is said once for
-// both lookups (KeyByDigest, KeyAndCustomer): a condition added to one only
-// would let a key in by the other. The digest is $1; scan with keyTargets.
+// Which keys authenticate, and what of them auth reads. The digest is $1;
+// scan with keyTargets.
 const (
 	keyColumns = `k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist`
 	keyFrom    = `rm_api_keys k JOIN rm_merchants m USING (merchant_id)`
@@ -46,18 +45,6 @@ const (
 // environment's text.
 func (k *KeyRow) keyTargets(env *string) []any {
 	return []any{&k.KeyID, &k.MerchantID, env, &k.Role, &k.Business, &k.Country, &k.Allowlist}
-}
-
-// KeyByDigest finds an unrevoked key.
-func (q *Queries) KeyByDigest(ctx context.Context, digest string) (KeyRow, bool, error) {
-	var k KeyRow
-	var env string
-	err := q.pool.QueryRow(ctx, `SELECT `+keyColumns+` FROM `+keyFrom+` WHERE `+keyWhere, digest).Scan(k.keyTargets(&env)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return k, false, nil
-	}
-	k.Environment = domain.Environment(env)
-	return k, err == nil, err
 }
 
 // Country is the embedded country of a customer record.
@@ -234,15 +221,6 @@ type CustomerAuth struct {
 	Permissions customer.Permissions
 }
 
-// KeyAndCustomer resolves an unrevoked key and (when customerID is not
-// empty) a customer in one round trip: the auth path of nearly every
-// customer request. The customer is reported whether or not it belongs to
-// the key's merchant; auth decides.
-func (q *Queries) KeyAndCustomer(ctx context.Context, digest, customerID string) (KeyRow, bool, CustomerAuth, bool, error) {
-	a, err := q.keyAndCustomer(ctx, digest, customerID, false)
-	return a.Key, a.KeyFound, a.Customer, a.CustomerFound, err
-}
-
 // AuthAnswer is what KeyAndCustomerAt found, and how current it is.
 type AuthAnswer struct {
 	Key           KeyRow
@@ -256,14 +234,13 @@ type AuthAnswer struct {
 	Covered bool
 }
 
-// KeyAndCustomerAt is KeyAndCustomer, plus the position the answer covers
-// (when the key is found), for a cache that must know whether an answer
-// predates a change it has already seen in the log.
+// KeyAndCustomerAt resolves an unrevoked key and (when customerID is not
+// empty) a customer in one round trip, the auth path of every request
+// the auth cache cannot answer, with the position the answer covers (when
+// the key is found): the cache must know whether an answer predates a
+// change it has already seen in the log. The customer is reported whether
+// or not it belongs to the key's merchant; auth decides.
 func (q *Queries) KeyAndCustomerAt(ctx context.Context, digest, customerID string) (AuthAnswer, error) {
-	return q.keyAndCustomer(ctx, digest, customerID, true)
-}
-
-func (q *Queries) keyAndCustomer(ctx context.Context, digest, customerID string, at bool) (AuthAnswer, error) {
 	var (
 		a                     AuthAnswer
 		env                   string
@@ -271,16 +248,13 @@ func (q *Queries) keyAndCustomer(ctx context.Context, digest, customerID string,
 		canBuy, canSell, canW *bool
 		commits, prepares     []int64
 	)
-	checkpoints := `NULL::bigint[], NULL::bigint[]`
-	if at {
-		// Ordered by name, so both arrays pair up; a missing row shows as
-		// a short array.
-		checkpoints = `(SELECT array_agg(commit_pos ORDER BY name) FROM projection_checkpoints WHERE name IN ('` + Merchants{}.Name() + `', '` + Customers{}.Name() + `')),
-			(SELECT array_agg(prepare_pos ORDER BY name) FROM projection_checkpoints WHERE name IN ('` + Merchants{}.Name() + `', '` + Customers{}.Name() + `'))`
-	}
+	// The checkpoints are aggregated ordered by name, so both arrays pair
+	// up; a missing row shows as a short array.
 	err := q.pool.QueryRow(ctx, `SELECT `+keyColumns+`,
-			c.customer_id, c.merchant_id, c.environment, c.status, c.can_buy, c.can_sell, c.can_withdraw, `+checkpoints+`
+			c.customer_id, c.merchant_id, c.environment, c.status, c.can_buy, c.can_sell, c.can_withdraw, cp.commits, cp.prepares
 		FROM `+keyFrom+` LEFT JOIN rm_customers c ON c.customer_id = $2
+		CROSS JOIN LATERAL (SELECT array_agg(commit_pos ORDER BY name) AS commits, array_agg(prepare_pos ORDER BY name) AS prepares
+		                      FROM projection_checkpoints WHERE name IN ('`+Merchants{}.Name()+`', '`+Customers{}.Name()+`')) cp
 		WHERE `+keyWhere, digest, customerID).
 		Scan(append(a.Key.keyTargets(&env), &cid, &cmid, &cenv, &cst, &canBuy, &canSell, &canW, &commits, &prepares)...)
 	if errors.Is(err, pgx.ErrNoRows) {
