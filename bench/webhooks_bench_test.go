@@ -206,7 +206,10 @@ func benchWebhooks(b *testing.B, rate int) {
 		cold, _ = run(warmUp)
 	}
 	b.ResetTimer() // also drops metrics reported so far: cold-* come last
+	database := pool.Config().ConnConfig.Database
+	cpuBefore := sampleCPU(database)
 	lat, elapsed := run(b.N)
+	cpu := cpuSince(cpuBefore, database, b.N)
 	b.StopTimer()
 	if len(cold) > 0 {
 		b.ReportMetric(float64(cold[len(cold)*99/100].Microseconds())/1000, "cold-p99-ms")
@@ -216,6 +219,14 @@ func benchWebhooks(b *testing.B, rate int) {
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	// CPU per message, steadier than latency on a shared host: this
+	// process (writers, subscriber, dispatcher and the receiver) and the
+	// benchmark database's backends.
+	b.ReportMetric(float64(cpu.selfPerOp.Nanoseconds())/1e3, "go-cpu-us/msg")
+	if cpu.pgOK {
+		b.ReportMetric(float64(cpu.dbPerOp.Nanoseconds())/1e3, "pg-db-cpu-us/msg")
+	}
+	b.ReportMetric(cpu.stealPct, "steal-%")
 }
 
 // benchTopUp is one settled top-up as the service writes it: its payment

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/domain"
@@ -68,7 +69,7 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
 		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
 		       WITH ORDINALITY AS m(id, merchant_id, environment, event, order_key, body, ord)
 		 ORDER BY ord
-		ON CONFLICT (id) DO NOTHING`, ids, merchants, envs, events, keys, bodies)
+		ON CONFLICT (id) DO NOTHING`, pgUUIDs(ids), merchants, envs, events, keys, bodies)
 	if err != nil {
 		return 0, err
 	}
@@ -458,7 +459,7 @@ func leasePicked(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, lease tim
 		       lease_until = statement_timestamp() + $2::bigint * interval '1 millisecond',
 		       next_attempt_at = statement_timestamp() + $2::bigint * interval '1 millisecond'
 		 WHERE d.id = ANY ($1::uuid[])
-		RETURNING d.id, d.merchant_id, d.environment, d.event, d.body, d.attempts`, ids, lease.Milliseconds())
+		RETURNING d.id, d.merchant_id, d.environment, d.event, d.body, d.attempts`, pgUUIDs(ids), lease.Milliseconds())
 	b.Queue(`COMMIT`)
 	br := conn.SendBatch(ctx, b)
 	defer br.Close()
@@ -542,7 +543,7 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 			       AS r(id, attempt, status, code, err, delay, undo, at, took)
 			 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt
 			RETURNING d.order_key IS NOT NULL`,
-			ids, attempts, statuses, codes, errs, delays, undo, ats, tooks)
+			pgUUIDs(ids), attempts, statuses, codes, errs, delays, undo, ats, tooks)
 		if err != nil {
 			return err
 		}
@@ -571,7 +572,7 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 		_, err = tx.Exec(ctx, `
 			INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
 			SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])
-			ON CONFLICT DO NOTHING`, lids, latt, lat, lcode, lerr, ltook)
+			ON CONFLICT DO NOTHING`, pgUUIDs(lids), latt, lat, lcode, lerr, ltook)
 		if err != nil {
 			return err
 		}
@@ -598,6 +599,17 @@ func release(ctx context.Context, pool *pgxpool.Pool, cs []claimed) error {
 		UPDATE webhook_deliveries d
 		   SET status = 'pending', next_attempt_at = now(), lease_until = NULL
 		  FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
-		 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt`, ids, attempts)
+		 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt`, pgUUIDs(ids), attempts)
 	return err
+}
+
+// pgUUIDs is ids as pgx encodes them directly. It encodes a uuid.UUID
+// through its driver.Valuer: a string it then parses back, which cost about
+// 8% of the webhook benchmark's Go time.
+func pgUUIDs(ids []uuid.UUID) []pgtype.UUID {
+	out := make([]pgtype.UUID, len(ids))
+	for i, id := range ids {
+		out[i] = pgtype.UUID{Bytes: id, Valid: true}
+	}
+	return out
 }
