@@ -133,11 +133,15 @@ func benchWebhooks(b *testing.B, rate int) {
 		}
 		merchants = append(merchants, m.MerchantID)
 	}
-	runner, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
+	// Wired as `escrowd serve` wires them: the subscriber hands its
+	// dispatcher what it has room for.
+	d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store}}
+	sub := webhooks.NewSubscriber(store, pool)
+	sub.Handoff = d
+	runner, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), sub)
 	if err != nil {
 		b.Fatal(err)
 	}
-	d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store}}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _ = runner.Run(ctx) }()

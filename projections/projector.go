@@ -26,6 +26,16 @@ type Projector interface {
 	Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error
 }
 
+// CommitObserver is implemented by a projector that acts once the batch it
+// applied is committed (or is not): the runner calls Committed after every
+// Apply of applyBatch, with whether its transaction committed. An ambiguous
+// commit (an error from COMMIT: the server may have committed without the
+// answer arriving) counts as not committed, so an observer must be safe
+// when a batch it was told failed did commit.
+type CommitObserver interface {
+	Committed(ok bool)
+}
+
 // Interested is implemented by a projector that reads only the streams
 // whose names start with one of its prefixes. A batch with none of them
 // only moves its checkpoint, in one round trip instead of a transaction of

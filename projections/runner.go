@@ -878,12 +878,17 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 	if !moved {
 		return eventstore.Position{}, errResync
 	}
+	committed := false
+	if o, ok := p.(CommitObserver); ok {
+		defer func() { o.Committed(committed) }()
+	}
 	if err := p.Apply(ctx, tx, events); err != nil {
 		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return eventstore.Position{}, err
 	}
+	committed = true
 	return last, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -95,6 +96,14 @@ type Dispatcher struct {
 	// claiming: a claim is under way, with the attempts in flight as they
 	// were when it started.
 	claiming bool
+	claimEnd chan struct{} // closed when the claim under way ends
+	// running: Run is delivering, and reserve may promise it attempts.
+	running bool
+	// handed are attempts a Subscriber stored already leased to this
+	// dispatcher (see reserve), not yet started; handedWake tells Run.
+	handed     []claimed
+	handedWake chan struct{}
+	handedN    atomic.Int64 // attempts ever handed over (for tests)
 }
 
 func (d *Dispatcher) defaults() {
@@ -151,6 +160,7 @@ func (d *Dispatcher) defaults() {
 	d.slow = map[string]bool{}
 	d.prompt = map[string]bool{}
 	d.wake = make(chan struct{}, 1)
+	d.handedWake = make(chan struct{}, 1)
 }
 
 // NewClient is the HTTP client of deliveries: no proxy, no redirects (a 3xx
@@ -218,26 +228,84 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.Log.Warn("webhooks: cannot hand back abandoned attempts; their leases will expire", zap.Error(err))
 		}
 	}()
+	// start runs attempts, each in its own goroutine; they are counted in
+	// busy already.
+	start := func(got []claimed) {
+		if len(got) == 0 {
+			return
+		}
+		eps := d.endpoints(ctx, got)
+		for _, c := range got {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ep := eps[endpointKey{c.MerchantID, c.Environment}]
+				slowTimer := time.AfterFunc(d.SlowAfter, func() { d.setSlow(c.MerchantID, true) })
+				o, ok := d.attempt(ctx, c, ep)
+				// Answered in time. A failed endpoint lookup is counted
+				// as sent but asked no receiver: it proves nothing.
+				rose := false
+				if slowTimer.Stop() && ok && o.Sent && ep.err == nil {
+					rose = d.setSlow(c.MerchantID, false)
+				}
+				d.mu.Lock()
+				wake := d.more || d.claiming || rose || d.freesRoom(c.MerchantID)
+				if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
+					delete(d.busy, c.MerchantID)
+				}
+				d.mu.Unlock()
+				if ok {
+					results <- o
+				} else {
+					abortMu.Lock()
+					aborted = append(aborted, c)
+					abortMu.Unlock()
+				}
+				if wake {
+					d.signal()
+				}
+			}()
+		}
+	}
+	d.mu.Lock()
+	d.running = true
+	d.mu.Unlock()
+	defer func() {
+		// Attempts handed over but not started go back to the queue with
+		// those abandoned (deferred calls run last in, first out: this
+		// one before the release above).
+		d.mu.Lock()
+		d.running = false
+		handed := d.handed
+		d.handed = nil
+		d.mu.Unlock()
+		abortMu.Lock()
+		aborted = append(aborted, handed...)
+		abortMu.Unlock()
+	}()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		start(d.takeHanded())
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
 		a := d.allot()
-		d.claiming = free > 0
+		if free > 0 {
+			d.claiming, d.claimEnd = true, make(chan struct{})
+		}
 		d.mu.Unlock()
 		var got []claimed
 		if free > 0 {
 			var err error
 			got, err = claim(ctx, d.Pool, free, d.Lease, a.full, a.rooms)
 			if err != nil {
+				d.mu.Lock()
+				d.endClaim()
+				d.mu.Unlock()
 				if ctx.Err() != nil {
 					break
 				}
-				d.mu.Lock()
-				d.claiming = false
-				d.mu.Unlock()
 				d.Log.Error("webhooks: claim failed", zap.Error(err))
 				sleepCtx(ctx, backoff)
 				backoff = min(2*backoff, 10*time.Second)
@@ -253,7 +321,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		// while a claim is under way, which may have counted it in flight.
 		more := free > 0 && len(got) == free
 		d.mu.Lock()
-		d.claiming = false
+		d.endClaim()
 		if free > 0 {
 			d.more = more
 		}
@@ -261,40 +329,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.busy[c.MerchantID]++
 		}
 		d.mu.Unlock()
-		if len(got) > 0 {
-			eps := d.endpoints(ctx, got)
-			for _, c := range got {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ep := eps[endpointKey{c.MerchantID, c.Environment}]
-					slowTimer := time.AfterFunc(d.SlowAfter, func() { d.setSlow(c.MerchantID, true) })
-					o, ok := d.attempt(ctx, c, ep)
-					// Answered in time. A failed endpoint lookup is counted
-					// as sent but asked no receiver: it proves nothing.
-					rose := false
-					if slowTimer.Stop() && ok && o.Sent && ep.err == nil {
-						rose = d.setSlow(c.MerchantID, false)
-					}
-					d.mu.Lock()
-					wake := d.more || d.claiming || rose || d.freesRoom(c.MerchantID)
-					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
-						delete(d.busy, c.MerchantID)
-					}
-					d.mu.Unlock()
-					if ok {
-						results <- o
-					} else {
-						abortMu.Lock()
-						aborted = append(aborted, c)
-						abortMu.Unlock()
-					}
-					if wake {
-						d.signal()
-					}
-				}()
-			}
-		}
+		start(got)
 		if more {
 			continue
 		}
@@ -305,13 +340,140 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		timer.Reset(d.PollInterval)
-		select {
-		case <-ctx.Done():
-		case <-d.wake:
-		case <-timer.C:
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				break wait
+			case <-d.wake:
+				break wait
+			case <-timer.C:
+				break wait
+			case <-d.handedWake:
+				// Handed-over attempts need no claim.
+				start(d.takeHanded())
+			}
 		}
 	}
 	return nil
+}
+
+// endClaim marks the claim under way ended. Callers hold d.mu.
+func (d *Dispatcher) endClaim() {
+	d.claiming = false
+	if d.claimEnd != nil {
+		close(d.claimEnd)
+		d.claimEnd = nil
+	}
+}
+
+// reserveWait bounds how long reserve waits for a claim under way to end.
+const reserveWait = 50 * time.Millisecond
+
+// reserve is how a Subscriber enqueueing msgs in this process hands their
+// first attempts to this dispatcher directly, instead of through a wake-up
+// and a claim (a select and an update per message). It takes room for the
+// messages it may take now and reports which, in take; the subscriber
+// stores those already leased for attempt 1 (when their order key lets
+// them go), and then calls unreserve for the ones it did not lease and
+// handOver for the others once they are committed. It takes only what a
+// claim could have given: merchants seen answering in time and not slow,
+// within PerMerchant and Workers. It takes nothing while Run is not
+// delivering. A claim under way counted the attempts in flight as they
+// were when it started, so reserve waits for it to end (up to
+// reserveWait, else it takes nothing): taking nothing then would queue the
+// messages, whose notification starts another claim, which the next batch
+// would find under way, and so on.
+func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
+	var timeout <-chan time.Time
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.running && d.claiming {
+		end := d.claimEnd
+		d.mu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(reserveWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-end:
+			d.mu.Lock()
+		case <-timeout:
+			d.mu.Lock()
+			return nil, 0
+		}
+	}
+	if !d.running {
+		return nil, 0
+	}
+	free := d.Workers - d.inFlight()
+	for i, m := range msgs {
+		if free <= 0 {
+			break
+		}
+		if !d.prompt[m.MerchantID] || d.slow[m.MerchantID] || d.busy[m.MerchantID] >= d.PerMerchant {
+			continue
+		}
+		if take == nil {
+			take = make([]bool, len(msgs))
+		}
+		take[i] = true
+		d.busy[m.MerchantID]++
+		free--
+	}
+	return take, d.Lease
+}
+
+// unreserve gives back the room reserve took for attempts that will not
+// be handed over.
+func (d *Dispatcher) unreserve(merchants []string) {
+	if len(merchants) == 0 {
+		return
+	}
+	d.mu.Lock()
+	for _, m := range merchants {
+		if d.busy[m]--; d.busy[m] <= 0 {
+			delete(d.busy, m)
+		}
+	}
+	d.mu.Unlock()
+	d.signal() // the room may be what a claim lacked
+}
+
+// handOver gives Run attempts stored leased to it (see reserve), whose room
+// is taken. If Run has stopped meanwhile they go back to the queue, as
+// attempts abandoned at shutdown do.
+func (d *Dispatcher) handOver(cs []claimed) {
+	if len(cs) == 0 {
+		return
+	}
+	d.mu.Lock()
+	if d.running {
+		d.handed = append(d.handed, cs...)
+		d.handedN.Add(int64(len(cs)))
+		d.mu.Unlock()
+		select {
+		case d.handedWake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := release(ctx, d.Pool, cs); err != nil {
+		d.Log.Warn("webhooks: cannot hand back attempts; their leases will expire", zap.Error(err))
+	}
+}
+
+// takeHanded returns the attempts handed over and not yet started.
+func (d *Dispatcher) takeHanded() []claimed {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := d.handed
+	d.handed = nil
+	return h
 }
 
 // inFlight is the attempts in flight: the sum of busy, whose entries are

@@ -515,11 +515,6 @@ func TestCrashHelperProcess(t *testing.T) {
 	pool := pgtest.OpenPool(t, url)
 	store := postgres.New(pool)
 	ctx := context.Background()
-	r, err := NewRunner(ctx, store, pool, zap.NewNop(), NewSubscriber(store, pool))
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = r.Run(ctx) }()
 	// Its requests say who sent them: the receiver must never answer one (a
 	// request still on its way when the child is killed would otherwise be
 	// answered 2xx to nobody, and counted as a delivery).
@@ -528,6 +523,13 @@ func TestCrashHelperProcess(t *testing.T) {
 	// attempts in flight, so several hang when the process is killed.
 	d := &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: store}, Lease: time.Second, Timeout: time.Minute,
 		PollInterval: 20 * time.Millisecond, Client: client, SlowPerMerchant: 8}
+	sub := NewSubscriber(store, pool) // wired as serve wires it
+	sub.Handoff = d
+	r, err := NewRunner(ctx, store, pool, zap.NewNop(), sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.Run(ctx) }()
 	_ = d.Run(ctx) // until killed
 }
 

@@ -121,8 +121,17 @@ func topUpAppend(merchantID string, env domain.Environment) (eventstore.StreamAp
 // (or stop is called).
 func (e *testEnv) runSubscriber(pool *pgxpool.Pool) (stop func()) {
 	e.t.Helper()
+	return e.runSubscriberHandingTo(pool, nil)
+}
+
+// runSubscriberHandingTo runs the subscriber with handoff (nil: none) as
+// its Handoff.
+func (e *testEnv) runSubscriberHandingTo(pool *pgxpool.Pool, handoff *Dispatcher) (stop func()) {
+	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := NewRunner(ctx, e.store, pool, zap.NewNop(), NewSubscriber(e.store, pool))
+	sub := NewSubscriber(e.store, pool)
+	sub.Handoff = handoff
+	r, err := NewRunner(ctx, e.store, pool, zap.NewNop(), sub)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -38,47 +38,112 @@ var Statuses = []string{StatusPending, StatusDelivering, StatusDelivered, Status
 // skipped. It notifies dispatchers when it inserted anything and returns how
 // many rows it inserted.
 func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
+	n, _, err := enqueue(ctx, tx, distinctMessages(msgs), nil, 0)
+	return n, err
+}
+
+// distinctMessages is msgs without repeats of an id (the first is kept).
+func distinctMessages(msgs []Message) []Message {
+	out := make([]Message, 0, len(msgs))
+	seen := make(map[uuid.UUID]bool, len(msgs))
+	for _, m := range msgs {
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// enqueue inserts msgs (of distinct ids) within tx, skipping any already
+// stored. take[i] (take may be nil) asks for msgs[i] to be stored leased
+// for its first attempt, for lease, as a claim would lease it: it is
+// unless an earlier message of its order key is undelivered (stored, or
+// earlier in msgs). It returns how many rows it inserted and the attempts
+// it leased, and notifies dispatchers when it inserted a row it did not
+// lease.
+func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease time.Duration) (int64, []claimed, error) {
 	if len(msgs) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	n := len(msgs)
-	ids, merchants, envs, events, bodies := make([]uuid.UUID, 0, n), make([]string, 0, n), make([]string, 0, n),
-		make([]string, 0, n), make([][]byte, 0, n)
-	keys := make([]*string, 0, n)
-	seen := make(map[uuid.UUID]bool, n)
-	for _, m := range msgs {
-		if seen[m.ID] {
-			continue
-		}
-		seen[m.ID] = true
-		ids = append(ids, m.ID)
-		merchants = append(merchants, m.MerchantID)
-		envs = append(envs, string(m.Environment))
-		events = append(events, m.Event)
-		bodies = append(bodies, m.Body)
+	ids, merchants, envs, events, bodies := make([]pgtype.UUID, n), make([]string, n), make([]string, n),
+		make([]string, n), make([][]byte, n)
+	keys, takes := make([]*string, n), make([]bool, n)
+	for i, m := range msgs {
+		ids[i] = pgtype.UUID{Bytes: m.ID, Valid: true}
+		merchants[i], envs[i], events[i], bodies[i] = m.MerchantID, string(m.Environment), m.Event, m.Body
 		if m.OrderKey != "" {
 			k := m.OrderKey
-			keys = append(keys, &k)
-		} else {
-			keys = append(keys, nil)
+			keys[i] = &k
 		}
+		takes[i] = take != nil && take[i]
 	}
-	tag, err := tx.Exec(ctx, `
-		INSERT INTO webhook_deliveries (id, merchant_id, environment, event, order_key, body)
-		SELECT id, merchant_id, environment, event, order_key, body
-		  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
-		       WITH ORDINALITY AS m(id, merchant_id, environment, event, order_key, body, ord)
+	// The order gate is the claim's: a message waits while an earlier one
+	// of its key is pending or delivering. Within the batch only the
+	// first message of a key may be leased (its next ones are behind it).
+	rows, err := tx.Query(ctx, `
+		WITH m AS (
+		    SELECT u.*, row_number() OVER (PARTITION BY u.order_key ORDER BY u.ord) AS nth
+		      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bool[])
+		           WITH ORDINALITY AS u(id, merchant_id, environment, event, order_key, body, take, ord)
+		), g AS (
+		    SELECT m.*, m.take AND (m.order_key IS NULL OR m.nth = 1 AND NOT EXISTS (
+		               SELECT 1 FROM webhook_deliveries e
+		                WHERE e.order_key = m.order_key AND e.status IN ('pending', 'delivering'))) AS leased
+		      FROM m
+		)
+		INSERT INTO webhook_deliveries (id, merchant_id, environment, event, order_key, body,
+		                                status, attempts, lease_until, next_attempt_at)
+		SELECT id, merchant_id, environment, event, order_key, body,
+		       CASE WHEN leased THEN 'delivering' ELSE 'pending' END,
+		       CASE WHEN leased THEN 1 ELSE 0 END,
+		       CASE WHEN leased THEN statement_timestamp() + $8::bigint * interval '1 millisecond' END,
+		       CASE WHEN leased THEN statement_timestamp() + $8::bigint * interval '1 millisecond' ELSE now() END
+		  FROM g
 		 ORDER BY ord
-		ON CONFLICT (id) DO NOTHING`, pgUUIDs(ids), merchants, envs, events, keys, bodies)
+		ON CONFLICT (id) DO NOTHING
+		RETURNING id, status = 'delivering'`, ids, merchants, envs, events, keys, bodies, takes, lease.Milliseconds())
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
-	if tag.RowsAffected() > 0 {
+	byID := make(map[uuid.UUID]int, n)
+	for i, m := range msgs {
+		byID[m.ID] = i
+	}
+	var (
+		inserted int64
+		queued   bool
+		leased   []claimed
+	)
+	for rows.Next() {
+		var (
+			id uuid.UUID
+			ok bool
+		)
+		if err := rows.Scan(&id, &ok); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		inserted++
+		if !ok {
+			queued = true
+			continue
+		}
+		m := msgs[byID[id]]
+		leased = append(leased, claimed{ID: m.ID, MerchantID: m.MerchantID, Environment: m.Environment,
+			Event: m.Event, Body: m.Body, Attempt: 1})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	if queued {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 	}
-	return tag.RowsAffected(), nil
+	return inserted, leased, nil
 }
 
 // Outbox reads and changes deliveries for the API.

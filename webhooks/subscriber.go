@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,8 +38,17 @@ type Subscriber struct {
 	// payload carries no category rather than waiting for it.
 	Category func(ctx context.Context, id string) (*projections.Category, error)
 
+	// Handoff, when set, is a dispatcher running in this process: the
+	// messages it has room for are stored leased to it and handed over as
+	// soon as their batch commits, which spares each a wake-up, a claim's
+	// select and its update. The rest are queued for any dispatcher, as
+	// without Handoff. It relies on the runner's Committed calls.
+	Handoff *Dispatcher
+
 	mu      sync.Mutex
 	escrows map[string]foldedEscrow
+	// leased are the attempts the batch being applied leased to Handoff.
+	leased []claimed
 }
 
 type foldedEscrow struct {
@@ -84,13 +94,66 @@ func (s *Subscriber) StreamPrefixes() []string {
 // are lost together, the events are read again, and their messages get the
 // same ids. A message delivered before the crash may then be delivered
 // again, which at-least-once allows.
+//
+// With Handoff the batch commits synchronously when it leased anything:
+// an attempt's number must survive a database crash before the attempt
+// is made, or the next lease would reuse it (as a claim's commit).
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	s.settle(false) // a batch whose commit was never reported
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
 		return err
 	}
-	_, err = Enqueue(ctx, tx, msgs)
-	return err
+	if s.Handoff == nil {
+		_, err = Enqueue(ctx, tx, msgs)
+		return err
+	}
+	msgs = distinctMessages(msgs)
+	take, lease := s.Handoff.reserve(msgs)
+	_, leased, err := enqueue(ctx, tx, msgs, take, lease)
+	if err == nil && len(leased) > 0 {
+		_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit TO on`)
+	}
+	// Give back now the room of what was not leased, and on error all.
+	var back []string
+	got := make(map[uuid.UUID]bool, len(leased))
+	for _, c := range leased {
+		got[c.ID] = err == nil
+	}
+	for i, m := range msgs {
+		if take != nil && take[i] && !got[m.ID] {
+			back = append(back, m.MerchantID)
+		}
+	}
+	s.Handoff.unreserve(back)
+	if err != nil {
+		return err
+	}
+	s.leased = leased
+	return nil
+}
+
+// Committed hands the batch's leased attempts over to Handoff when the
+// batch committed, else gives back their room. An ambiguous commit that
+// did commit leaves its attempts to their lease: delivered a lease later,
+// never twice.
+func (s *Subscriber) Committed(ok bool) { s.settle(ok) }
+
+func (s *Subscriber) settle(committed bool) {
+	leased := s.leased
+	s.leased = nil
+	if len(leased) == 0 {
+		return
+	}
+	if committed {
+		s.Handoff.handOver(leased)
+		return
+	}
+	merchants := make([]string, len(leased))
+	for i, c := range leased {
+		merchants[i] = c.MerchantID
+	}
+	s.Handoff.unreserve(merchants)
 }
 
 // Messages maps events, in order, to their messages.

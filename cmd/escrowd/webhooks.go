@@ -22,15 +22,20 @@ import (
 
 // runWebhooks is the webhooks role of serve: the subscriber that fills the
 // outbox (active in one process at a time) and a dispatcher (every process
-// running the role shares the deliveries), which also sweeps the outbox
+// running the role shares the deliveries; the active subscriber hands its
+// own some first attempts directly), which also sweeps the outbox
 // (ESCROW_WEBHOOK_RETENTION) and keeps the outbox gauges on reg.
 func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Registerer) error {
-	runner, err := webhooks.NewRunner(ctx, env.Store, env.Pool, env.Log, webhooks.NewSubscriber(env.Store, env.Pool))
+	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: &webhooks.StoreEndpoints{Store: env.Store}, Log: env.Log,
+		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg)}
+	// While this process's subscriber is the active one, it hands this
+	// dispatcher the first attempts it has room for directly.
+	sub := webhooks.NewSubscriber(env.Store, env.Pool)
+	sub.Handoff = d
+	runner, err := webhooks.NewRunner(ctx, env.Store, env.Pool, env.Log, sub)
 	if err != nil {
 		return err
 	}
-	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: &webhooks.StoreEndpoints{Store: env.Store}, Log: env.Log,
-		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg)}
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreCanceled(runner.Run(ctx)) })
 	g.Go(func() error { return ignoreCanceled(d.Run(ctx)) })

@@ -1,0 +1,350 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/storetest"
+)
+
+// TestHandoffDeliversFirstAttemptsWithoutClaim wires subscriber and
+// dispatcher as `escrowd serve` does. The first message of a merchant
+// goes through a claim (the merchant is not yet seen answering); once it
+// answered, its messages are handed over as they are enqueued, each
+// delivered once, as attempt 1.
+func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, nil)
+	m := e.merchant(rc.srv.URL)
+	d, _ := e.runDispatcher(e.pool)
+	e.runSubscriberHandingTo(e.pool, d)
+	first := e.deposits(m.MerchantID, 1)
+	eventually(t, 10*time.Second, "first delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
+	if n := d.handedN.Load(); n != 0 {
+		t.Fatalf("%d attempts handed over for a merchant never seen answering", n)
+	}
+	ids := append(first, e.deposits(m.MerchantID, 20)...)
+	eventually(t, 10*time.Second, "all delivered", func() bool { return e.statuses()[StatusDelivered] == 21 })
+	if d.handedN.Load() == 0 {
+		t.Fatal("no attempt handed over")
+	}
+	got := rc.delivered()
+	for _, id := range ids {
+		if got[id.String()] != 1 {
+			t.Fatalf("message %s delivered %d times", id, got[id.String()])
+		}
+	}
+	for _, h := range rc.all() {
+		if h.Attempt != "1" || !h.SigOK {
+			t.Fatalf("request %+v: want attempt 1, signed", h)
+		}
+	}
+}
+
+// TestEnqueueLeasesAsTheOrderGateAllows: a message asked to be leased is
+// stored leased for attempt 1 unless an earlier message of its order key
+// is undelivered, in the outbox or earlier in the batch.
+func TestEnqueueLeasesAsTheOrderGateAllows(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	msg := func(key string) Message {
+		t.Helper()
+		m, err := newMessage(uuid.New(), "m1", domain.Test, "escrow.created", key, map[string]string{"k": key}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	enq := func(msgs []Message, take []bool) (leased []claimed) {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
+			_, leased, err = enqueue(ctx, tx, msgs, take, time.Minute)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return leased
+	}
+	pendingK, deliveredK := msg("k-pending"), msg("k-delivered")
+	enq([]Message{pendingK, deliveredK}, nil)
+	if _, err := e.pool.Exec(ctx, `UPDATE webhook_deliveries SET status = 'delivered' WHERE id = $1`, deliveredK.ID); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		msg   Message
+		take  bool
+		lease bool
+	}{
+		{"no key, taken", msg(""), true, true},
+		{"no key, not taken", msg(""), false, false},
+		{"behind a pending message of its key", msg("k-pending"), true, false},
+		{"after a delivered message of its key", msg("k-delivered"), true, true},
+		{"first of a new key", msg("k-new"), true, true},
+		{"second of that key in the batch", msg("k-new"), true, false},
+		{"first of a key, not taken", msg("k-other"), false, false},
+		{"behind it in the batch", msg("k-other"), true, false},
+	}
+	var msgs []Message
+	var take []bool
+	for _, c := range cases {
+		msgs, take = append(msgs, c.msg), append(take, c.take)
+	}
+	// An id already stored is skipped, whatever take says.
+	msgs, take = append(msgs, pendingK), append(take, true)
+	before := time.Now()
+	leased := enq(msgs, take)
+	byID := map[uuid.UUID]claimed{}
+	for _, c := range leased {
+		byID[c.ID] = c
+	}
+	for _, c := range cases {
+		var status string
+		var attempts int
+		var lease *time.Time
+		if err := e.pool.QueryRow(ctx, `SELECT status, attempts, lease_until FROM webhook_deliveries WHERE id = $1`,
+			c.msg.ID).Scan(&status, &attempts, &lease); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got, handed := byID[c.msg.ID]
+		if c.lease {
+			if status != StatusDelivering || attempts != 1 || lease == nil || lease.Before(before.Add(50*time.Second)) {
+				t.Errorf("%s: stored %s, attempt %d, lease %v; want leased for a minute", c.name, status, attempts, lease)
+			}
+			if !handed || got.Attempt != 1 || got.MerchantID != "m1" || string(got.Body) != string(c.msg.Body) {
+				t.Errorf("%s: returned %+v (%v)", c.name, got, handed)
+			}
+		} else {
+			if status != StatusPending || attempts != 0 || lease != nil || handed {
+				t.Errorf("%s: stored %s, attempt %d, lease %v, returned %v; want pending", c.name, status, attempts, lease, handed)
+			}
+		}
+	}
+	if len(leased) != 3 {
+		t.Fatalf("leased %d, want 3", len(leased))
+	}
+	if _, again := byID[pendingK.ID]; again {
+		t.Fatal("a stored message was leased again")
+	}
+}
+
+// TestReserveTakesWhatAClaimCould: room goes only to merchants seen
+// answering in time and not slow, within PerMerchant and Workers, and
+// only while Run delivers.
+func TestReserveTakesWhatAClaimCould(t *testing.T) {
+	d := &Dispatcher{Workers: 3, PerMerchant: 2}
+	d.defaults()
+	msgs := func(ms ...string) []Message {
+		out := make([]Message, len(ms))
+		for i, m := range ms {
+			out[i] = Message{ID: uuid.New(), MerchantID: m}
+		}
+		return out
+	}
+	if take, _ := d.reserve(msgs("m1")); take != nil {
+		t.Fatalf("reserved %v while Run is not delivering", take)
+	}
+	d.running = true
+	d.prompt["m1"], d.prompt["m2"], d.prompt["m3"] = true, true, true
+	d.slow["m3"] = true
+	take, lease := d.reserve(msgs("m1", "m1", "m1", "m3", "m4", "m2", "m2"))
+	want := []bool{true, true, false, false, false, true, false}
+	if !slices.Equal(take, want) || lease != d.Lease {
+		t.Fatalf("take %v lease %s, want %v %s", take, lease, want, d.Lease)
+	}
+	if d.busy["m1"] != 2 || d.busy["m2"] != 1 || len(d.busy) != 2 {
+		t.Fatalf("busy %v", d.busy)
+	}
+	if take, _ := d.reserve(msgs("m2")); take != nil {
+		t.Fatalf("reserved %v beyond Workers", take)
+	}
+	d.unreserve([]string{"m1", "m2"})
+	if d.busy["m1"] != 1 || len(d.busy) != 1 {
+		t.Fatalf("busy after unreserve %v", d.busy)
+	}
+}
+
+// TestReserveWaitsForTheClaimUnderWay: a claim counted the attempts in
+// flight when it started, so reserve waits for its end, and takes nothing
+// if it runs past reserveWait.
+func TestReserveWaitsForTheClaimUnderWay(t *testing.T) {
+	d := &Dispatcher{}
+	d.defaults()
+	d.running, d.prompt["m1"] = true, true
+	d.claiming, d.claimEnd = true, make(chan struct{})
+	done := make(chan []bool)
+	go func() {
+		take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}})
+		done <- take
+	}()
+	time.Sleep(reserveWait / 5)
+	d.mu.Lock()
+	d.endClaim()
+	d.mu.Unlock()
+	if take := <-done; !slices.Equal(take, []bool{true}) {
+		t.Fatalf("take %v after the claim ended", take)
+	}
+	d.mu.Lock()
+	d.claiming, d.claimEnd = true, make(chan struct{})
+	d.mu.Unlock()
+	start := time.Now()
+	if take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}}); take != nil {
+		t.Fatalf("take %v during a claim", take)
+	}
+	if waited := time.Since(start); waited < reserveWait {
+		t.Fatalf("gave up after %s, before reserveWait", waited)
+	}
+	if d.busy["m1"] != 1 {
+		t.Fatalf("busy %v", d.busy)
+	}
+}
+
+// appendedEvents appends a deposit for merchantID and returns its
+// recorded events and message id.
+func (e *testEnv) appendedEvents(t *testing.T, merchantID string) ([]eventstore.RecordedEvent, uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	head, err := e.store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa, id := topUpAppend(merchantID, domain.Test)
+	res, err := e.store.Append(ctx, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.WaitReadable(t, e.store, res.Position)
+	// From head on, the deposit's events and perhaps others that were held
+	// back when head was read (the merchant's): the deposit's alone.
+	all, err := e.store.ReadAll(ctx, head, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []eventstore.RecordedEvent
+	for _, ev := range all {
+		if ev.Stream == sa.Stream {
+			events = append(events, ev)
+		}
+	}
+	if len(events) != 2 {
+		t.Fatalf("read %d events of %s", len(events), sa.Stream)
+	}
+	return events, id
+}
+
+// TestSubscriberHandsOverOnlyWhatCommitted: a batch rolled back gives its
+// room back and hands nothing over; one committed hands over its leased
+// attempts.
+func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	m := e.merchant("http://127.0.0.1:1/")
+	d := &Dispatcher{Pool: e.pool}
+	d.defaults()
+	d.running, d.prompt[m.MerchantID] = true, true
+	sub := NewSubscriber(e.store, e.pool)
+	sub.Handoff = d
+	for _, commit := range []bool{false, true} {
+		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
+			events, id := e.appendedEvents(t, m.MerchantID)
+			tx, err := e.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // a no-op once ended; frees the connection on failure
+			if err := sub.Apply(ctx, tx, events); err != nil {
+				t.Fatal(err)
+			}
+			if d.busy[m.MerchantID] != 1 {
+				t.Fatalf("busy %v while the batch is open", d.busy)
+			}
+			if commit {
+				err = tx.Commit(ctx)
+			} else {
+				err = tx.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			sub.Committed(commit)
+			h := d.takeHanded()
+			if !commit {
+				if len(h) != 0 || len(d.busy) != 0 {
+					t.Fatalf("rolled back: handed %d, busy %v", len(h), d.busy)
+				}
+				return
+			}
+			if len(h) != 1 || h[0].ID != id || h[0].Attempt != 1 || d.busy[m.MerchantID] != 1 {
+				t.Fatalf("committed: handed %+v, busy %v", h, d.busy)
+			}
+			var status string
+			if err := e.pool.QueryRow(ctx, `SELECT status FROM webhook_deliveries WHERE id = $1`, id).Scan(&status); err != nil || status != StatusDelivering {
+				t.Fatalf("stored %q (%v)", status, err)
+			}
+		})
+	}
+}
+
+// TestHandedOverAttemptOfADeadDispatcherGoesOutAfterItsLease: a dispatcher
+// that took a handed-over attempt and died (here: never starts it) holds
+// it only for its lease; another dispatcher then sends attempt 2, and
+// attempt 1 is never sent.
+func TestHandedOverAttemptOfADeadDispatcherGoesOutAfterItsLease(t *testing.T) {
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, nil)
+	m := e.merchant(rc.srv.URL)
+	dead := &Dispatcher{Pool: e.pool, Lease: 300 * time.Millisecond}
+	dead.defaults()
+	dead.running, dead.prompt[m.MerchantID] = true, true
+	e.runSubscriberHandingTo(e.pool, dead)
+	id := e.deposits(m.MerchantID, 1)[0]
+	eventually(t, 10*time.Second, "handed over", func() bool { return dead.handedN.Load() == 1 })
+	if s := e.statuses(); s[StatusDelivering] != 1 {
+		t.Fatalf("statuses %v", s)
+	}
+	e.runDispatcher(e.pool)
+	eventually(t, 10*time.Second, "delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
+	hits := rc.all()
+	if len(hits) != 1 || hits[0].ID != id.String() || hits[0].Attempt != "2" {
+		t.Fatalf("receiver got %+v, want attempt 2 only", hits)
+	}
+}
+
+// TestHandOverToAStoppedDispatcherQueuesTheAttempts: attempts handed over
+// after Run stopped go back to the queue at once, not after their lease.
+func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	d := &Dispatcher{Pool: e.pool}
+	d.defaults()
+	msg, err := newMessage(uuid.New(), "m1", domain.Test, "payment.deposit.success", "", map[string]int{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leased []claimed
+	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
+		_, leased, err = enqueue(ctx, tx, []Message{msg}, []bool{true}, time.Hour)
+		return err
+	}); err != nil || len(leased) != 1 {
+		t.Fatalf("leased %v: %v", leased, err)
+	}
+	d.handOver(leased)
+	var status string
+	var attempts int
+	var due time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT status, attempts, next_attempt_at FROM webhook_deliveries WHERE id = $1`,
+		msg.ID).Scan(&status, &attempts, &due); err != nil {
+		t.Fatal(err)
+	}
+	if status != StatusPending || attempts != 1 || time.Until(due) > time.Minute {
+		t.Fatalf("stored %s, attempt %d, due %s; want pending now, attempt 1 counted", status, attempts, due)
+	}
+}
