@@ -62,5 +62,6 @@ func benchClaimOnce(ctx context.Context, d *Dispatcher, n int) ([]claimed, error
 	d.mu.Lock()
 	a := d.allot()
 	d.mu.Unlock()
-	return claim(ctx, d.Pool, n, d.Lease, a.full, a.rooms)
+	got, _, err := claim(ctx, d.Pool, n, d.Lease, a.full, a.rooms)
+	return got, err
 }

@@ -149,7 +149,7 @@ func TestClaimWithManyRememberedMerchants(t *testing.T) {
 		return a.rooms(rows)
 	}
 	from := time.Now()
-	got, err := claim(context.Background(), pool, 64, d.Lease, a.full, rooms)
+	got, _, err := claim(context.Background(), pool, 64, d.Lease, a.full, rooms)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,9 +201,12 @@ func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
 	ids := seedDue(t, pool, append(interleaved(5, "capped"), interleaved(10, "other")...))
 	before := outboxRows(t, pool)
 	from := time.Now()
-	got, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"capped": 2}, 3))
+	got, starved, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"capped": 2}, 3))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !starved {
+		t.Fatal("not starved, though capped's room ran out with rows left")
 	}
 	checkClaimed(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
 	var gotIDs []uuid.UUID
@@ -231,9 +234,12 @@ func TestClaimLooksPastMerchantsWithoutRoom(t *testing.T) {
 		return rooms(rows)
 	}
 	// n 2: a window of 8 rows, all of the merchants without room at first.
-	got, err := claim(context.Background(), pool, 2, time.Minute, []string{"busy"}, record)
+	got, starved, err := claim(context.Background(), pool, 2, time.Minute, []string{"busy"}, record)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !starved {
+		t.Fatal("not starved, though merchants were left out")
 	}
 	if n := countByMerchant(got); len(got) != 2 || n["live"] != 2 {
 		t.Fatalf("claimed per merchant %v, want live's 2", n)
@@ -263,7 +269,7 @@ func TestConcurrentClaimsNeverShareARow(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				got, err := claim(ctx, pool, 3+w, time.Hour, []string{}, fixedRooms(nil, 2))
+				got, _, err := claim(ctx, pool, 3+w, time.Hour, []string{}, fixedRooms(nil, 2))
 				if err != nil {
 					t.Error(err)
 					return
@@ -350,7 +356,7 @@ func TestClaimLooksPastMerchantsWhoseRoomRunsOut(t *testing.T) {
 	before := outboxRows(t, pool)
 	from := time.Now()
 	// n 4: selects of 16 rows, the first all backlog's.
-	got, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"backlog": 2}, 5))
+	got, _, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"backlog": 2}, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,9 +387,12 @@ func TestClaimSkipsLockedRows(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	got, err := claim(cctx, pool, 3, time.Minute, []string{}, fixedRooms(nil, 3))
+	got, starved, err := claim(cctx, pool, 3, time.Minute, []string{}, fixedRooms(nil, 3))
 	if err != nil {
 		t.Fatalf("claim with a row locked elsewhere: %v", err)
+	}
+	if starved {
+		t.Fatal("starved, though every merchant had room")
 	}
 	if len(got) != 2 || got[0].ID == ids[0] || got[1].ID == ids[0] {
 		t.Fatalf("claimed %d rows (%v), want the 2 not locked elsewhere", len(got), got)
@@ -400,7 +409,7 @@ func TestClaimEndsItsTransaction(t *testing.T) {
 	seedDue(t, pool, slices.Concat(interleaved(3, "full"), interleaved(2, "open")))
 	ctx := context.Background()
 	for i, rooms := range []map[string]int{{"open": 0}, {"open": 1}, {"open": 0}, {"open": 1}} {
-		got, err := claim(ctx, pool, 2, time.Minute, []string{}, fixedRooms(rooms, 0))
+		got, _, err := claim(ctx, pool, 2, time.Minute, []string{}, fixedRooms(rooms, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,7 +437,7 @@ func TestClaimGoesOnAfterTheLastRowSeen(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ids := seedDue(t, pool, slices.Concat(interleaved(7, "dead"), interleaved(3, "live")))
 	// n 2: a first select of 8 rows, dead's 7 and live's first.
-	got, err := claim(context.Background(), pool, 2, time.Minute, []string{}, fixedRooms(map[string]int{"dead": 0}, 3))
+	got, _, err := claim(context.Background(), pool, 2, time.Minute, []string{}, fixedRooms(map[string]int{"dead": 0}, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +505,7 @@ func TestClaimIsOnePassInDueOrder(t *testing.T) {
 		}
 		selects := 0
 		counted := func(rows map[string]int) map[string]int { selects++; return fixedRooms(rooms, 0)(rows) }
-		got, err := claim(ctx, pool, n, time.Minute, append([]string{}, full...), counted)
+		got, _, err := claim(ctx, pool, n, time.Minute, append([]string{}, full...), counted)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -96,7 +96,9 @@ type Dispatcher struct {
 	// claiming: a claim is under way, with the attempts in flight as they
 	// were when it started.
 	claiming bool
-	claimEnd chan struct{} // closed when the claim under way ends
+	// endedInClaim: an attempt ended while the claim under way ran, which
+	// counted it in flight.
+	endedInClaim bool
 	// running: Run is delivering, and reserve may promise it attempts.
 	running bool
 	// handed are attempts a Subscriber stored already leased to this
@@ -249,7 +251,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 					rose = d.setSlow(c.MerchantID, false)
 				}
 				d.mu.Lock()
-				wake := d.more || d.claiming || rose || d.freesRoom(c.MerchantID)
+				wake := d.more || rose || d.freesRoom(c.MerchantID)
+				d.endedInClaim = d.endedInClaim || d.claiming
 				if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
 					delete(d.busy, c.MerchantID)
 				}
@@ -291,17 +294,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
 		a := d.allot()
-		if free > 0 {
-			d.claiming, d.claimEnd = true, make(chan struct{})
-		}
+		d.claiming, d.endedInClaim = free > 0, false
 		d.mu.Unlock()
-		var got []claimed
+		var (
+			got     []claimed
+			starved bool
+		)
 		if free > 0 {
 			var err error
-			got, err = claim(ctx, d.Pool, free, d.Lease, a.full, a.rooms)
+			got, starved, err = claim(ctx, d.Pool, free, d.Lease, a.full, a.rooms)
 			if err != nil {
 				d.mu.Lock()
-				d.endClaim()
+				d.claiming = false
 				d.mu.Unlock()
 				if ctx.Err() != nil {
 					break
@@ -316,12 +320,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		// A full claim may have left due rows behind: claim again now, and
 		// again whenever a worker frees up, until a claim comes back short.
 		// A claim may also have left rows for want of a merchant's room,
-		// or of the slow share: an attempt whose end gives that back wakes
-		// the dispatcher too (see freesRoom), and so does any that ends
-		// while a claim is under way, which may have counted it in flight.
+		// or of the slow share (starved): an attempt whose end gives that
+		// back wakes the dispatcher (see freesRoom), and one that ended
+		// while the claim ran, which counted it in flight, makes it claim
+		// again now. Only then: attempts end all the time, and claiming
+		// again after every claim that saw one end would keep claims
+		// running back to back, and Handoff's reservations waiting.
 		more := free > 0 && len(got) == free
 		d.mu.Lock()
-		d.endClaim()
+		again := more || starved && d.endedInClaim
+		d.claiming = false
 		if free > 0 {
 			d.more = more
 		}
@@ -330,7 +338,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		d.mu.Unlock()
 		start(got)
-		if more {
+		if again {
 			continue
 		}
 		if !timer.Stop() {
@@ -358,18 +366,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// endClaim marks the claim under way ended. Callers hold d.mu.
-func (d *Dispatcher) endClaim() {
-	d.claiming = false
-	if d.claimEnd != nil {
-		close(d.claimEnd)
-		d.claimEnd = nil
-	}
-}
-
-// reserveWait bounds how long reserve waits for a claim under way to end.
-const reserveWait = 50 * time.Millisecond
-
 // reserve is how a Subscriber enqueueing msgs in this process hands their
 // first attempts to this dispatcher directly, instead of through a wake-up
 // and a claim (a select and an update per message). It takes room for the
@@ -379,32 +375,14 @@ const reserveWait = 50 * time.Millisecond
 // handOver for the others once they are committed. It takes only what a
 // claim could have given: merchants seen answering in time and not slow,
 // within PerMerchant and Workers. It takes nothing while Run is not
-// delivering. A claim under way counted the attempts in flight as they
-// were when it started, so reserve waits for it to end (up to
-// reserveWait, else it takes nothing): taking nothing then would queue the
-// messages, whose notification starts another claim, which the next batch
-// would find under way, and so on.
+// delivering, nor while a claim is under way (which counted the attempts
+// in flight as they were when it started). It never waits for one: the
+// subscriber calls it inside its transaction, and an open transaction
+// holds back every reader of the event log.
 func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
-	var timeout <-chan time.Time
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for d.running && d.claiming {
-		end := d.claimEnd
-		d.mu.Unlock()
-		if timeout == nil {
-			t := time.NewTimer(reserveWait)
-			defer t.Stop()
-			timeout = t.C
-		}
-		select {
-		case <-end:
-			d.mu.Lock()
-		case <-timeout:
-			d.mu.Lock()
-			return nil, 0
-		}
-	}
-	if !d.running {
+	if !d.running || d.claiming {
 		return nil, 0
 	}
 	free := d.Workers - d.inFlight()

@@ -172,38 +172,20 @@ func TestReserveTakesWhatAClaimCould(t *testing.T) {
 	}
 }
 
-// TestReserveWaitsForTheClaimUnderWay: a claim counted the attempts in
-// flight when it started, so reserve waits for its end, and takes nothing
-// if it runs past reserveWait.
-func TestReserveWaitsForTheClaimUnderWay(t *testing.T) {
+// TestReserveTakesNothingDuringAClaim: a claim counted the attempts in
+// flight when it started, so reserve takes nothing until it ends, and
+// returns at once rather than wait inside the subscriber's transaction.
+func TestReserveTakesNothingDuringAClaim(t *testing.T) {
 	d := &Dispatcher{}
 	d.defaults()
 	d.running, d.prompt["m1"] = true, true
-	d.claiming, d.claimEnd = true, make(chan struct{})
-	done := make(chan []bool)
-	go func() {
-		take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}})
-		done <- take
-	}()
-	time.Sleep(reserveWait / 5)
-	d.mu.Lock()
-	d.endClaim()
-	d.mu.Unlock()
-	if take := <-done; !slices.Equal(take, []bool{true}) {
-		t.Fatalf("take %v after the claim ended", take)
+	d.claiming = true
+	if take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}}); take != nil || len(d.busy) != 0 {
+		t.Fatalf("take %v, busy %v during a claim", take, d.busy)
 	}
-	d.mu.Lock()
-	d.claiming, d.claimEnd = true, make(chan struct{})
-	d.mu.Unlock()
-	start := time.Now()
-	if take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}}); take != nil {
-		t.Fatalf("take %v during a claim", take)
-	}
-	if waited := time.Since(start); waited < reserveWait {
-		t.Fatalf("gave up after %s, before reserveWait", waited)
-	}
-	if d.busy["m1"] != 1 {
-		t.Fatalf("busy %v", d.busy)
+	d.claiming = false
+	if take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}}); !slices.Equal(take, []bool{true}) || d.busy["m1"] != 1 {
+		t.Fatalf("take %v, busy %v after it", take, d.busy)
 	}
 }
 

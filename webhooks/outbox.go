@@ -372,10 +372,14 @@ type claimed struct {
 // dispatcher remembers. The claim commits synchronously (unlike outcomes):
 // its attempt number must survive a database crash, or the next claim
 // would reuse it.
-func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) ([]claimed, error) {
+//
+// starved says the claim may have left due rows for want of room: some
+// merchant was left out (full from the start, or its room ran out in the
+// window).
+func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) (got []claimed, starved bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// After an error the connection may still be inside the transaction:
 	// the pool then closes it, which rolls it back.
@@ -385,11 +389,12 @@ func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, 
 		after, exclude, limit := w.next()
 		cands, err := selectWindow(ctx, conn.Conn(), begin, after, exclude, limit)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		w.add(cands, limit)
 	}
-	return leasePicked(ctx, conn.Conn(), w.picked, lease)
+	got, err = leasePicked(ctx, conn.Conn(), w.picked, lease)
+	return got, len(w.exclude) > 0, err
 }
 
 // candidate is a due row of a claim's window.
