@@ -8,7 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
 )
 
@@ -20,7 +22,9 @@ type Ledger struct{}
 
 func (Ledger) StreamPrefixes() []string { return EntryStreamPrefixes() }
 func (Ledger) Name() string             { return "ledger" }
-func (Ledger) Tables() []string         { return []string{"rm_balances", "rm_transactions"} }
+func (Ledger) Tables() []string {
+	return []string{"rm_balances", "rm_transactions", "rm_payouts_in_flight"}
+}
 func (Ledger) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_balances (
@@ -47,7 +51,18 @@ CREATE TABLE IF NOT EXISTS rm_transactions (
 );
 CREATE INDEX IF NOT EXISTS rm_transactions_customer ON rm_transactions (customer_id, created_at DESC, seq DESC) WHERE customer_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS rm_transactions_merchant ON rm_transactions (merchant_id, environment, created_at DESC, seq DESC) WHERE customer_id IS NULL;
-CREATE INDEX IF NOT EXISTS rm_transactions_reference ON rm_transactions (merchant_id, environment, reference);`
+CREATE INDEX IF NOT EXISTS rm_transactions_reference ON rm_transactions (merchant_id, environment, reference);
+-- Withdrawals debited and not yet paid out or reversed: what the payout
+-- resumer looks at (a pending withdrawal in rm_transactions may also be
+-- one staged and never verified, which must not be executed).
+CREATE TABLE IF NOT EXISTS rm_payouts_in_flight (
+    merchant_id text NOT NULL,
+    environment text NOT NULL,
+    reference   text NOT NULL,
+    debited_at  timestamptz NOT NULL,
+    PRIMARY KEY (merchant_id, environment, reference)
+);
+CREATE INDEX IF NOT EXISTS rm_payouts_in_flight_debited ON rm_payouts_in_flight (debited_at);`
 }
 
 func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -62,6 +77,18 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 	}
 	var recs []row
 	recIndex := map[string]int{}
+	// Payouts that started (true, with the debit's time) or ended (false)
+	// in the batch, by their key; the last word counts.
+	type payoutKey struct{ merchant, env, ref string }
+	payouts := map[payoutKey]*time.Time{}
+	var payoutOrder []payoutKey
+	notePayout := func(r ledger.Record, debited *time.Time) {
+		k := payoutKey{r.MerchantID, string(r.Environment), r.Reference}
+		if _, seen := payouts[k]; !seen {
+			payoutOrder = append(payoutOrder, k)
+		}
+		payouts[k] = debited
+	}
 	for _, re := range events {
 		e, ok, err := DecodeEntry(re)
 		if err != nil {
@@ -69,6 +96,15 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 		}
 		if !ok {
 			continue
+		}
+		switch ev := e.(type) {
+		case payment.PayoutStarted:
+			at := re.RecordedAt
+			notePayout(ev.Record, &at)
+		case payment.PayoutCompleted:
+			notePayout(ev.Record, nil)
+		case payment.PayoutReversed:
+			notePayout(ev.Record, nil)
 		}
 		eff := e.Ledger()
 		if m := eff.Movement; m != nil {
@@ -146,8 +182,46 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 			ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`,
 			ids, merchants, envs, customers, refs, types, statuses, docs, created)
 	}
+	if len(payouts) > 0 {
+		var merchants, envs, refs []string
+		var debited []*time.Time
+		for _, k := range payoutOrder {
+			merchants, envs, refs = append(merchants, k.merchant), append(envs, k.env), append(refs, k.ref)
+			debited = append(debited, payouts[k])
+		}
+		b.Queue(`DELETE FROM rm_payouts_in_flight p
+			USING unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x(merchant_id, environment, reference, debited_at)
+			WHERE x.debited_at IS NULL
+			  AND (p.merchant_id, p.environment, p.reference) = (x.merchant_id, x.environment, x.reference)`,
+			merchants, envs, refs, debited)
+		b.Queue(`INSERT INTO rm_payouts_in_flight (merchant_id, environment, reference, debited_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS x(merchant_id, environment, reference, debited_at)
+			WHERE x.debited_at IS NOT NULL
+			ON CONFLICT DO NOTHING`,
+			merchants, envs, refs, debited)
+	}
 	if b.Len() == 0 {
 		return nil
 	}
 	return tx.SendBatch(ctx, b).Close()
+}
+
+// PayoutInFlight is a withdrawal debited and not yet paid out or reversed.
+type PayoutInFlight struct {
+	MerchantID  string
+	Environment domain.Environment
+	Reference   string
+	DebitedAt   time.Time
+}
+
+// PayoutsInFlight lists up to limit withdrawals debited before before and
+// not yet paid out or reversed (as far as the ledger read model has
+// seen), oldest first.
+func (q *Queries) PayoutsInFlight(ctx context.Context, before time.Time, limit int) ([]PayoutInFlight, error) {
+	rows, err := q.pool.Query(ctx, `SELECT merchant_id, environment, reference, debited_at FROM rm_payouts_in_flight
+		WHERE debited_at < $1 ORDER BY debited_at LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowToStructByPos[PayoutInFlight])
 }

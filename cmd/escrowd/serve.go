@@ -17,6 +17,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/httpapi"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -85,6 +86,11 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	if want["api"] {
 		api := newAPI(cfg, env, runner, reg, want["webhooks"])
 		defer api.Close()
+		// Withdrawals left debited and unpaid are finished in the
+		// background, by every API process (the payout lease keeps them
+		// from asking the provider twice at once).
+		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
+		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
 		srv := &http.Server{Addr: *addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 		g.Go(func() error {
@@ -102,4 +108,16 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 		})
 	}
 	return g.Wait()
+}
+
+// payoutsInFlight lists withdrawals paying out from the ledger read model.
+func payoutsInFlight(q *projections.Queries) func(context.Context, time.Time, int) ([]app.PayoutRef, error) {
+	return func(ctx context.Context, before time.Time, limit int) ([]app.PayoutRef, error) {
+		ps, err := q.PayoutsInFlight(ctx, before, limit)
+		out := make([]app.PayoutRef, len(ps))
+		for i, p := range ps {
+			out[i] = app.PayoutRef{MerchantID: p.MerchantID, Environment: p.Environment, Reference: p.Reference}
+		}
+		return out, err
+	}
 }

@@ -348,16 +348,53 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		}
 		pos = res.Position
 	}
+	p, err := s.payOut(ctx, a, stream, &st, holder, set.Payouts)
+	if p != (eventstore.Position{}) {
+		pos = p
+	}
+	return st.Record, pos, err
+}
+
+// ResumePayout finishes a withdrawal found paying out whose verify was
+// interrupted after the debit (or whose provider did not answer), as the
+// PayoutResumer does for every such withdrawal: it takes the payout lease
+// when nobody holds it, asks the provider and records the answer. It does
+// nothing to an intent that is not paying out, and answers
+// ErrPayoutInProgress while another holder's lease runs. agent names the
+// background job in the events' metadata. settled says the withdrawal was
+// paying out and is now over (paid out or reversed).
+func (s *Service) ResumePayout(ctx context.Context, merchantID string, env domain.Environment, ref, agent string) (rec ledger.Record, settled bool, err error) {
+	a := Actor{MerchantID: merchantID, Environment: env, Agent: agent}
+	stream := payment.StreamID(merchantID, env, ref)
+	st, _, err := Load(ctx, s.Engine, PaymentKind, stream)
+	if err != nil || st.Phase != payment.PayingOut {
+		return st.Record, false, err
+	}
+	set := s.gateways(env)
+	if set.Payouts == nil {
+		return st.Record, false, ErrPaymentsNotConfigured
+	}
+	_, err = s.payOut(ctx, a, stream, &st, s.newID(), set.Payouts)
+	return st.Record, err == nil && st.Phase == payment.Done, err
+}
+
+// payOut runs a withdrawal's payout step for holder, a verify or the
+// resumer: st is the intent as read, and is left as it now stands. It
+// takes the lease unless holder already has it (a verify that just
+// debited), asks the provider within the lease's call deadline, and records
+// the answer, or gives the lease up when there is none.
+func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *payment.State, holder string, payouts gateway.Payouts) (eventstore.Position, error) {
+	var pos eventstore.Position
 	if st.Phase == payment.PayingOut && st.LeaseHolder != holder {
 		// Found paying out (an interrupted verify, or one still asking the
 		// provider): take the lease, unless another verify holds it or has
 		// finished the payout meanwhile (the append's expected revision
 		// settles a race for it).
-		res, err := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
+		res, err := s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
 			return payment.LeasePayout(p, holder, s.Engine.Now())
 		})
 		if err != nil {
-			return st.Record, pos, err
+			return pos, err
 		}
 		if res.Position != (eventstore.Position{}) {
 			pos = res.Position
@@ -374,7 +411,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		out, err := payment.Outcome{}, context.DeadlineExceeded
 		if left := st.PayoutCallDeadline().Sub(s.Engine.Now()); left > 0 {
 			call, cancel := context.WithTimeout(ctx, left)
-			out, err = set.Payouts.Pay(call, st.Record)
+			out, err = payouts.Pay(call, st.Record)
 			cancel()
 		}
 		ctx, cancel := context.WithTimeout(ctx, payoutRecordTimeout)
@@ -384,24 +421,24 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			// the intent stays pending, and the lease is given up so that
 			// verifying again asks the provider again at once (were the
 			// release lost, the lease would run out).
-			if _, rerr := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
+			if _, rerr := s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
 				return payment.ReleasePayout(p, holder, s.Engine.Now()), nil
 			}); rerr != nil {
-				return st.Record, pos, errors.Join(ErrPayoutUnanswered, rerr)
+				return pos, errors.Join(ErrPayoutUnanswered, rerr)
 			}
-			return st.Record, pos, ErrPayoutUnanswered
+			return pos, ErrPayoutUnanswered
 		}
-		res, err := s.advanceIntent(ctx, a, stream, &st, func(_ *Tx, p payment.State) (domain.Event, error) {
+		res, err := s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
 			return payment.FinishPayout(p, out, s.Engine.Now()), nil
 		})
 		if err != nil {
-			return st.Record, pos, err
+			return pos, err
 		}
 		if res.Position != (eventstore.Position{}) {
 			pos = res.Position
 		}
 	}
-	return st.Record, pos, nil
+	return pos, nil
 }
 
 // payoutRecordTimeout bounds recording a payout's answer (or giving its

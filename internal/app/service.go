@@ -26,14 +26,20 @@ func NewService(engine *Engine) *Service {
 type Actor struct {
 	MerchantID  string
 	Environment domain.Environment
-	KeyID       string // "" for operator commands
+	KeyID       string // "" for operator commands and background jobs
 	RequestID   string
+	// Agent names a background job acting for the merchant (the payout
+	// resumer); "" for requests and operator commands.
+	Agent string
 }
 
 func (a Actor) meta() domain.Meta {
 	actor := a.KeyID
 	if actor == "" {
 		actor = "operator"
+		if a.Agent != "" {
+			actor = a.Agent
+		}
 	}
 	return domain.Meta{MerchantID: a.MerchantID, Environment: a.Environment, Actor: actor, RequestID: a.RequestID}
 }

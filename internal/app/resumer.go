@@ -1,0 +1,113 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/payment"
+)
+
+// ResumerAgent is the actor the payout resumer's events record.
+const ResumerAgent = "payout-resumer"
+
+// PayoutResumer finishes withdrawals left debited and unpaid: a verify
+// interrupted after the debit (a crash, a client that hung up before
+// the payout step), or one whose provider did not answer. Without it
+// the customer's money stays in clearing until someone verifies again.
+//
+// Every Interval it lists the withdrawals debited more than Grace ago and
+// still paying out, and resumes each (Service.ResumePayout): the payout
+// lease makes it safe to run in every API process, and beside verifies: a
+// payout whose lease another holder has is skipped until the next round.
+type PayoutResumer struct {
+	Service *Service
+	// Find lists withdrawals debited before a time, oldest first (the
+	// ledger read model's PayoutsInFlight).
+	Find func(ctx context.Context, before time.Time, limit int) ([]PayoutRef, error)
+	Log  *zap.Logger
+	// Interval between rounds (default 30 s); Grace is how long after its
+	// debit a withdrawal is left to its verify (default the payout lease:
+	// by then a verify that debited it has finished or lost its lease).
+	Interval time.Duration
+	Grace    time.Duration
+	// Batch bounds the withdrawals of one round (default 100).
+	Batch int
+}
+
+// PayoutRef names a withdrawal paying out.
+type PayoutRef struct {
+	MerchantID  string
+	Environment domain.Environment
+	Reference   string
+}
+
+// settings are the resumer's fields with their defaults filled in; it
+// leaves r as it is, so that rounds may run concurrently.
+func (r *PayoutResumer) settings() PayoutResumer {
+	c := *r
+	if c.Log == nil {
+		c.Log = zap.NewNop()
+	}
+	if c.Interval <= 0 {
+		c.Interval = 30 * time.Second
+	}
+	if c.Grace <= 0 {
+		c.Grace = payment.PayoutLease
+	}
+	if c.Batch <= 0 {
+		c.Batch = 100
+	}
+	return c
+}
+
+// Run resumes payouts every Interval until ctx ends.
+func (r *PayoutResumer) Run(ctx context.Context) error {
+	c := r.settings()
+	t := time.NewTicker(c.Interval)
+	defer t.Stop()
+	for {
+		if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
+			c.Log.Warn("payouts: resume round failed", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Round resumes the withdrawals Find lists now, one after the other, and
+// returns how many it settled (paid out or reversed). A withdrawal whose
+// provider does not answer, or whose lease another holder has, is left for
+// a later round; an error only stops the round when listing fails.
+func (r *PayoutResumer) Round(ctx context.Context) (int, error) {
+	c := r.settings()
+	due, err := c.Find(ctx, c.Service.Engine.Now().Add(-c.Grace), c.Batch)
+	if err != nil {
+		return 0, err
+	}
+	settled := 0
+	for _, p := range due {
+		if ctx.Err() != nil {
+			return settled, ctx.Err()
+		}
+		rec, done, err := c.Service.ResumePayout(ctx, p.MerchantID, p.Environment, p.Reference, ResumerAgent)
+		log := c.Log.With(zap.String("merchant_id", p.MerchantID), zap.String("environment", string(p.Environment)),
+			zap.String("reference", p.Reference))
+		switch {
+		case errors.Is(err, payment.ErrPayoutInProgress):
+			// Another holder is asking the provider.
+		case err != nil:
+			log.Warn("payouts: cannot resume a withdrawal yet", zap.Error(err))
+		case done:
+			settled++
+			log.Info("payouts: resumed withdrawal settled", zap.String("status", string(rec.Status)))
+		}
+	}
+	return settled, nil
+}

@@ -1,0 +1,145 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/payment"
+)
+
+// listing is a Find that lists refs of actor's merchant, whatever the
+// time (the read model's own filter is tested with the ledger projector).
+func listing(actor Actor, refs ...string) func(context.Context, time.Time, int) ([]PayoutRef, error) {
+	return func(context.Context, time.Time, int) ([]PayoutRef, error) {
+		out := make([]PayoutRef, len(refs))
+		for i, r := range refs {
+			out[i] = PayoutRef{MerchantID: actor.MerchantID, Environment: actor.Environment, Reference: r}
+		}
+		return out, nil
+	}
+}
+
+func recordOf(t *testing.T, svc *Service, actor Actor, ref string) payment.State {
+	t.Helper()
+	st, _, err := Load(context.Background(), svc.Engine, PaymentKind, payment.StreamID(actor.MerchantID, actor.Environment, ref))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A withdrawal whose provider did not answer stays debited and pending;
+// the resumer (on another instance) asks again, records the payout and
+// signs its events as the resumer. The customer is debited once.
+func TestResumerFinishesAWithdrawalLeftDebited(t *testing.T) {
+	ctx := context.Background()
+	p := unansweredOnce()
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
+		t.Fatalf("verify: %v, want ErrPayoutUnanswered", err)
+	}
+	r := &PayoutResumer{Service: b, Find: listing(actor, "wd-1")}
+	settled, err := r.Round(ctx)
+	if err != nil || settled != 1 {
+		t.Fatalf("round settled %d (%v), want 1", settled, err)
+	}
+	if st := recordOf(t, a, actor, "wd-1"); st.Phase != payment.Done || st.Record.Status != ledger.Success {
+		t.Fatalf("withdrawal %s %s, want done, success", st.Phase, st.Record.Status)
+	}
+	if calls := p.calls(); len(calls) != 2 {
+		t.Fatalf("provider asked %d times, want twice (unanswered, then the resumer)", len(calls))
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+	events, err := a.Engine.Store().ReadStream(ctx, "payment-"+payment.StreamID(actor.MerchantID, actor.Environment, "wd-1"), 0, 100)
+	if err != nil || len(events) == 0 {
+		t.Fatalf("read %d events: %v", len(events), err)
+	}
+	var meta domain.Meta
+	if err := json.Unmarshal(events[len(events)-1].Metadata, &meta); err != nil || meta.Actor != ResumerAgent {
+		t.Fatalf("last event's actor %q (%v), want %q", meta.Actor, err, ResumerAgent)
+	}
+	// A second round finds nothing left to do.
+	if settled, err := r.Round(ctx); err != nil || settled != 0 || len(p.calls()) != 2 {
+		t.Fatalf("second round settled %d (%v), provider asked %d times", settled, err, len(p.calls()))
+	}
+}
+
+// The resumer never executes a withdrawal staged and not verified (it is
+// not the customer's consent), and skips one whose lease a verify holds
+// while that verify asks the provider.
+func TestResumerLeavesStagedAndLeasedWithdrawalsAlone(t *testing.T) {
+	ctx := context.Background()
+	p := &payoutProvider{started: make(chan struct{}, 2), release: make(chan struct{})}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-staged")
+	r := &PayoutResumer{Service: b, Find: listing(actor, "wd-staged")}
+	if settled, err := r.Round(ctx); err != nil || settled != 0 {
+		t.Fatalf("round on a staged withdrawal settled %d (%v)", settled, err)
+	}
+	if st := recordOf(t, a, actor, "wd-staged"); st.Phase != payment.Staged || len(p.calls()) != 0 {
+		t.Fatalf("staged withdrawal now %s, provider asked %d times", st.Phase, len(p.calls()))
+	}
+	expectMain(t, a, cid, money.Naira(5000))
+
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := a.Verify(ctx, actor, cid, allowed, "wd-staged")
+		done <- err
+	}()
+	<-p.started // the verify debited and holds the lease
+	if settled, err := r.Round(ctx); err != nil || settled != 0 {
+		t.Fatalf("round during the verify's payout settled %d (%v)", settled, err)
+	}
+	close(p.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	expectPaidOutOnce(t, p, a, cid)
+}
+
+// Rounds on two instances racing with verifies of a withdrawal left
+// debited: the provider is asked once more, whoever wins, and the customer
+// is debited once.
+func TestResumersAndVerifiesRacingPayOutOnce(t *testing.T) {
+	ctx := context.Background()
+	p := unansweredOnce()
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
+		t.Fatalf("verify: %v, want ErrPayoutUnanswered", err)
+	}
+	ra := &PayoutResumer{Service: a, Find: listing(actor, "wd-1")}
+	rb := &PayoutResumer{Service: b, Find: listing(actor, "wd-1")}
+	got := raceOnTwo(a, b, 12, func(i int, svc *Service) error {
+		switch i % 4 {
+		case 0:
+			_, err := ra.Round(ctx)
+			return err
+		case 1:
+			_, err := rb.Round(ctx)
+			return err
+		default:
+			rec, _, err := svc.Verify(ctx, actor, cid, allowed, "wd-1")
+			if err == nil && rec.Status != ledger.Success && rec.Status != ledger.Pending {
+				t.Errorf("verify answered %s", rec.Status)
+			}
+			if err == payment.ErrPayoutInProgress {
+				return nil // lost the lease to a round or another verify
+			}
+			return err
+		}
+	})
+	if got["ok"] != 12 {
+		t.Fatalf("outcomes %v", got)
+	}
+	if calls := p.calls(); len(calls) != 2 {
+		t.Fatalf("provider asked %d times, want twice", len(calls))
+	}
+	if st := recordOf(t, a, actor, "wd-1"); st.Record.Status != ledger.Success {
+		t.Fatalf("withdrawal %s", st.Record.Status)
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+}
