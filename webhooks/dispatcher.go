@@ -231,44 +231,50 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}()
 	// start runs attempts, each in its own goroutine; they are counted in
-	// busy already.
+	// busy already. The endpoints are looked up (a read per merchant) off
+	// the loop, which goes on claiming and taking handed-over attempts
+	// meanwhile.
 	start := func(got []claimed) {
 		if len(got) == 0 {
 			return
 		}
-		eps := d.endpoints(ctx, got)
-		for _, c := range got {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ep := eps[endpointKey{c.MerchantID, c.Environment}]
-				slowTimer := time.AfterFunc(d.SlowAfter, func() { d.setSlow(c.MerchantID, true) })
-				o, ok := d.attempt(ctx, c, ep)
-				// Answered in time. A failed endpoint lookup is counted
-				// as sent but asked no receiver: it proves nothing.
-				rose := false
-				if slowTimer.Stop() && ok && o.Sent && ep.err == nil {
-					rose = d.setSlow(c.MerchantID, false)
-				}
-				d.mu.Lock()
-				wake := d.more || rose || d.freesRoom(c.MerchantID)
-				d.endedInClaim = d.endedInClaim || d.claiming
-				if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
-					delete(d.busy, c.MerchantID)
-				}
-				d.mu.Unlock()
-				if ok {
-					results <- o
-				} else {
-					abortMu.Lock()
-					aborted = append(aborted, c)
-					abortMu.Unlock()
-				}
-				if wake {
-					d.signal()
-				}
-			}()
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			eps := d.endpoints(ctx, got)
+			for _, c := range got {
+				wg.Add(1) // the batch's own count keeps wg above zero
+				go func() {
+					defer wg.Done()
+					ep := eps[endpointKey{c.MerchantID, c.Environment}]
+					slowTimer := time.AfterFunc(d.SlowAfter, func() { d.setSlow(c.MerchantID, true) })
+					o, ok := d.attempt(ctx, c, ep)
+					// Answered in time. A failed endpoint lookup is counted
+					// as sent but asked no receiver: it proves nothing.
+					rose := false
+					if slowTimer.Stop() && ok && o.Sent && ep.err == nil {
+						rose = d.setSlow(c.MerchantID, false)
+					}
+					d.mu.Lock()
+					wake := d.more || rose || d.freesRoom(c.MerchantID)
+					d.endedInClaim = d.endedInClaim || d.claiming
+					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
+						delete(d.busy, c.MerchantID)
+					}
+					d.mu.Unlock()
+					if ok {
+						results <- o
+					} else {
+						abortMu.Lock()
+						aborted = append(aborted, c)
+						abortMu.Unlock()
+					}
+					if wake {
+						d.signal()
+					}
+				}()
+			}
+		}()
 	}
 	d.mu.Lock()
 	d.running = true
