@@ -99,6 +99,14 @@ type Dispatcher struct {
 	// endedInClaim: an attempt ended while the claim under way ran, which
 	// counted it in flight.
 	endedInClaim bool
+	// claimN is how many attempts the claim under way may lease, and
+	// claimRooms what its window granted each merchant so far: reserve
+	// leaves both to it.
+	claimN     int
+	claimRooms map[string]int
+	// handingOff: a Subscriber has asked this dispatcher for room, so
+	// claims leave it some (see Run).
+	handingOff bool
 	// running: Run is delivering, and reserve may promise it attempts.
 	running bool
 	// handed are attempts a Subscriber stored already leased to this
@@ -299,8 +307,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		start(d.takeHanded())
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
+		if d.handingOff && free > 1 {
+			// Half the free workers, so that a batch the subscriber
+			// enqueues while the claim runs still finds room: refused, it
+			// would be queued, its NOTIFY would start the next claim, which
+			// the next batch would find under way, and so on.
+			free = (free + 1) / 2
+		}
 		a := d.allot()
 		d.claiming, d.endedInClaim = free > 0, false
+		d.claimN, d.claimRooms = free, map[string]int{}
 		d.mu.Unlock()
 		var (
 			got     []claimed
@@ -311,7 +327,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			got, starved, err = claim(ctx, d.Pool, free, d.Lease, a.full, a.rooms)
 			if err != nil {
 				d.mu.Lock()
-				d.claiming = false
+				d.claiming, d.claimN, d.claimRooms = false, 0, nil
 				d.mu.Unlock()
 				if ctx.Err() != nil {
 					break
@@ -335,7 +351,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		more := free > 0 && len(got) == free
 		d.mu.Lock()
 		again := more || starved && d.endedInClaim
-		d.claiming = false
+		d.claiming, d.claimN, d.claimRooms = false, 0, nil
 		if free > 0 {
 			d.more = more
 		}
@@ -381,22 +397,28 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // handOver for the others once they are committed. It takes only what a
 // claim could have given: merchants seen answering in time and not slow,
 // within PerMerchant and Workers. It takes nothing while Run is not
-// delivering, nor while a claim is under way (which counted the attempts
-// in flight as they were when it started). It never waits for one: the
-// subscriber calls it inside its transaction, and an open transaction
-// holds back every reader of the event log.
+// delivering. A claim under way counted the attempts in flight as they
+// were when it started, and may still lease claimN of them, and what its
+// window granted each merchant: reserve takes room beside those, never
+// from them. It never waits for the claim: the subscriber calls it inside
+// its transaction, and an open transaction holds back every reader of the
+// event log.
 func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.running || d.claiming {
+	d.handingOff = true
+	if !d.running {
 		return nil, 0
 	}
 	free := d.Workers - d.inFlight()
+	if d.claiming {
+		free -= d.claimN
+	}
 	for i, m := range msgs {
 		if free <= 0 {
 			break
 		}
-		if !d.prompt[m.MerchantID] || d.slow[m.MerchantID] || d.busy[m.MerchantID] >= d.PerMerchant {
+		if !d.prompt[m.MerchantID] || d.slow[m.MerchantID] || d.busy[m.MerchantID]+d.claimRooms[m.MerchantID] >= d.PerMerchant {
 			continue
 		}
 		if take == nil {
@@ -529,12 +551,18 @@ func (a *allotment) rooms(rows map[string]int) map[string]int {
 			continue
 		}
 		out[m] = max(d.capOf(m)-d.busy[m], 0)
+		if d.claimRooms != nil {
+			d.claimRooms[m] = out[m]
+		}
 	}
 	rand.Shuffle(len(slow), func(i, j int) { slow[i], slow[j] = slow[j], slow[i] })
 	for _, m := range slow {
 		r := max(min(d.SlowPerMerchant-d.busy[m], rows[m], a.share), 0)
 		out[m] = r
 		a.share -= r
+		if d.claimRooms != nil {
+			d.claimRooms[m] = r
+		}
 	}
 	return out
 }

@@ -1,9 +1,15 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,20 +178,24 @@ func TestReserveTakesWhatAClaimCould(t *testing.T) {
 	}
 }
 
-// TestReserveTakesNothingDuringAClaim: a claim counted the attempts in
-// flight when it started, so reserve takes nothing until it ends, and
-// returns at once rather than wait inside the subscriber's transaction.
-func TestReserveTakesNothingDuringAClaim(t *testing.T) {
-	d := &Dispatcher{}
+// TestReserveLeavesAClaimItsShare: a claim under way may still lease
+// claimN attempts, and what its window granted each merchant; reserve
+// takes room beside those, and at once (it never waits for the claim).
+func TestReserveLeavesAClaimItsShare(t *testing.T) {
+	d := &Dispatcher{Workers: 4, PerMerchant: 3}
 	d.defaults()
-	d.running, d.prompt["m1"] = true, true
-	d.claiming = true
-	if take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}}); take != nil || len(d.busy) != 0 {
-		t.Fatalf("take %v, busy %v during a claim", take, d.busy)
+	d.running, d.prompt["m1"], d.prompt["m2"] = true, true, true
+	d.claiming, d.claimN, d.claimRooms = true, 2, map[string]int{"m1": 3}
+	msgs := []Message{{ID: uuid.New(), MerchantID: "m1"}, {ID: uuid.New(), MerchantID: "m2"},
+		{ID: uuid.New(), MerchantID: "m2"}, {ID: uuid.New(), MerchantID: "m2"}}
+	take, _ := d.reserve(msgs)
+	// m1: the claim may still give it all its room; m2: two, then the
+	// workers left beside the claim's 2 are taken.
+	if want := []bool{false, true, true, false}; !slices.Equal(take, want) || d.busy["m2"] != 2 || len(d.busy) != 1 {
+		t.Fatalf("take %v busy %v, want %v and m2 2", take, d.busy, want)
 	}
-	d.claiming = false
-	if take, _ := d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}}); !slices.Equal(take, []bool{true}) || d.busy["m1"] != 1 {
-		t.Fatalf("take %v, busy %v after it", take, d.busy)
+	if !d.handingOff {
+		t.Fatal("reserve did not mark the dispatcher as handing off")
 	}
 }
 
@@ -329,4 +339,103 @@ func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
 	if status != StatusPending || attempts != 1 || time.Until(due) > time.Minute {
 		t.Fatalf("stored %s, attempt %d, due %s; want pending now, attempt 1 counted", status, attempts, due)
 	}
+}
+
+// TestClaimRoomsAreRecordedForReserve: what a claim's window grants each
+// merchant is kept for reserve while the claim runs.
+func TestClaimRoomsAreRecordedForReserve(t *testing.T) {
+	d := &Dispatcher{}
+	d.defaults()
+	d.prompt["m1"], d.slow["s1"] = true, true
+	d.busy["m1"] = 1
+	d.claimRooms = map[string]int{}
+	a := d.allot()
+	got := a.rooms(map[string]int{"m1": 5, "s1": 3})
+	want := map[string]int{"m1": d.PerMerchant - 1, "s1": d.SlowPerMerchant}
+	if !maps.Equal(got, want) || !maps.Equal(d.claimRooms, want) {
+		t.Fatalf("rooms %v, recorded %v, want %v", got, d.claimRooms, want)
+	}
+}
+
+// TestHandoffKeepsTheBounds: with the subscriber handing attempts over
+// while claims run (a slow receiver keeps attempts in flight, messages keep
+// coming), no merchant ever has more than PerMerchant attempts at once,
+// nor all of them more than Workers; every message arrives once.
+func TestHandoffKeepsTheBounds(t *testing.T) {
+	e := newTestEnv(t)
+	var mu sync.Mutex
+	cur, peak := map[string]int{}, map[string]int{}
+	total, peakTotal := 0, 0
+	rc := newReceiver(t, nil, func(h hit) int {
+		merchant := h.Sender // set below from the URL path
+		mu.Lock()
+		cur[merchant]++
+		total++
+		peak[merchant] = max(peak[merchant], cur[merchant])
+		peakTotal = max(peakTotal, total)
+		mu.Unlock()
+		time.Sleep(15 * time.Millisecond)
+		mu.Lock()
+		cur[merchant]--
+		total--
+		mu.Unlock()
+		return 200
+	})
+	const workers, perMerchant = 5, 2
+	var ms []string
+	for range 3 {
+		ms = append(ms, e.merchant(rc.srv.URL).MerchantID)
+	}
+	client := &http.Client{Transport: merchantTransport{}}
+	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant, d.Client = workers, perMerchant, perMerchant, client
+	})
+	e.runSubscriberHandingTo(e.pool, d)
+	var ids []uuid.UUID
+	for round := 0; round < 15; round++ {
+		for _, m := range ms {
+			ids = append(ids, e.deposits(m, 2)...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	eventually(t, 30*time.Second, "all delivered", func() bool { return len(rc.delivered()) == len(ids) })
+	for _, id := range ids {
+		if n := rc.delivered()[id.String()]; n != 1 {
+			t.Fatalf("message %s delivered %d times", id, n)
+		}
+	}
+	if d.handedN.Load() == 0 {
+		t.Fatal("nothing handed over: the test did not test the handoff")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if peakTotal > workers {
+		t.Fatalf("%d attempts at once, with %d workers", peakTotal, workers)
+	}
+	for m, p := range peak {
+		if p > perMerchant {
+			t.Fatalf("merchant %s had %d attempts at once, cap %d", m, p, perMerchant)
+		}
+	}
+}
+
+// merchantTransport names each request's merchant in senderHeader: the
+// signed body's data carries it (merchantId).
+type merchantTransport struct{}
+
+func (merchantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	var env struct {
+		Data struct {
+			MerchantID string `json:"merchantId"`
+		} `json:"data"`
+	}
+	_ = json.Unmarshal(body, &env)
+	r := req.Clone(req.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Header.Set(senderHeader, env.Data.MerchantID)
+	return http.DefaultTransport.RoundTrip(r)
 }
