@@ -239,6 +239,19 @@ func benchWebhooks(b *testing.B, rate int) {
 	// Where the latency goes, from the outbox of the measured phase: event
 	// to enqueue (created_at is the start of the subscriber's transaction)
 	// and enqueue to the start of the first attempt.
+	// Outcomes are recorded after the receiver has answered: wait for the
+	// measured phase's (else the last are missing, or with b.N = 1 all).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var left int
+		if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_deliveries
+			WHERE created_at >= $1 AND status <> 'delivered'`, measured).Scan(&left); err != nil {
+			b.Fatal(err)
+		}
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	var stages []float64
 	if err := pool.QueryRow(context.Background(), `
 		SELECT ARRAY[percentile_cont(0.5) WITHIN GROUP (ORDER BY q), percentile_cont(0.99) WITHIN GROUP (ORDER BY q),

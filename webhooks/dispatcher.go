@@ -307,11 +307,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		start(d.takeHanded())
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
-		if d.handingOff && free > 1 {
+		if d.handingOff && !d.more && free > 1 {
 			// Half the free workers, so that a batch the subscriber
 			// enqueues while the claim runs still finds room: refused, it
 			// would be queued, its NOTIFY would start the next claim, which
-			// the next batch would find under way, and so on.
+			// the next batch would find under way, and so on. Not while a
+			// backlog is being claimed (the last claim came back full):
+			// then claims should take all they can, and fewer of them.
 			free = (free + 1) / 2
 		}
 		a := d.allot()
