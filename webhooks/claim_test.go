@@ -201,9 +201,14 @@ func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
 	ids := seedDue(t, pool, append(interleaved(5, "capped"), interleaved(10, "other")...))
 	before := outboxRows(t, pool)
 	from := time.Now()
-	got, starved, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"capped": 2}, 3))
+	var picked map[string]int
+	got, starved, err := claimReporting(context.Background(), pool, 4, time.Minute, []string{},
+		fixedRooms(map[string]int{"capped": 2}, 3), func(p map[string]int) { picked = maps.Clone(p) })
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := map[string]int{"capped": 2, "other": 2}; !maps.Equal(picked, want) {
+		t.Fatalf("reported picks %v, want %v", picked, want)
 	}
 	if !starved {
 		t.Fatal("not starved, though capped's room ran out with rows left")

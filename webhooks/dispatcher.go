@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -326,7 +327,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		)
 		if free > 0 {
 			var err error
-			got, starved, err = claim(ctx, d.Pool, free, d.Lease, a.full, a.rooms)
+			got, starved, err = claimReporting(ctx, d.Pool, free, d.Lease, a.full, a.rooms, d.claimPicked)
 			if err != nil {
 				d.mu.Lock()
 				d.claiming, d.claimN, d.claimRooms = false, 0, nil
@@ -388,6 +389,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// claimPicked narrows what reserve leaves to the claim under way, once
+// its window has chosen: the rows it picked, in all and per merchant, are
+// all it will lease. Until then reserve left it its n and every room its
+// window granted.
+func (d *Dispatcher) claimPicked(picked map[string]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, k := range picked {
+		n += k
+	}
+	d.claimN, d.claimRooms = n, maps.Clone(picked)
 }
 
 // reserve is how a Subscriber enqueueing msgs in this process hands their

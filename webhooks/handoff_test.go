@@ -197,6 +197,13 @@ func TestReserveLeavesAClaimItsShare(t *testing.T) {
 	if !d.handingOff {
 		t.Fatal("reserve did not mark the dispatcher as handing off")
 	}
+	// Once the window has chosen (one row, m1's), the claim keeps only
+	// that: m1 has room again, and so do the workers.
+	d.claimPicked(map[string]int{"m1": 1})
+	take, _ = d.reserve(msgs[:2])
+	if want := []bool{true, false}; !slices.Equal(take, want) || d.busy["m1"] != 1 || d.busy["m2"] != 2 {
+		t.Fatalf("after the pick: take %v busy %v, want %v", take, d.busy, want)
+	}
 }
 
 // appendedEvents appends a deposit for merchantID and returns its

@@ -377,6 +377,14 @@ type claimed struct {
 // merchant was left out (full from the start, or its room ran out in the
 // window).
 func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) (got []claimed, starved bool, err error) {
+	return claimReporting(ctx, pool, n, lease, full, rooms, nil)
+}
+
+// claimReporting is claim that also tells picked (when not nil) how many
+// rows it picked per merchant, once it has chosen them and before it
+// leases them.
+func claimReporting(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string,
+	rooms func(map[string]int) map[string]int, picked func(map[string]int)) (got []claimed, starved bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
@@ -392,6 +400,9 @@ func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, 
 			return nil, false, err
 		}
 		w.add(cands, limit)
+	}
+	if picked != nil {
+		picked(w.pickedBy)
 	}
 	got, err = leasePicked(ctx, conn.Conn(), w.picked, lease)
 	return got, len(w.exclude) > 0, err
@@ -416,21 +427,22 @@ type candidate struct {
 // receiver that fails at once, with a backlog): its rows, however many,
 // hide nobody's.
 type window struct {
-	n       int  // rows to pick
-	size    int  // rows a select asks for
-	ranOut  bool // a select came back short: no due rows are left to read
-	after   candidate
-	rooms   func(rows map[string]int) map[string]int
-	room    map[string]int // merchants seen: attempts they may still get (none: left out)
-	exclude []string       // merchants the selects leave out
-	picked  []uuid.UUID
+	n        int  // rows to pick
+	size     int  // rows a select asks for
+	ranOut   bool // a select came back short: no due rows are left to read
+	after    candidate
+	rooms    func(rows map[string]int) map[string]int
+	room     map[string]int // merchants seen: attempts they may still get (none: left out)
+	exclude  []string       // merchants the selects leave out
+	picked   []uuid.UUID
+	pickedBy map[string]int // picked rows per merchant
 }
 
 // newWindow is the window of a claim of n rows; full are merchants known
 // to have no room, rooms tells the room of merchants as they show up (see
 // allotment.rooms).
 func newWindow(n int, full []string, rooms func(map[string]int) map[string]int) *window {
-	return &window{n: n, size: min(4*n, 1000), rooms: rooms, room: map[string]int{},
+	return &window{n: n, size: min(4*n, 1000), rooms: rooms, room: map[string]int{}, pickedBy: map[string]int{},
 		// Never nil: <> ALL (NULL) would leave every row out.
 		exclude: append([]string{}, full...)}
 }
@@ -466,6 +478,7 @@ func (w *window) add(cands []candidate, limit int) {
 			continue
 		}
 		w.picked = append(w.picked, c.ID)
+		w.pickedBy[c.MerchantID]++
 		if w.room[c.MerchantID]--; w.room[c.MerchantID] == 0 {
 			w.exclude = append(w.exclude, c.MerchantID)
 		}
