@@ -52,17 +52,30 @@ func TestManyDeadReceiversDoNotStarveOthers(t *testing.T) {
 	for _, id := range deadIDs {
 		e.deposits(id, perDead)
 	}
-	e.runDispatcher(e.pool, func(d *Dispatcher) {
+	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) {
 		d.Workers, d.PerMerchant = 8, 4
 		// A timeout far longer than the live merchant's drain: the dead
 		// receivers' first attempts hold their workers throughout, so the
 		// bound below does not depend on how fast this machine is.
-		d.Timeout, d.SlowAfter = 5*time.Second, 50*time.Millisecond
+		// SlowAfter well above a live attempt (5 ms) even on a loaded
+		// machine under -race: at 50 ms a full test run once saw the live
+		// merchant marked slow, and the dead ones' share starved it.
+		d.Timeout, d.SlowAfter = 5*time.Second, 300*time.Millisecond
 		d.SlowPerMerchant, d.SlowShare = 1, 2
 		d.Schedule = []time.Duration{time.Hour} // no retries during the test
 	})
 	// Not yet seen answering, each dead merchant gets one worker.
 	eventually(t, 10*time.Second, "one attempt per dead receiver", func() bool { return deadHits() == deadMerchants })
+	eventually(t, 10*time.Second, "the dead merchants marked slow", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, id := range deadIDs {
+			if !d.slow[id] {
+				return false
+			}
+		}
+		return true
+	})
 
 	ids := e.deposits(ma.MerchantID, 40)
 	eventually(t, 10*time.Second, "the live merchant's messages", func() bool { return len(alive.delivered()) == len(ids) })
