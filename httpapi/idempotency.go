@@ -60,7 +60,6 @@ type IdempotencyStore struct {
 	pool      *pgxpool.Pool
 	fencer    ClaimFencer
 	now       func() time.Time
-	maxBody   int64
 	log       *zap.Logger
 	lastSweep atomic.Int64
 }
@@ -71,13 +70,6 @@ type IdempotencyOption func(*IdempotencyStore)
 // WithIdempotencyClock injects the clock (tests).
 func WithIdempotencyClock(now func() time.Time) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.now = now }
-}
-
-// WithIdempotencyMaxBody caps the bytes buffered to fingerprint a request
-// body. Without it the route's body-limit middleware, which runs first, is
-// the cap.
-func WithIdempotencyMaxBody(n int64) IdempotencyOption {
-	return func(s *IdempotencyStore) { s.maxBody = n }
 }
 
 // WithIdempotencyLogger logs the failures that cannot reach the client
@@ -153,21 +145,19 @@ const spoolMemory = 1 << 20
 // spoolBody reads the whole body once, hashing it for the fingerprint as it
 // goes, and puts an identical reader back for the handler: from memory, or
 // from a temporary file the caller removes (sp.remove) once the request is
-// done. Over the limit is 413 whichever limit hit.
+// done. A body over the route's limit is 413.
 func (s *IdempotencyStore) spoolBody(req *http.Request) (fp []byte, sp *spool, err error) {
 	fh := newFingerprinter(req)
 	if req.Body == nil || req.Body == http.NoBody {
 		return fh.sum(), nil, nil
 	}
-	var r io.Reader = req.Body
-	if s.maxBody > 0 {
-		r = io.LimitReader(req.Body, s.maxBody+1)
-	}
+	// The route's body-limit middleware, which runs first, caps what is
+	// buffered here.
 	sp = &spool{}
-	n, err := sp.fill(io.TeeReader(r, fh))
+	_, err = sp.fill(io.TeeReader(req.Body, fh))
 	var tooLarge *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooLarge), err == nil && s.maxBody > 0 && n > s.maxBody:
+	case errors.As(err, &tooLarge):
 		sp.remove()
 		return nil, nil, echo.ErrStatusRequestEntityTooLarge
 	case err != nil:
