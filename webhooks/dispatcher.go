@@ -243,9 +243,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// busy already. The endpoints are looked up (a read per merchant) off
 	// the loop, which goes on claiming and taking handed-over attempts
 	// meanwhile.
-	start := func(got []claimed) {
+	start := func(got []claimed, via string) {
 		if len(got) == 0 {
 			return
+		}
+		if d.Metrics != nil {
+			d.Metrics.started.WithLabelValues(via).Add(float64(len(got)))
 		}
 		wg.Add(1)
 		go func() {
@@ -305,7 +308,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer timer.Stop()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		start(d.takeHanded())
+		start(d.takeHanded(), viaHandoff)
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
 		if d.handingOff && !d.more && free > 1 {
@@ -362,7 +365,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			d.busy[c.MerchantID]++
 		}
 		d.mu.Unlock()
-		start(got)
+		start(got, viaClaim)
 		if again {
 			continue
 		}
@@ -384,7 +387,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 				break wait
 			case <-d.handedWake:
 				// Handed-over attempts need no claim.
-				start(d.takeHanded())
+				start(d.takeHanded(), viaHandoff)
 			}
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
@@ -30,7 +31,8 @@ func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
 	e := newTestEnv(t)
 	rc := newReceiver(t, nil, nil)
 	m := e.merchant(rc.srv.URL)
-	d, _ := e.runDispatcher(e.pool)
+	reg := prometheus.NewRegistry()
+	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Metrics = NewMetrics(reg) })
 	e.runSubscriberHandingTo(e.pool, d)
 	first := e.deposits(m.MerchantID, 1)
 	eventually(t, 10*time.Second, "first delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
@@ -53,6 +55,34 @@ func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
 			t.Fatalf("request %+v: want attempt 1, signed", h)
 		}
 	}
+	// The counter tells them apart: every attempt counted once, by how it
+	// came.
+	handed, claimed := startedVia(t, reg, viaHandoff), startedVia(t, reg, viaClaim)
+	if handed != float64(d.handedN.Load()) || handed+claimed != 21 || claimed < 1 {
+		t.Fatalf("started via handoff %v, via claim %v; handed over %d, 21 in all", handed, claimed, d.handedN.Load())
+	}
+}
+
+// startedVia reads escrowd_webhook_attempts_started_total{via}.
+func startedVia(t *testing.T, reg *prometheus.Registry, via string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "escrowd_webhook_attempts_started_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "via" && l.GetValue() == via {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // TestEnqueueLeasesAsTheOrderGateAllows: a message asked to be leased is

@@ -17,11 +17,22 @@ const DefaultMetricsInterval = 5 * time.Second
 // Metrics are the outbox's Prometheus gauges. They describe the whole
 // outbox (every instance reports the same numbers: aggregate them with max,
 // not sum), as of the last refresh by a dispatcher of this process.
+//
+// started counts, per process, the attempts this process's dispatchers
+// started, by how they got them: "handoff" (stored leased by this
+// process's subscriber) or "claim". Sum it over instances.
 type Metrics struct {
 	pending prometheus.Gauge
 	oldest  prometheus.Gauge
 	failed  prometheus.Gauge
+	started *prometheus.CounterVec
 }
+
+// How a dispatcher got an attempt (the via label of started).
+const (
+	viaHandoff = "handoff"
+	viaClaim   = "claim"
+)
 
 // NewMetrics registers the outbox gauges on reg. Registering twice on one
 // registry (several dispatchers in one process) shares the gauges.
@@ -39,11 +50,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "escrowd_webhook_outbox_failed",
 			Help: "Webhook deliveries that exhausted their retries, until retried by the merchant or removed by retention.",
 		}),
+		started: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "escrowd_webhook_attempts_started_total",
+			Help: "Webhook delivery attempts started by this process, by how the dispatcher got them: handed over by the subscriber, or claimed.",
+		}, []string{"via"}),
 	}
 	if reg != nil {
 		m.pending = promreg.Shared(reg, m.pending)
 		m.oldest = promreg.Shared(reg, m.oldest)
 		m.failed = promreg.Shared(reg, m.failed)
+		m.started = promreg.Shared(reg, m.started)
 	}
 	return m
 }
