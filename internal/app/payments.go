@@ -374,9 +374,23 @@ func (s *Service) ResumePayout(ctx context.Context, merchantID string, env domai
 	if set.Payouts == nil {
 		return st.Record, false, ErrPaymentsNotConfigured
 	}
+	// Verify resumes a payout only for a customer who may still withdraw
+	// (auth refuses a blocked one, Verify one without the permission); the
+	// resumer, acting without the customer, holds the money as they would.
+	c, _, err := Load(ctx, s.Engine, CustomerKind, st.Record.CustomerID)
+	if err != nil {
+		return st.Record, false, err
+	}
+	if c.Blocked || !c.Permissions.CanWithdraw {
+		return st.Record, false, ErrPayoutHeld
+	}
 	_, err = s.payOut(ctx, a, stream, &st, s.newID(), set.Payouts)
 	return st.Record, err == nil && st.Phase == payment.Done, err
 }
+
+// ErrPayoutHeld: the resumer leaves a withdrawal paying out whose customer
+// is blocked or may no longer withdraw; it is resumed once they may.
+var ErrPayoutHeld = errors.New("app: payout held: the customer is blocked or may not withdraw")
 
 // payOut runs a withdrawal's payout step for holder, a verify or the
 // resumer: st is the intent as read, and is left as it now stands. It

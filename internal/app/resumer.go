@@ -84,7 +84,8 @@ func (r *PayoutResumer) Run(ctx context.Context) error {
 // Round resumes the withdrawals Find lists now, one after the other, and
 // returns how many it settled (paid out or reversed). A withdrawal whose
 // provider does not answer, or whose lease another holder has, is left for
-// a later round; an error only stops the round when listing fails.
+// a later round, as is one whose customer may not withdraw now
+// (ErrPayoutHeld); an error only stops the round when listing fails.
 func (r *PayoutResumer) Round(ctx context.Context) (int, error) {
 	c := r.settings()
 	due, err := c.Find(ctx, c.Service.Engine.Now().Add(-c.Grace), c.Batch)

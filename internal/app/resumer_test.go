@@ -143,3 +143,47 @@ func TestResumersAndVerifiesRacingPayOutOnce(t *testing.T) {
 	}
 	expectMain(t, a, cid, money.Naira(5000-1000-50))
 }
+
+// The resumer holds a withdrawal left debited whose customer may no longer
+// withdraw (blocked, or the permission taken away), as a verify by that
+// customer is refused: an operator stopping a customer must stop the money
+// leaving too. Once allowed again, the next round pays it out.
+func TestResumerHoldsAWithdrawalTheCustomerMayNoLongerMake(t *testing.T) {
+	ctx := context.Background()
+	p := unansweredOnce()
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
+		t.Fatalf("verify: %v, want ErrPayoutUnanswered", err)
+	}
+	r := &PayoutResumer{Service: b, Find: listing(actor, "wd-1")}
+	operator := Actor{MerchantID: actor.MerchantID, Environment: actor.Environment}
+	if _, err := a.SetBlocked(ctx, operator, cid, true, "fraud review"); err != nil {
+		t.Fatal(err)
+	}
+	if settled, err := r.Round(ctx); err != nil || settled != 0 || len(p.calls()) != 1 {
+		t.Fatalf("round for a blocked customer settled %d (%v), provider asked %d times, want 0 and once",
+			settled, err, len(p.calls()))
+	}
+	if st := recordOf(t, a, actor, "wd-1"); st.Phase != payment.PayingOut || st.LeaseHolder != "" {
+		t.Fatalf("withdrawal of a blocked customer %s, lease %q: want paying out, unleased", st.Phase, st.LeaseHolder)
+	}
+	if _, err := a.SetBlocked(ctx, operator, cid, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	no, yes := false, true
+	if _, err := a.SetPermissions(ctx, operator, cid, nil, nil, &no); err != nil {
+		t.Fatal(err)
+	}
+	if settled, err := r.Round(ctx); err != nil || settled != 0 || len(p.calls()) != 1 {
+		t.Fatalf("round for a customer who may not withdraw settled %d (%v), provider asked %d times, want 0 and once",
+			settled, err, len(p.calls()))
+	}
+	if _, err := a.SetPermissions(ctx, operator, cid, nil, nil, &yes); err != nil {
+		t.Fatal(err)
+	}
+	if settled, err := r.Round(ctx); err != nil || settled != 1 || len(p.calls()) != 2 {
+		t.Fatalf("round once unblocked settled %d (%v), provider asked %d times, want 1 and twice",
+			settled, err, len(p.calls()))
+	}
+	expectMain(t, a, cid, money.Naira(5000-1000-50))
+}
