@@ -218,8 +218,17 @@ type PayoutInFlight struct {
 // not yet paid out or reversed (as far as the ledger read model has
 // seen), oldest first.
 func (q *Queries) PayoutsInFlight(ctx context.Context, before time.Time, limit int) ([]PayoutInFlight, error) {
+	return q.PayoutsInFlightAfter(ctx, PayoutInFlight{}, before, limit)
+}
+
+// PayoutsInFlightAfter is PayoutsInFlight for the page after after (the
+// last row of the previous page; the zero value for the first): rows are
+// ordered by debit time then key, so paging sees each row once.
+func (q *Queries) PayoutsInFlightAfter(ctx context.Context, after PayoutInFlight, before time.Time, limit int) ([]PayoutInFlight, error) {
 	rows, err := q.pool.Query(ctx, `SELECT merchant_id, environment, reference, debited_at FROM rm_payouts_in_flight
-		WHERE debited_at < $1 ORDER BY debited_at LIMIT $2`, before, limit)
+		WHERE debited_at < $1 AND (debited_at, merchant_id, environment, reference) > ($2, $3, $4, $5)
+		ORDER BY debited_at, merchant_id, environment, reference LIMIT $6`,
+		before, after.DebitedAt, after.MerchantID, string(after.Environment), after.Reference, limit)
 	if err != nil {
 		return nil, err
 	}

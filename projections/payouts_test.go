@@ -108,6 +108,14 @@ func TestPayoutsInFlight(t *testing.T) {
 	if err != nil || len(early) != 1 || early[0].Reference != "unanswered-1" {
 		t.Fatalf("debited before the cut: %+v (%v), want unanswered-1", early, err)
 	}
+	// The page after the first row holds the rest, the first no more.
+	if next, err := q.PayoutsInFlightAfter(ctx, all[0], time.Now().Add(time.Hour), 10); err != nil ||
+		len(next) != 1 || next[0].Reference != "unanswered-2" {
+		t.Fatalf("after %s: %+v (%v), want unanswered-2", all[0].Reference, next, err)
+	}
+	if last, err := q.PayoutsInFlightAfter(ctx, all[1], time.Now().Add(time.Hour), 10); err != nil || len(last) != 0 {
+		t.Fatalf("after the last row: %+v (%v), want nothing", last, err)
+	}
 	// Paid out later: gone from the list.
 	verify("unanswered-1", false, payment.Outcome{OK: true})
 	if err := r.WaitFor(ctx, visible(t, e.store, last)); err != nil {

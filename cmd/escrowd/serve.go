@@ -114,15 +114,16 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 // payoutsInFlight lists withdrawals paying out from the ledger read model.
 // Until the ledger projector of this version has run (an API upgraded
 // before the projector role), its table is missing: nothing is listed.
-func payoutsInFlight(q *projections.Queries) func(context.Context, time.Time, int) ([]app.PayoutRef, error) {
-	return func(ctx context.Context, before time.Time, limit int) ([]app.PayoutRef, error) {
-		ps, err := q.PayoutsInFlight(ctx, before, limit)
+func payoutsInFlight(q *projections.Queries) func(context.Context, app.PayoutRef, time.Time, int) ([]app.PayoutRef, error) {
+	return func(ctx context.Context, after app.PayoutRef, before time.Time, limit int) ([]app.PayoutRef, error) {
+		ps, err := q.PayoutsInFlightAfter(ctx, projections.PayoutInFlight{MerchantID: after.MerchantID,
+			Environment: after.Environment, Reference: after.Reference, DebitedAt: after.DebitedAt}, before, limit)
 		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "42P01" {
 			return nil, nil
 		}
 		out := make([]app.PayoutRef, len(ps))
 		for i, p := range ps {
-			out[i] = app.PayoutRef{MerchantID: p.MerchantID, Environment: p.Environment, Reference: p.Reference}
+			out[i] = app.PayoutRef{MerchantID: p.MerchantID, Environment: p.Environment, Reference: p.Reference, DebitedAt: p.DebitedAt}
 		}
 		return out, err
 	}

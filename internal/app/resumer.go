@@ -25,24 +25,28 @@ const ResumerAgent = "payout-resumer"
 // payout whose lease another holder has is skipped until the next round.
 type PayoutResumer struct {
 	Service *Service
-	// Find lists withdrawals debited before a time, oldest first (the
-	// ledger read model's PayoutsInFlight).
-	Find func(ctx context.Context, before time.Time, limit int) ([]PayoutRef, error)
+	// Find lists withdrawals debited before a time, oldest first, from the
+	// one after after (the last of the previous page; zero for the first)
+	// (the ledger read model's PayoutsInFlightAfter).
+	Find func(ctx context.Context, after PayoutRef, before time.Time, limit int) ([]PayoutRef, error)
 	Log  *zap.Logger
 	// Interval between rounds (default 30 s); Grace is how long after its
 	// debit a withdrawal is left to its verify (default the payout lease:
 	// by then a verify that debited it has finished or lost its lease).
 	Interval time.Duration
 	Grace    time.Duration
-	// Batch bounds the withdrawals of one round (default 100).
+	// Batch is how many withdrawals a round lists at a time (default 100);
+	// a round pages through all that are due, so that withdrawals it
+	// cannot settle (held, unanswered) never hide the ones after them.
 	Batch int
 }
 
-// PayoutRef names a withdrawal paying out.
+// PayoutRef names a withdrawal paying out, and when it was debited.
 type PayoutRef struct {
 	MerchantID  string
 	Environment domain.Environment
 	Reference   string
+	DebitedAt   time.Time
 }
 
 // settings are the resumer's fields with their defaults filled in; it
@@ -88,14 +92,28 @@ func (r *PayoutResumer) Run(ctx context.Context) error {
 // (ErrPayoutHeld); an error only stops the round when listing fails.
 func (r *PayoutResumer) Round(ctx context.Context) (int, error) {
 	c := r.settings()
-	due, err := c.Find(ctx, c.Service.Engine.Now().Add(-c.Grace), c.Batch)
-	if err != nil {
-		return 0, err
-	}
+	before := c.Service.Engine.Now().Add(-c.Grace)
 	settled := 0
+	for after := (PayoutRef{}); ; {
+		due, err := c.Find(ctx, after, before, c.Batch)
+		if err != nil {
+			return settled, err
+		}
+		if err := c.resume(ctx, due, &settled); err != nil {
+			return settled, err
+		}
+		if len(due) < c.Batch {
+			return settled, nil
+		}
+		after = due[len(due)-1]
+	}
+}
+
+// resume resumes the withdrawals of one page, counting those settled.
+func (c *PayoutResumer) resume(ctx context.Context, due []PayoutRef, settled *int) error {
 	for _, p := range due {
 		if ctx.Err() != nil {
-			return settled, ctx.Err()
+			return ctx.Err()
 		}
 		rec, done, err := c.Service.ResumePayout(ctx, p.MerchantID, p.Environment, p.Reference, ResumerAgent)
 		log := c.Log.With(zap.String("merchant_id", p.MerchantID), zap.String("environment", string(p.Environment)),
@@ -106,9 +124,9 @@ func (r *PayoutResumer) Round(ctx context.Context) (int, error) {
 		case err != nil:
 			log.Warn("payouts: cannot resume a withdrawal yet", zap.Error(err))
 		case done:
-			settled++
+			*settled++
 			log.Info("payouts: resumed withdrawal settled", zap.String("status", string(rec.Status)))
 		}
 	}
-	return settled, nil
+	return nil
 }

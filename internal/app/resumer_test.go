@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,18 +12,34 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/internal/gateway"
 )
 
 // listing is a Find that lists refs of actor's merchant, whatever the
-// time (the read model's own filter is tested with the ledger projector).
-func listing(actor Actor, refs ...string) func(context.Context, time.Time, int) ([]PayoutRef, error) {
-	return func(context.Context, time.Time, int) ([]PayoutRef, error) {
-		out := make([]PayoutRef, len(refs))
+// time (the read model's own filter is tested with the ledger projector),
+// in pages after the reference asked (refs in order).
+func listing(actor Actor, refs ...string) func(context.Context, PayoutRef, time.Time, int) ([]PayoutRef, error) {
+	return func(_ context.Context, after PayoutRef, _ time.Time, limit int) ([]PayoutRef, error) {
+		var out []PayoutRef
 		for i, r := range refs {
-			out[i] = PayoutRef{MerchantID: actor.MerchantID, Environment: actor.Environment, Reference: r}
+			if after.Reference != "" && (after.Reference == r || i < indexOf(refs, after.Reference)) {
+				continue
+			}
+			if len(out) < limit {
+				out = append(out, PayoutRef{MerchantID: actor.MerchantID, Environment: actor.Environment, Reference: r})
+			}
 		}
 		return out, nil
 	}
+}
+
+func indexOf(refs []string, ref string) int {
+	for i, r := range refs {
+		if r == ref {
+			return i
+		}
+	}
+	return -1
 }
 
 func recordOf(t *testing.T, svc *Service, actor Actor, ref string) payment.State {
@@ -186,4 +204,51 @@ func TestResumerHoldsAWithdrawalTheCustomerMayNoLongerMake(t *testing.T) {
 			settled, err, len(p.calls()))
 	}
 	expectMain(t, a, cid, money.Naira(5000-1000-50))
+}
+
+// stuckProvider never answers for the reference stuck; for any other it
+// fails the first call and pays out from then on.
+type stuckProvider struct {
+	mu    sync.Mutex
+	stuck string
+	calls map[string]int
+}
+
+func (p *stuckProvider) Pay(_ context.Context, r ledger.Record) (payment.Outcome, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.calls[r.Reference]++
+	if r.Reference == p.stuck || p.calls[r.Reference] == 1 {
+		return payment.Outcome{}, errors.New("provider timed out")
+	}
+	return payment.Outcome{OK: true}, nil
+}
+
+// Withdrawals a round cannot settle (the provider never answers for them)
+// do not hide the ones listed after them: a round pages through every
+// withdrawal due, a Batch at a time.
+func TestResumerRoundPagesPastWithdrawalsItCannotSettle(t *testing.T) {
+	ctx := context.Background()
+	p := &stuckProvider{stuck: "wd-stuck", calls: map[string]int{}}
+	a, b, _, actor := twoInstances(t)
+	for _, svc := range []*Service{a, b} {
+		svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: p}
+	}
+	cid := stageWithdrawals(t, a, actor, "wd-stuck", "wd-2")
+	for _, ref := range []string{"wd-stuck", "wd-2"} {
+		if _, _, err := a.Verify(ctx, actor, cid, allowed, ref); err != ErrPayoutUnanswered {
+			t.Fatalf("verify %s: %v, want ErrPayoutUnanswered", ref, err)
+		}
+	}
+	r := &PayoutResumer{Service: b, Find: listing(actor, "wd-stuck", "wd-2"), Batch: 1}
+	if settled, err := r.Round(ctx); err != nil || settled != 1 {
+		t.Fatalf("round settled %d (%v), want 1: the withdrawal after the stuck one", settled, err)
+	}
+	if st := recordOf(t, a, actor, "wd-2"); st.Phase != payment.Done || st.Record.Status != ledger.Success {
+		t.Fatalf("wd-2 %s %s, want done, success", st.Phase, st.Record.Status)
+	}
+	if st := recordOf(t, a, actor, "wd-stuck"); st.Phase != payment.PayingOut {
+		t.Fatalf("wd-stuck %s, want still paying out", st.Phase)
+	}
+	expectMain(t, a, cid, money.Naira(5000-2*(1000+50)))
 }
