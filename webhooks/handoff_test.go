@@ -428,7 +428,15 @@ func TestHandoffKeepsTheBounds(t *testing.T) {
 		d.Workers, d.PerMerchant, d.SlowPerMerchant, d.Client = workers, perMerchant, perMerchant, client
 	})
 	e.runSubscriberHandingTo(e.pool, d)
+	// Each merchant answers once first (through a claim): only merchants
+	// seen answering in time are handed attempts, and without this the
+	// rounds below could all be enqueued before any answer, leaving the
+	// handoff untested (the check below then failed, now and then).
 	var ids []uuid.UUID
+	for _, m := range ms {
+		ids = append(ids, e.deposits(m, 1)...)
+	}
+	eventually(t, 10*time.Second, "each merchant seen answering", func() bool { return len(rc.delivered()) == len(ids) })
 	for round := 0; round < 15; round++ {
 		for _, m := range ms {
 			ids = append(ids, e.deposits(m, 2)...)
