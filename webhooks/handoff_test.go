@@ -484,3 +484,50 @@ func (merchantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.Header.Set(senderHeader, env.Data.MerchantID)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestHandedOverAttemptsNotStartedAtShutdownGoBack: attempts handed over
+// while Run was still running but not yet started when it stops (here:
+// handed over once its loop has ended) go back to the queue at once, as
+// abandoned attempts do, not after their lease.
+func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	d, stop := e.runDispatcher(e.pool, func(d *Dispatcher) { d.PollInterval = time.Hour })
+	msg, err := newMessage(uuid.New(), "m1", domain.Test, "payment.deposit.success", "", map[string]int{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leased []claimed
+	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
+		_, leased, err = enqueue(ctx, tx, []Message{msg}, []bool{true}, time.Hour)
+		return err
+	}); err != nil || len(leased) != 1 {
+		t.Fatalf("leased %v: %v", leased, err)
+	}
+	eventually(t, 10*time.Second, "Run delivering", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.running
+	})
+	time.Sleep(50 * time.Millisecond) // Run waits for work (PollInterval: an hour)
+	// Hold the dispatcher while it stops: its loop ends (on the context),
+	// and its handing back waits for the lock, behind the attempts handed
+	// over meanwhile.
+	d.mu.Lock()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		d.handed = append(d.handed, leased...)
+		d.busy[msg.MerchantID]++
+		d.mu.Unlock()
+	}()
+	stop()
+	var status string
+	var due time.Time
+	if err := e.pool.QueryRow(ctx, `SELECT status, next_attempt_at FROM webhook_deliveries WHERE id = $1`,
+		msg.ID).Scan(&status, &due); err != nil {
+		t.Fatal(err)
+	}
+	if status != StatusPending || time.Until(due) > time.Minute {
+		t.Fatalf("stored %s, due %s; want pending now", status, due)
+	}
+}
