@@ -225,6 +225,21 @@ func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
 	}
 }
 
+// A merchant full from the start does not make a claim starved: its own
+// attempts' ends wake the dispatcher. Only a merchant the window leaves
+// out does.
+func TestClaimStarvedOnlyByTheWindow(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	seedDue(t, pool, slices.Concat(interleaved(4, "busy"), interleaved(3, "live")))
+	got, starved, err := claim(context.Background(), pool, 10, time.Minute, []string{"busy"}, fixedRooms(nil, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if starved || len(got) != 3 {
+		t.Fatalf("claimed %d, starved %v; want live's 3, not starved", len(got), starved)
+	}
+}
+
 // Merchants without room never hide the rows behind theirs: not those
 // known full from the start, left out of every select, nor those found
 // without room in the window, left out of the selects that follow, however

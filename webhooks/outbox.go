@@ -373,9 +373,11 @@ type claimed struct {
 // its attempt number must survive a database crash, or the next claim
 // would reuse it.
 //
-// starved says the claim may have left due rows for want of room: some
-// merchant was left out (full from the start, or its room ran out in the
-// window).
+// starved says the claim may have left due rows for want of room: the
+// window left a merchant out (it showed no room, or its room ran out
+// there). Merchants full from the start do not count: an attempt of theirs
+// that ends wakes the dispatcher anyway (freesRoom), and counting them made
+// every claim starved while any merchant was at its cap.
 func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) (got []claimed, starved bool, err error) {
 	return claimReporting(ctx, pool, n, lease, full, rooms, nil)
 }
@@ -405,7 +407,7 @@ func claimReporting(ctx context.Context, pool *pgxpool.Pool, n int, lease time.D
 		picked(w.pickedBy)
 	}
 	got, err = leasePicked(ctx, conn.Conn(), w.picked, lease)
-	return got, len(w.exclude) > 0, err
+	return got, len(w.exclude) > len(full), err
 }
 
 // candidate is a due row of a claim's window.
