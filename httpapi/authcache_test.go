@@ -66,6 +66,11 @@ func newAuthCacheFixture(t *testing.T) *authCacheFixture {
 	t.Cleanup(other.Close)
 	dir := &countingDirectory{}
 	c := NewAuthCache(dir, store, zap.NewExample())
+	// A stopped clock: entries do not expire on a slow run (a test taking
+	// over authCacheTTL failed a "still cached" check); the test of expiry
+	// sets its own.
+	stopped := time.Now()
+	c.now = func() time.Time { return stopped }
 	t.Cleanup(c.Close)
 	f := &authCacheFixture{t: t, cache: c, dir: dir, store: store, other: other, engine: c.WatchStore(store)}
 	f.resolve("warm-up", "") // starts the tail
