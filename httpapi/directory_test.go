@@ -62,3 +62,28 @@ func TestQueriesDirectoryResolveAtCoversItsWrites(t *testing.T) {
 		t.Fatalf("ResolveAt of an unknown key = %+v (%v), want nothing found", r, err)
 	}
 }
+
+// TestStackWatchesItsOwnAuthChanges: the server's own merchant and
+// customer appends are reported to its auth cache, so that no answer is
+// taken from memory until the cache's tail has read them (see AuthCache).
+// The end-to-end revocation test passes without it whenever the tail reads
+// the revocation before the next request, which it nearly always does.
+func TestStackWatchesItsOwnAuthChanges(t *testing.T) {
+	h := newHarness(t)
+	cache, ok := h.api.dir.(*AuthCache)
+	if !ok {
+		t.Fatalf("the stack's directory is a %T, not the auth cache", h.api.dir)
+	}
+	pos, err := h.svc.UpdateMerchant(context.Background(), h.m.MerchantID, func(merchant.State) ([]domain.Event, error) {
+		return []domain.Event{merchant.AllowlistSet{Entries: []string{"10.9.8.7"}}}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache.mu.Lock()
+	mustSee := cache.mustSee
+	cache.mu.Unlock()
+	if mustSee.Less(pos) {
+		t.Fatalf("after the server's own merchant change at %v, its auth cache waits for %v", pos, mustSee)
+	}
+}
