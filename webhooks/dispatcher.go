@@ -270,9 +270,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 					d.mu.Lock()
 					wake := d.more || rose || d.freesRoom(c.MerchantID)
 					d.endedInClaim = d.endedInClaim || d.claiming
-					if d.busy[c.MerchantID]--; d.busy[c.MerchantID] <= 0 {
-						delete(d.busy, c.MerchantID)
-					}
+					d.countOut(c.MerchantID)
 					d.mu.Unlock()
 					if ok {
 						results <- o
@@ -459,9 +457,7 @@ func (d *Dispatcher) unreserve(merchants []string) {
 	}
 	d.mu.Lock()
 	for _, m := range merchants {
-		if d.busy[m]--; d.busy[m] <= 0 {
-			delete(d.busy, m)
-		}
+		d.countOut(m)
 	}
 	d.mu.Unlock()
 	d.signal() // the room may be what a claim lacked
@@ -485,11 +481,23 @@ func (d *Dispatcher) handOver(cs []claimed) {
 		}
 		return
 	}
+	// Their room goes back too: busy counted them since reserve.
+	for _, c := range cs {
+		d.countOut(c.MerchantID)
+	}
 	d.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := release(ctx, d.Pool, cs); err != nil {
 		d.Log.Warn("webhooks: cannot hand back attempts; their leases will expire", zap.Error(err))
+	}
+}
+
+// countOut takes one attempt of merchant m out of busy (its attempt
+// ended, or its reservation will not be used). Callers hold d.mu.
+func (d *Dispatcher) countOut(m string) {
+	if d.busy[m]--; d.busy[m] <= 0 {
+		delete(d.busy, m)
 	}
 }
 

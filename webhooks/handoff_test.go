@@ -365,7 +365,11 @@ func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
 	}); err != nil || len(leased) != 1 {
 		t.Fatalf("leased %v: %v", leased, err)
 	}
+	d.busy[msg.MerchantID] = 1 // reserved for it
 	d.handOver(leased)
+	if len(d.busy) != 0 {
+		t.Fatalf("busy %v after handing over to a stopped dispatcher, want its room back", d.busy)
+	}
 	var status string
 	var attempts int
 	var due time.Time
