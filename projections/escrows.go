@@ -30,10 +30,11 @@ func NewEscrows() Escrows { return Escrows{states: &escrowStates{m: map[string]c
 // revision; anything else (a batch applied again after its transaction
 // rolled back, a restart, another process having applied events meanwhile)
 // misses and reads the row, so the cache can be stale but never wrong. That
-// rests on the row being at the state before the batch, which applyBatch
-// ensures: it applies only once it has found the checkpoint where the batch
-// starts (an entry computed over a row already past the batch would be
-// wrong, rolled back or not).
+// rests on an entry only ever being computed over a row at the state before
+// the batch: the runner remembers a batch's states only once it committed
+// with the checkpoint moved from where the batch starts (Planner), and Apply
+// in a transaction runs after the move (an entry computed over a row
+// already past the batch would be wrong, rolled back or not).
 // Sharing a cached state is safe because escrow.Apply never changes its
 // input (it copies the slices it extends).
 type escrowStates struct {
@@ -103,8 +104,14 @@ CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at 
 }
 
 func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	// Fold consecutive events of one escrow in memory and write once: one
-	// read for the states neither the batch nor the cache has, one upsert.
+	return applyPlan(ctx, p, tx, events)
+}
+
+// Plan folds consecutive events of one escrow in memory and writes once:
+// one read for the states neither the batch nor the cache has, one upsert.
+// The states are remembered only once the upsert has committed (see
+// Planner: the read may have seen rows past the batch).
+func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	type folded struct {
 		state escrow.State
 		rev   uint64
@@ -132,12 +139,12 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		pending[id] = f
 	}
 	if len(order) == 0 {
-		return nil
+		return nil, nil
 	}
 	if len(missing) > 0 {
-		rows, err := tx.Query(ctx, `SELECT id, state FROM rm_escrows WHERE id = ANY ($1)`, missing)
+		rows, err := r.Query(ctx, `SELECT id, state FROM rm_escrows WHERE id = ANY ($1)`, missing)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for rows.Next() {
 			var (
@@ -147,11 +154,11 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 			)
 			if err := rows.Scan(&id, &doc); err != nil {
 				rows.Close()
-				return err
+				return nil, err
 			}
 			if err := json.Unmarshal(doc, &s); err != nil {
 				rows.Close()
-				return err
+				return nil, err
 			}
 			f := pending[id]
 			f.state = s
@@ -159,7 +166,7 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for _, re := range events {
@@ -169,7 +176,7 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		}
 		ev, err := escrow.Registry.Decode(re.Type, re.Data)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f := pending[id]
 		pending[id] = folded{state: escrow.Apply(f.state, ev), rev: re.Revision}
@@ -186,24 +193,23 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		s := pending[id].state
 		doc, err := json.Marshal(s)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ids[i], tokens[i], merchants[i], envs[i], sellers[i], buyers[i] = s.ID, s.PaymentToken, s.MerchantID, string(s.Environment), s.SellerID, s.BuyerID
 		statuses[i], categories[i], deleted[i], docs[i], created[i] = string(s.Status), s.Terms.CategoryID, s.Deleted, string(doc), s.CreatedAt
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
+	b.Queue(`INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
 		category_id, deleted, state, created_at)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 			$9::bool[], $10::json[], $11::timestamptz[])
 		ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
 		deleted = excluded.deleted, state = excluded.state`,
-		ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created); err != nil {
-		return err
-	}
-	for _, id := range order {
-		p.states.put(id, pending[id].rev, pending[id].state)
-	}
-	return nil
+		ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created)
+	return func() {
+		for _, id := range order {
+			p.states.put(id, pending[id].rev, pending[id].state)
+		}
+	}, nil
 }
 
 // EscrowIDByToken resolves a payment token (deleted escrows included; the

@@ -65,10 +65,15 @@ CREATE TABLE IF NOT EXISTS rm_payouts_in_flight (
 CREATE INDEX IF NOT EXISTS rm_payouts_in_flight_debited ON rm_payouts_in_flight (debited_at);`
 }
 
-func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	// The batch's changes go out as two statements whatever its size: the
-	// balance deltas summed per account, and the records (the last version
-	// of each, in the order they first appeared, which is their seq order).
+func (l Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	return applyPlan(ctx, l, tx, events)
+}
+
+// Plan queues the batch's changes as a few statements whatever its size:
+// the balance deltas summed per account, the records (the last version of
+// each, in the order they first appeared, which is their seq order) and
+// the payouts in flight. It reads nothing.
+func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	type balanceKey struct{ merchant, env, holder, id, bucket string }
 	deltas := map[balanceKey]int64{}
 	type row struct {
@@ -92,7 +97,7 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 	for _, re := range events {
 		e, ok, err := DecodeEntry(re)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !ok {
 			continue
@@ -115,7 +120,7 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 		for _, r := range eff.Records {
 			doc, err := json.Marshal(r)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if i, seen := recIndex[r.ID]; seen {
 				recs[i] = row{r, doc}
@@ -125,7 +130,6 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 			recs = append(recs, row{r, doc})
 		}
 	}
-	b := &pgx.Batch{}
 	if len(deltas) > 0 {
 		keys := make([]balanceKey, 0, len(deltas))
 		for k := range deltas {
@@ -200,10 +204,7 @@ func (Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recorded
 			ON CONFLICT DO NOTHING`,
 			merchants, envs, refs, debited)
 	}
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
+	return nil, nil
 }
 
 // PayoutInFlight is a withdrawal debited and not yet paid out or reversed.

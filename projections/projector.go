@@ -26,6 +26,49 @@ type Projector interface {
 	Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error
 }
 
+// Planner is implemented by a projector whose writes need no answer from
+// the database: Plan queues them on b instead of executing them, and the
+// runner sends them after the checkpoint move in one pipeline, one round
+// trip and one implicit transaction, instead of BEGIN, the move, the
+// writes and COMMIT in four (docs/performance.md, session 9).
+//
+// Reads that planning needs (rows the batch changes that the projector
+// does not remember) go through r. The runner passes the pool, so they
+// run before the transaction, and the rows read may be ahead of the batch
+// when another applier moved on; the checkpoint move in the pipeline then
+// fails and nothing commits. So nothing computed from what Plan read may
+// outlive a failed batch: what the projector wants to remember goes into
+// onCommit, which the runner calls only once the batch has committed.
+// (Apply, for rebuilds and catch-ups in a transaction that already moved
+// the checkpoint, may call it at once.)
+type Planner interface {
+	Plan(ctx context.Context, r Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (onCommit func(), err error)
+}
+
+// Querier reads: a pool, a connection or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// applyPlan is Apply for a Planner within tx: the checkpoint is already
+// moved in tx, so what Plan read is at the batch's start.
+func applyPlan(ctx context.Context, p Planner, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	b := &pgx.Batch{}
+	onCommit, err := p.Plan(ctx, tx, events, b)
+	if err != nil {
+		return err
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+	}
+	if onCommit != nil {
+		onCommit()
+	}
+	return nil
+}
+
 // CommitObserver is implemented by a projector that acts once the batch it
 // applied is committed (or is not): the runner calls Committed after every
 // Apply of applyBatch, with whether its transaction committed. An ambiguous

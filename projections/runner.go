@@ -853,6 +853,9 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 	if len(events) == 0 {
 		return expected, nil
 	}
+	if pl, ok := p.(Planner); ok {
+		return applyPlanned(ctx, pool, p, pl, expected, events)
+	}
 	last := events[len(events)-1].Position
 	// A read model is derived data whose checkpoint commits with it: if the
 	// server crashes before this commit reaches disk, both roll back together
@@ -889,6 +892,40 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 		return eventstore.Position{}, err
 	}
 	committed = true
+	return last, nil
+}
+
+// applyPlanned is applyBatch for a Planner, in one round trip: a pipeline
+// of the commit setting, the checkpoint move (projection_advance, which
+// raises EP001 unless the checkpoint is at expected) and the planned
+// writes, ending in one Sync, so that they run as one implicit transaction
+// and an error anywhere rolls back all of it. synchronous_commit is off for
+// the reason applyBatch gives, with set_config local to the transaction
+// (SET LOCAL is documented for explicit transaction blocks only).
+func applyPlanned(ctx context.Context, pool *pgxpool.Pool, p Projector, pl Planner, expected eventstore.Position, events []eventstore.RecordedEvent) (eventstore.Position, error) {
+	last := events[len(events)-1].Position
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(`SELECT projection_advance($1, $2, $3, $4, $5)`,
+		p.Name(), toDB(last.Commit), toDB(last.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
+	onCommit, err := pl.Plan(ctx, pool, events, b)
+	if err != nil {
+		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
+	}
+	committed := false
+	if o, ok := p.(CommitObserver); ok {
+		defer func() { o.Committed(committed) }()
+	}
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "EP001" {
+			return eventstore.Position{}, errResync
+		}
+		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
+	}
+	committed = true
+	if onCommit != nil {
+		onCommit()
+	}
 	return last, nil
 }
 
