@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -65,6 +66,8 @@ type Runner struct {
 	// wait in memory before it is stored (default 10 ms; see follow).
 	SkipFlushDelay time.Duration
 
+	skips skipFlusher
+
 	mu       sync.Mutex
 	progress chan struct{} // closed and replaced whenever a known checkpoint moves
 	pollers  int           // WaitFor calls that need checkpoints of other processes
@@ -87,6 +90,7 @@ func NewRunner(store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps .
 		log = zap.NewNop()
 	}
 	r := &Runner{store: store, pool: pool, log: log, progress: make(chan struct{})}
+	r.skips.r = r
 	for _, p := range ps {
 		r.states = append(r.states, &projState{p: p})
 	}
@@ -305,7 +309,8 @@ const defaultSkipFlushDelay = 10 * time.Millisecond
 
 // checkpointer stores the checkpoint of one following projector: applied
 // batches store theirs in their own transaction; skipped ones are stored
-// after delay by a timer. mu serialises the two.
+// by the runner's skipFlusher, at most delay after the first skip not yet
+// stored. mu serialises the two.
 type checkpointer struct {
 	r     *Runner
 	ctx   context.Context
@@ -315,9 +320,8 @@ type checkpointer struct {
 	mu     sync.Mutex
 	stored eventstore.Position // the checkpoint as stored
 	target eventstore.Position // where the skipped batches end
-	timer  *time.Timer
-	armed  bool // the timer will fire
-	resync bool // the stored checkpoint moved under us (a rebuild)
+	armed  bool                // due at the flusher
+	resync bool                // the stored checkpoint moved under us (a rebuild)
 	closed bool
 }
 
@@ -327,7 +331,7 @@ type checkpointer struct {
 func (c *checkpointer) pending() bool { return c.stored.Less(c.target) }
 
 // skipped records that every event up to last is of no interest; mu held.
-// The timer runs from the first skip not yet stored and is not pushed back
+// The delay runs from the first skip not yet stored and is not pushed back
 // by later ones: under a steady stream of skips the position is still
 // stored every delay, not only once the stream pauses.
 func (c *checkpointer) skipped(last eventstore.Position) {
@@ -336,26 +340,7 @@ func (c *checkpointer) skipped(last eventstore.Position) {
 		return
 	}
 	c.armed = true
-	if c.timer == nil {
-		c.timer = time.AfterFunc(c.delay, c.flush)
-	} else {
-		c.timer.Reset(c.delay)
-	}
-}
-
-// flush stores the skipped position (the timer's function).
-func (c *checkpointer) flush() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.armed = false
-	if c.closed {
-		return
-	}
-	c.store(c.ctx)
-	if c.pending() && !c.resync && c.ctx.Err() == nil {
-		c.armed = true // storing failed: try again, not only at the next skip
-		c.timer.Reset(c.delay)
-	}
+	c.r.skips.due(c)
 }
 
 // store writes target if it is ahead of what is stored (an applied batch
@@ -377,17 +362,162 @@ func (c *checkpointer) store(ctx context.Context) {
 }
 
 // close stores a pending position (briefly, even though the follow context
-// may be over) and stops the timer.
+// may be over) and leaves the flusher.
 func (c *checkpointer) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true
-	if c.timer != nil {
-		c.timer.Stop()
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	c.store(ctx)
+}
+
+// skipFlusher stores the skipped positions of all of a runner's following
+// projectors together, in one statement per delay. Under load nearly every
+// batch is skipped by most projectors, and each storing its own took a
+// round trip per projector per delay: in the escrow lifecycle benchmark
+// about one round trip per lifecycle, a tenth of them (docs/performance.md,
+// session 9).
+type skipFlusher struct {
+	r *Runner
+
+	mu    sync.Mutex
+	set   map[*checkpointer]struct{}
+	armed bool
+}
+
+// due adds c to the next flush, arming it for c.delay from now if it is not
+// armed yet. The caller holds c.mu (the lock order is a checkpointer's mu,
+// then the flusher's; flush never holds its own while taking theirs).
+func (f *skipFlusher) due(c *checkpointer) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.set == nil {
+		f.set = map[*checkpointer]struct{}{}
+	}
+	f.set[c] = struct{}{}
+	if !f.armed {
+		f.armed = true
+		time.AfterFunc(c.delay, f.flush)
+	}
+}
+
+// flush stores every due checkpointer's skipped position. It holds their
+// locks (in name order) across the statement, as a checkpointer's own store
+// did: the statement's expected positions must be the ones stored when it
+// commits, and an applied batch moving one meanwhile would look like a
+// rebuild.
+func (f *skipFlusher) flush() {
+	f.mu.Lock()
+	cs := make([]*checkpointer, 0, len(f.set))
+	for c := range f.set {
+		cs = append(cs, c)
+	}
+	clear(f.set)
+	f.armed = false
+	f.mu.Unlock()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
+	for _, c := range cs {
+		c.mu.Lock()
+	}
+	defer func() {
+		for _, c := range cs {
+			c.mu.Unlock()
+		}
+	}()
+	var batch []*checkpointer
+	for _, c := range cs {
+		c.armed = false
+		if !c.closed && c.ctx.Err() == nil && !c.resync && c.pending() {
+			batch = append(batch, c)
+		}
+	}
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	moved, err := skipBatches(ctx, f.r.pool, batch)
+	for _, c := range batch {
+		switch m, tried := moved[c.name]; {
+		case err == nil && m:
+			c.stored = c.target
+		case err == nil && tried:
+			c.resync = true // the next batch makes follow start over
+		default:
+			// Not stored (the statement failed, or another transaction held
+			// the row): try again after the delay, not only at the next
+			// skip, so that an idle projector's stored checkpoint, which
+			// other processes read for its lag, catches up.
+			if err != nil && c.ctx.Err() == nil {
+				c.r.log.Warn("projections: cannot store checkpoint", zap.String("projection", c.name), zap.Error(err))
+			}
+			c.armed = true
+			f.due(c)
+		}
+	}
+}
+
+// skipBatches moves the checkpoints of cs (mu held) from stored to target,
+// each only if it is still at stored, in one round trip. It reports, by
+// name, whether each checkpoint was moved: false for one found elsewhere
+// (errResync for it), absent for one whose row another transaction holds
+// (a rebuild's swap, an overlapping applier), which is skipped rather than
+// waited for, since the statement holds every other projector's flush.
+// Like every projection commit it need not wait for the WAL flush.
+func skipBatches(ctx context.Context, pool *pgxpool.Pool, cs []*checkpointer) (map[string]bool, error) {
+	n := len(cs)
+	names := make([]string, n)
+	nc, np, ec, ep := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, c := range cs {
+		names[i] = c.name
+		nc[i], np[i] = toDB(c.target.Commit), toDB(c.target.Prepare)
+		ec[i], ep[i] = toDB(c.stored.Commit), toDB(c.stored.Prepare)
+	}
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(`WITH x AS (
+		  SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+		    AS x(name, next_commit, next_prepare, commit_pos, prepare_pos)),
+		locked AS (
+		  SELECT c.name, c.commit_pos, c.prepare_pos FROM projection_checkpoints c
+		   WHERE c.name = ANY ($1) ORDER BY c.name FOR UPDATE SKIP LOCKED),
+		moved AS (
+		  UPDATE projection_checkpoints c
+		     SET commit_pos = x.next_commit, prepare_pos = x.next_prepare, updated_at = now(),
+		         last_error = NULL, last_error_at = NULL
+		    FROM x, locked l
+		   WHERE c.name = x.name AND l.name = x.name
+		     AND c.commit_pos = x.commit_pos AND c.prepare_pos = x.prepare_pos
+		  RETURNING c.name)
+		SELECT l.name, EXISTS (SELECT 1 FROM moved m WHERE m.name = l.name) FROM locked l`,
+		names, nc, np, ec, ep)
+	br := pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, n)
+	for rows.Next() {
+		var (
+			name string
+			ok   bool
+		)
+		if err := rows.Scan(&name, &ok); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[name] = ok
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, br.Close()
 }
 
 // advance records a checkpoint this runner read or wrote as active applier.
