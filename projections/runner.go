@@ -1038,13 +1038,13 @@ func applyPlanned(ctx context.Context, pool *pgxpool.Pool, p Projector, pl Plann
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 	b.Queue(`SELECT projection_advance($1, $2, $3, $4, $5)`,
 		p.Name(), toDB(last.Commit), toDB(last.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
-	onCommit, err := pl.Plan(ctx, pool, events, b)
-	if err != nil {
-		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
-	}
 	committed := false
 	if o, ok := p.(CommitObserver); ok {
 		defer func() { o.Committed(committed) }()
+	}
+	onCommit, err := pl.Plan(ctx, pool, events, b)
+	if err != nil {
+		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
 	}
 	if err := pool.SendBatch(ctx, b).Close(); err != nil {
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "EP001" {

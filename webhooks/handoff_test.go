@@ -535,3 +535,70 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 		t.Fatalf("stored %s, due %s; want pending now", status, due)
 	}
 }
+
+// TestLeasingEnqueueCommitsSynchronously: a batch that stores an attempt
+// leased commits with synchronous_commit on, whatever the runner set
+// before (off, for every projection batch): the attempt's number must be
+// durable before the attempt is made. A batch leasing nothing, including
+// one whose lease the order gate refused, keeps the runner's setting.
+func TestLeasingEnqueueCommitsSynchronously(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	newMsg := func(key string) Message {
+		t.Helper()
+		m, err := newMessage(uuid.New(), "m1", domain.Test, "escrow.created", key, map[string]int{}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	settingAfter := func(msgs []Message, take []bool) (string, []claimed) {
+		t.Helper()
+		var setting string
+		var leased []claimed
+		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
+			if _, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true)`); err != nil {
+				return err
+			}
+			if _, leased, err = enqueue(ctx, tx, msgs, take, time.Hour); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&setting)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return setting, leased
+	}
+	if got, leased := settingAfter([]Message{newMsg("")}, nil); got != "off" || len(leased) != 0 {
+		t.Fatalf("nothing asked to lease: synchronous_commit %q, leased %d; want off, 0", got, len(leased))
+	}
+	if got, leased := settingAfter([]Message{newMsg("escrow-1")}, []bool{true}); got != "on" || len(leased) != 1 {
+		t.Fatalf("one leased: synchronous_commit %q, leased %d; want on, 1", got, len(leased))
+	}
+	// escrow-1's first message is still delivering: the gate holds the next.
+	if got, leased := settingAfter([]Message{newMsg("escrow-1")}, []bool{true}); got != "off" || len(leased) != 0 {
+		t.Fatalf("lease refused by the order gate: synchronous_commit %q, leased %d; want off, 0", got, len(leased))
+	}
+}
+
+// TestEnqueueWakesTheDispatchers: a pending message wakes idle dispatchers
+// through the notification its enqueue sends on commit, not at their next
+// poll (an hour here).
+func TestEnqueueWakesTheDispatchers(t *testing.T) {
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, func(hit) int { return 200 })
+	m := e.merchant(rc.srv.URL)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.PollInterval = time.Hour })
+	time.Sleep(200 * time.Millisecond) // the dispatcher is listening and idle
+	msg, err := newMessage(uuid.New(), m.MerchantID, domain.Test, "payment.deposit.success", "", map[string]int{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
+		_, err := Enqueue(context.Background(), tx, []Message{msg})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
+}

@@ -60,16 +60,46 @@ func distinctMessages(msgs []Message) []Message {
 // for its first attempt, for lease, as a claim would lease it: it is
 // unless an earlier message of its order key is undelivered (stored, or
 // earlier in msgs). It returns how many rows it inserted and the attempts
-// it leased, and notifies dispatchers when it inserted a row it did not
-// lease.
+// it leased, and notifies dispatchers when a message is pending (see
+// queueEnqueue).
 func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease time.Duration) (int64, []claimed, error) {
-	if len(msgs) == 0 {
+	b := &pgx.Batch{}
+	res := queueEnqueue(b, msgs, take, lease)
+	if b.Len() == 0 {
 		return 0, nil, nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, nil, err
+	}
+	return res.inserted, res.leased, nil
+}
+
+// enqueued is what queueEnqueue's statements found, filled in as the
+// batch's results are read.
+type enqueued struct {
+	inserted int64
+	leased   []claimed
+}
+
+// queueEnqueue queues enqueue's statements on b, to run in the same
+// transaction (the subscriber's batch goes out in one pipeline with its
+// checkpoint move, see projections.Planner). What they did is in the
+// result once b's results are read. Besides the insert:
+//   - a notification to dispatchers if any of the messages is pending;
+//   - when it asks for leases, synchronous_commit on if any message is
+//     leased: an attempt's number must survive a database crash before the
+//     attempt is made, or the next lease would reuse it (as a claim's
+//     commit). Both follow the insert, whose rows they read.
+func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration) *enqueued {
+	res := &enqueued{}
+	if len(msgs) == 0 {
+		return res
 	}
 	n := len(msgs)
 	ids, merchants, envs, events, bodies := make([]pgtype.UUID, n), make([]string, n), make([]string, n),
 		make([]string, n), make([][]byte, n)
 	keys, takes := make([]*string, n), make([]bool, n)
+	anyTake := false
 	for i, m := range msgs {
 		ids[i] = pgtype.UUID{Bytes: m.ID, Valid: true}
 		merchants[i], envs[i], events[i], bodies[i] = m.MerchantID, string(m.Environment), m.Event, m.Body
@@ -78,11 +108,12 @@ func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease 
 			keys[i] = &k
 		}
 		takes[i] = take != nil && take[i]
+		anyTake = anyTake || takes[i]
 	}
 	// The order gate is the claim's: a message waits while an earlier one
 	// of its key is pending or delivering. Within the batch only the
 	// first message of a key may be leased (its next ones are behind it).
-	rows, err := tx.Query(ctx, `
+	b.Queue(`
 		WITH m AS (
 		    SELECT u.*, row_number() OVER (PARTITION BY u.order_key ORDER BY u.ord) AS nth
 		      FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::bool[])
@@ -103,47 +134,37 @@ func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease 
 		  FROM g
 		 ORDER BY ord
 		ON CONFLICT (id) DO NOTHING
-		RETURNING id, status = 'delivering'`, ids, merchants, envs, events, keys, bodies, takes, lease.Milliseconds())
-	if err != nil {
-		return 0, nil, err
-	}
-	byID := make(map[uuid.UUID]int, n)
-	for i, m := range msgs {
-		byID[m.ID] = i
-	}
-	var (
-		inserted int64
-		queued   bool
-		leased   []claimed
-	)
-	for rows.Next() {
-		var (
-			id uuid.UUID
-			ok bool
-		)
-		if err := rows.Scan(&id, &ok); err != nil {
-			rows.Close()
-			return 0, nil, err
+		RETURNING id, status = 'delivering'`, ids, merchants, envs, events, keys, bodies, takes, lease.Milliseconds(),
+	).Query(func(rows pgx.Rows) error {
+		byID := make(map[uuid.UUID]int, n)
+		for i, m := range msgs {
+			byID[m.ID] = i
 		}
-		inserted++
-		if !ok {
-			queued = true
-			continue
+		for rows.Next() {
+			var (
+				id uuid.UUID
+				ok bool
+			)
+			if err := rows.Scan(&id, &ok); err != nil {
+				return err
+			}
+			res.inserted++
+			if !ok {
+				continue
+			}
+			m := msgs[byID[id]]
+			res.leased = append(res.leased, claimed{ID: m.ID, MerchantID: m.MerchantID, Environment: m.Environment,
+				Event: m.Event, Body: m.Body, Attempt: 1})
 		}
-		m := msgs[byID[id]]
-		leased = append(leased, claimed{ID: m.ID, MerchantID: m.MerchantID, Environment: m.Environment,
-			Event: m.Event, Body: m.Body, Attempt: 1})
+		return rows.Err()
+	})
+	b.Queue(`SELECT pg_notify($1, '') FROM webhook_deliveries WHERE id = ANY ($2) AND status = 'pending' LIMIT 1`,
+		notifyChannel, ids)
+	if anyTake {
+		b.Queue(`SELECT set_config('synchronous_commit', 'on', true) FROM webhook_deliveries
+			WHERE id = ANY ($1) AND status = 'delivering' LIMIT 1`, ids)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, nil, err
-	}
-	if queued {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel); err != nil {
-			return 0, nil, err
-		}
-	}
-	return inserted, leased, nil
+	return res
 }
 
 // Outbox reads and changes deliveries for the API.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -47,8 +48,8 @@ type Subscriber struct {
 
 	mu      sync.Mutex
 	escrows map[string]foldedEscrow
-	// leased are the attempts the batch being applied leased to Handoff.
-	leased []claimed
+	// pending is the enqueue of the batch being applied.
+	pending *pendingEnqueue
 }
 
 type foldedEscrow struct {
@@ -99,61 +100,82 @@ func (s *Subscriber) StreamPrefixes() []string {
 // an attempt's number must survive a database crash before the attempt
 // is made, or the next lease would reuse it (as a claim's commit).
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	_, err := s.Plan(ctx, tx, events, nil)
+	return err
+}
+
+// Plan queues the batch's enqueue on b (projections.Planner), so that the
+// runner sends it with the checkpoint move in one round trip; with b nil
+// (Apply) it runs it within tx at once. What the enqueue leased is learnt
+// from the batch's results and handed over, or its room given back, when
+// the runner reports the commit (Committed).
+func (s *Subscriber) Plan(ctx context.Context, q projections.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	s.settle(false) // a batch whose commit was never reported
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
-		return err
-	}
-	if s.Handoff == nil {
-		_, err = Enqueue(ctx, tx, msgs)
-		return err
+		return nil, err
 	}
 	msgs = distinctMessages(msgs)
-	take, lease := s.Handoff.reserve(msgs)
-	_, leased, err := enqueue(ctx, tx, msgs, take, lease)
-	if err == nil && len(leased) > 0 {
-		_, err = tx.Exec(ctx, `SET LOCAL synchronous_commit TO on`)
+	var take []bool
+	var lease time.Duration
+	if s.Handoff != nil {
+		take, lease = s.Handoff.reserve(msgs)
 	}
-	// Give back now the room of what was not leased, and on error all.
-	var back []string
+	own := b == nil
+	if own {
+		b = &pgx.Batch{}
+	}
+	s.pending = &pendingEnqueue{msgs: msgs, take: take, res: queueEnqueue(b, msgs, take, lease)}
+	if own {
+		tx, ok := q.(pgx.Tx)
+		if !ok {
+			return nil, errors.New("webhooks: Apply needs a transaction")
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// pendingEnqueue is the enqueue of the batch being applied, until the
+// runner reports its commit.
+type pendingEnqueue struct {
+	msgs []Message
+	take []bool
+	res  *enqueued
+}
+
+// Committed hands the batch's leased attempts over to Handoff when the
+// batch committed, and gives back the room of what it did not lease (all of
+// it when the batch did not commit). An ambiguous commit that did commit
+// leaves its attempts to their lease: delivered a lease later, never twice.
+func (s *Subscriber) Committed(ok bool) { s.settle(ok) }
+
+func (s *Subscriber) settle(committed bool) {
+	p := s.pending
+	s.pending = nil
+	if p == nil || s.Handoff == nil {
+		return
+	}
+	var leased []claimed
+	if committed {
+		leased = p.res.leased
+	}
 	got := make(map[uuid.UUID]bool, len(leased))
 	for _, c := range leased {
-		got[c.ID] = err == nil
+		got[c.ID] = true
 	}
-	for i, m := range msgs {
-		if take != nil && take[i] && !got[m.ID] {
+	var back []string
+	for i, m := range p.msgs {
+		if p.take != nil && p.take[i] && !got[m.ID] {
 			back = append(back, m.MerchantID)
 		}
 	}
 	s.Handoff.unreserve(back)
-	if err != nil {
-		return err
-	}
-	s.leased = leased
-	return nil
-}
-
-// Committed hands the batch's leased attempts over to Handoff when the
-// batch committed, else gives back their room. An ambiguous commit that
-// did commit leaves its attempts to their lease: delivered a lease later,
-// never twice.
-func (s *Subscriber) Committed(ok bool) { s.settle(ok) }
-
-func (s *Subscriber) settle(committed bool) {
-	leased := s.leased
-	s.leased = nil
-	if len(leased) == 0 {
-		return
-	}
-	if committed {
+	if len(leased) > 0 {
 		s.Handoff.handOver(leased)
-		return
 	}
-	merchants := make([]string, len(leased))
-	for i, c := range leased {
-		merchants[i] = c.MerchantID
-	}
-	s.Handoff.unreserve(merchants)
 }
 
 // Messages maps events, in order, to their messages.
