@@ -99,7 +99,7 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 	ids, merchants, envs, events, bodies := make([]pgtype.UUID, n), make([]string, n), make([]string, n),
 		make([]string, n), make([][]byte, n)
 	keys, takes := make([]*string, n), make([]bool, n)
-	anyTake := false
+	anyTake, allTake := false, true
 	for i, m := range msgs {
 		ids[i] = pgtype.UUID{Bytes: m.ID, Valid: true}
 		merchants[i], envs[i], events[i], bodies[i] = m.MerchantID, string(m.Environment), m.Event, m.Body
@@ -108,7 +108,7 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 			keys[i] = &k
 		}
 		takes[i] = take != nil && take[i]
-		anyTake = anyTake || takes[i]
+		anyTake, allTake = anyTake || takes[i], allTake && takes[i]
 	}
 	// The order gate is the claim's: a message waits while an earlier one
 	// of its key is pending or delivering. Within the batch only the
@@ -158,11 +158,22 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 		}
 		return rows.Err()
 	})
-	b.Queue(`SELECT pg_notify($1, '') FROM webhook_deliveries WHERE id = ANY ($2) AND status = 'pending' LIMIT 1`,
-		notifyChannel, ids)
+	// The rows are looked up by primary key, one probe per message: a
+	// plan scanning the partial index of pending and delivering rows for
+	// them would cost as much as the backlog is long.
+	switch {
+	case !allTake:
+		// Messages not asked for are stored pending (unless stored before,
+		// when a repeated batch makes this a harmless extra wake-up).
+		b.Queue(`SELECT pg_notify($1, '')`, notifyChannel)
+	default:
+		// All asked for: pending only where the order gate refused.
+		b.Queue(`SELECT pg_notify($1, '') FROM unnest($2::uuid[]) AS x(id)
+			JOIN webhook_deliveries d ON d.id = x.id WHERE d.status = 'pending' LIMIT 1`, notifyChannel, ids)
+	}
 	if anyTake {
-		b.Queue(`SELECT set_config('synchronous_commit', 'on', true) FROM webhook_deliveries
-			WHERE id = ANY ($1) AND status = 'delivering' LIMIT 1`, ids)
+		b.Queue(`SELECT set_config('synchronous_commit', 'on', true) FROM unnest($1::uuid[]) AS x(id)
+			JOIN webhook_deliveries d ON d.id = x.id WHERE d.status = 'delivering' LIMIT 1`, ids)
 	}
 	return res
 }
