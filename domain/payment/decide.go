@@ -234,10 +234,16 @@ func ReleasePayout(s State, holder string, at time.Time) domain.Event {
 	return PayoutLeased{Holder: holder, At: at, Until: at}
 }
 
-// FinishPayout settles a withdrawal whose payout the provider answered:
-// success, or a reversal returning the whole debit (fee included) to main.
-func FinishPayout(s State, out Outcome, at time.Time) domain.Event {
-	if s.Phase != PayingOut || s.Movement == nil {
+// FinishPayout settles a withdrawal whose payout the provider answered to
+// holder: success, or a reversal returning the whole debit (fee included)
+// to main. Only the lease's holder records: nil when the withdrawal is no
+// longer paying out, or when another verify has taken the lease since
+// holder's ran out (holder was slow to record, or its clock behind). That
+// verify asks the provider again and records what it answers; were the
+// late answer recorded too, a call that failed and a retry that paid would
+// both count, the money returned to the customer and paid out.
+func FinishPayout(s State, holder string, out Outcome, at time.Time) domain.Event {
+	if s.Phase != PayingOut || s.Movement == nil || s.LeaseHolder != holder {
 		return nil
 	}
 	r := s.Record

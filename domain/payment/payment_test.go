@@ -373,7 +373,7 @@ func TestFinishPayout(t *testing.T) {
 	started := func(in Intent) []domain.Event {
 		r := record(in)
 		r.UpdatedAt = later
-		return []domain.Event{staged(in), PayoutStarted{Movement: withdrawalMovement(in), Record: r}}
+		return []domain.Event{staged(in), PayoutStarted{Movement: withdrawalMovement(in), Record: r}.Leased("v1", later)}
 	}
 	final := func(in Intent, status ledger.Status) ledger.Record {
 		r := record(in)
@@ -399,6 +399,11 @@ func TestFinishPayout(t *testing.T) {
 		{name: "crypto payout failed", given: started(cryptoIntent()), out: Outcome{},
 			want:   PayoutReversed{Movement: withdrawalMovement(cryptoIntent()).Reverse(), Record: final(cryptoIntent(), ledger.Reversed)},
 			status: ledger.Reversed},
+		{name: "own lease ran out, nobody took it: still recorded", given: started(cryptoIntent()), out: Outcome{OK: true},
+			want: PayoutCompleted{Record: final(cryptoIntent(), ledger.Success)}, status: ledger.Success},
+		{name: "another verify took the lease: not recorded", given: append(started(bankIntent()),
+			PayoutLeased{Holder: "v2", At: last, Until: last.Add(PayoutLease)}), out: Outcome{Reason: "account closed"},
+			want: nil, status: ledger.Pending},
 		{name: "no intent", out: Outcome{OK: true}, want: nil},
 		{name: "staged, not paying out", given: []domain.Event{staged(bankIntent())}, out: Outcome{OK: true}, want: nil, status: ledger.Pending},
 		{name: "already completed", given: append(started(bankIntent()), PayoutCompleted{Record: final(bankIntent(), ledger.Success)}),
@@ -412,7 +417,7 @@ func TestFinishPayout(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := fold(tt.given...)
-			got := FinishPayout(s, tt.out, last)
+			got := FinishPayout(s, "v1", tt.out, last)
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("FinishPayout() = %+v\nwant %+v", got, tt.want)
 			}
@@ -569,8 +574,8 @@ func allEvents(t *testing.T) []domain.Event {
 		s = stage(in)
 		ev, err = Execute(s, Outcome{}, "", "", later)
 		s = decide(s, ev, err)
-		decide(s, FinishPayout(s, Outcome{OK: true}, last), nil)
-		decide(s, FinishPayout(s, Outcome{Reason: "rejected"}, last), nil)
+		decide(s, FinishPayout(s, s.LeaseHolder, Outcome{OK: true}, last), nil)
+		decide(s, FinishPayout(s, s.LeaseHolder, Outcome{Reason: "rejected"}, last), nil)
 	}
 	created, settled, err := TopUp(Intent{ID: "t5", Reference: "tu", Amount: money.Naira(1000), CustomerID: "c1", MerchantID: "m1", Environment: domain.Test, At: now})
 	if err != nil {

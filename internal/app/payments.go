@@ -443,13 +443,18 @@ func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *paymen
 			return pos, ErrPayoutUnanswered
 		}
 		res, err := s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
-			return payment.FinishPayout(p, out, s.Engine.Now()), nil
+			return payment.FinishPayout(p, holder, out, s.Engine.Now()), nil
 		})
 		if err != nil {
 			return pos, err
 		}
 		if res.Position != (eventstore.Position{}) {
 			pos = res.Position
+		}
+		if st.Phase == payment.PayingOut && st.LeaseHolder != holder {
+			// The lease ran out and another holder took it before this
+			// answer was recorded: that one asks again and records.
+			return pos, payment.ErrPayoutInProgress
 		}
 	}
 	return pos, nil

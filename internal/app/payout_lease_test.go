@@ -33,6 +33,8 @@ type payoutProvider struct {
 	hangFirst bool
 	unhang    chan struct{}
 	answer    func(call int) (payment.Outcome, error)
+	// gate, when set, holds call n until the channel it returns is closed.
+	gate func(call int) <-chan struct{}
 }
 
 func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
@@ -62,6 +64,13 @@ func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outc
 	if p.release != nil {
 		select {
 		case <-p.release:
+		case <-ctx.Done():
+			return payment.Outcome{}, ctx.Err()
+		}
+	}
+	if p.gate != nil {
+		select {
+		case <-p.gate(call):
 		case <-ctx.Done():
 			return payment.Outcome{}, ctx.Err()
 		}
@@ -222,6 +231,59 @@ func TestAnAbandonedPayoutLeaseRunsOut(t *testing.T) {
 		st.Phase != payment.Done || st.Record.Status != ledger.Success {
 		t.Fatalf("after the vanished call failed late: phase %q status %q (%v); the payout must stay completed", st.Phase, st.Record.Status, err)
 	}
+}
+
+// A verify whose lease ran out while its call was still out, and which
+// another verify took, must not record its late answer: here the provider
+// refused the first call and paid on the second, and had the first answer
+// been recorded too, the whole debit would have gone back to the customer
+// while the payout was made. Only the lease's holder records.
+func TestALateAnswerAfterTheLeaseWasTakenIsNotRecorded(t *testing.T) {
+	ctx := context.Background()
+	gates := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
+	p := &payoutProvider{started: make(chan struct{}, 2),
+		gate: func(call int) <-chan struct{} { return gates[call] },
+		answer: func(call int) (payment.Outcome, error) {
+			if call == 1 {
+				return payment.Outcome{Reason: "rejected"}, nil
+			}
+			return payment.Outcome{OK: true}, nil
+		}}
+	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	t0 := time.Now().UTC()
+	a.Engine.Now = func() time.Time { return t0 }
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1")
+		first <- err
+	}()
+	<-p.started // a debited, holds the lease and is asking
+	b.Engine.Now = func() time.Time { return t0.Add(payment.PayoutLease) }
+	second := make(chan error, 1)
+	var rec ledger.Record
+	go func() {
+		var err error
+		rec, _, err = b.Verify(ctx, actor, cid, allowed, "wd-1")
+		second <- err
+	}()
+	<-p.started // b took the lease that ran out and is asking again
+	close(gates[1])
+	if err := <-first; err != payment.ErrPayoutInProgress {
+		t.Fatalf("the verify whose lease was taken: %v, want ErrPayoutInProgress", err)
+	}
+	stream := payment.StreamID(actor.MerchantID, actor.Environment, "wd-1")
+	if st, _, err := Load(ctx, b.Engine, PaymentKind, stream); err != nil || st.Phase != payment.PayingOut {
+		t.Fatalf("after the late answer: phase %q (%v), want still paying out for the lease's holder", st.Phase, err)
+	}
+	expectMain(t, b, cid, money.Naira(5000-1000-50))
+	close(gates[2])
+	if err := <-second; err != nil || rec.Status != ledger.Success {
+		t.Fatalf("the lease's holder: %+v, %v", rec, err)
+	}
+	if st, _, err := Load(ctx, b.Engine, PaymentKind, stream); err != nil || st.Phase != payment.Done || st.Record.Status != ledger.Success {
+		t.Fatalf("phase %q status %q (%v), want done and paid out", st.Phase, st.Record.Status, err)
+	}
+	expectMain(t, b, cid, money.Naira(5000-1000-50))
 }
 
 // appendDeadlines is a store that notes, per event type appended, how long
