@@ -105,9 +105,9 @@ type Dispatcher struct {
 	// leaves both to it.
 	claimN     int
 	claimRooms map[string]int
-	// handingOff: a Subscriber has asked this dispatcher for room, so
-	// claims leave it some (see Run).
-	handingOff bool
+	// reservedAt is when a Subscriber last asked this dispatcher for room:
+	// while it does, claims leave it some (see handingOff).
+	reservedAt time.Time
 	// running: Run is delivering, and reserve may promise it attempts.
 	running bool
 	// handed are attempts a Subscriber stored already leased to this
@@ -115,6 +115,18 @@ type Dispatcher struct {
 	handed     []claimed
 	handedWake chan struct{}
 	handedN    atomic.Int64 // attempts ever handed over (for tests)
+}
+
+// handOffQuiet is how long after a Subscriber's last request for room
+// claims still leave it some. Past it the subscriber has stopped handing
+// over (its runner lost the lock to another process, or nothing happens),
+// and claims take every free worker again.
+const handOffQuiet = 10 * time.Second
+
+// handingOff reports whether a Subscriber asked for room within
+// handOffQuiet; mu held.
+func (d *Dispatcher) handingOff() bool {
+	return !d.reservedAt.IsZero() && d.Now().Sub(d.reservedAt) < handOffQuiet
 }
 
 func (d *Dispatcher) defaults() {
@@ -309,7 +321,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		start(d.takeHanded(), viaHandoff)
 		d.mu.Lock()
 		free := min(d.Workers-d.inFlight(), 256)
-		if d.handingOff && !d.more && free > 1 {
+		if d.handingOff() && !d.more && free > 1 {
 			// Half the free workers, so that a batch the subscriber
 			// enqueues while the claim runs still finds room: refused, it
 			// would be queued, its NOTIFY would start the next claim, which
@@ -424,7 +436,7 @@ func (d *Dispatcher) claimPicked(picked map[string]int) {
 func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.handingOff = true
+	d.reservedAt = d.Now()
 	if !d.running {
 		return nil, 0
 	}

@@ -224,7 +224,7 @@ func TestReserveLeavesAClaimItsShare(t *testing.T) {
 	if want := []bool{false, true, true, false}; !slices.Equal(take, want) || d.busy["m2"] != 2 || len(d.busy) != 1 {
 		t.Fatalf("take %v busy %v, want %v and m2 2", take, d.busy, want)
 	}
-	if !d.handingOff {
+	if !d.handingOff() {
 		t.Fatal("reserve did not mark the dispatcher as handing off")
 	}
 	// Once the window has chosen (one row, m1's), the claim keeps only
@@ -601,4 +601,26 @@ func TestEnqueueWakesTheDispatchers(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
+}
+
+// TestHandingOffEndsWhenTheSubscriberStopsAsking: claims leave room for
+// the handoff only while a subscriber asks for it. One whose runner lost
+// the lock to another process asks no more, and the dispatcher's claims
+// then take every free worker again instead of half.
+func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
+	now := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	d := &Dispatcher{Now: func() time.Time { return now }}
+	d.defaults()
+	if d.handingOff() {
+		t.Fatal("handing off before any subscriber asked")
+	}
+	d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}})
+	now = now.Add(handOffQuiet - time.Second)
+	if !d.handingOff() {
+		t.Fatal("not handing off within the quiet period after a request")
+	}
+	now = now.Add(time.Second)
+	if d.handingOff() {
+		t.Fatal("still handing off after the subscriber stopped asking")
+	}
 }
