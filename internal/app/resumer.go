@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
@@ -68,10 +69,13 @@ func (r *PayoutResumer) settings() PayoutResumer {
 	return c
 }
 
-// Run resumes payouts every Interval until ctx ends.
+// Run resumes payouts about every Interval until ctx ends. Each pause is
+// drawn between three quarters and five quarters of Interval, so that the
+// rounds of API processes started together drift apart instead of asking
+// the read model and the same withdrawals' streams at the same moments.
 func (r *PayoutResumer) Run(ctx context.Context) error {
 	c := r.settings()
-	t := time.NewTicker(c.Interval)
+	t := time.NewTimer(jittered(c.Interval, rand.Float64()))
 	defer t.Stop()
 	for {
 		if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
@@ -81,8 +85,14 @@ func (r *PayoutResumer) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			t.Reset(jittered(c.Interval, rand.Float64()))
 		}
 	}
+}
+
+// jittered is d scaled by 0.75 + u/2, for u in [0, 1).
+func jittered(d time.Duration, u float64) time.Duration {
+	return time.Duration(float64(d) * (0.75 + u/2))
 }
 
 // Round resumes the withdrawals Find lists now, one after the other, and
@@ -121,6 +131,10 @@ func (c *PayoutResumer) resume(ctx context.Context, due []PayoutRef, settled *in
 		switch {
 		case errors.Is(err, payment.ErrPayoutInProgress):
 			// Another holder is asking the provider.
+		case errors.Is(err, ErrPayoutHeld):
+			// Held on purpose until the customer may withdraw again: the
+			// customer's state says so; a warning every round would not.
+			log.Debug("payouts: withdrawal held", zap.Error(err))
 		case err != nil:
 			log.Warn("payouts: cannot resume a withdrawal yet", zap.Error(err))
 		case done:

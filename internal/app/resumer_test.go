@@ -252,3 +252,16 @@ func TestResumerRoundPagesPastWithdrawalsItCannotSettle(t *testing.T) {
 	}
 	expectMain(t, a, cid, money.Naira(5000-2*(1000+50)))
 }
+
+// Rounds are spread between three and five quarters of the interval.
+func TestResumerPausesAreJittered(t *testing.T) {
+	const d = 40 * time.Second
+	for _, tc := range []struct {
+		u    float64
+		want time.Duration
+	}{{0, 30 * time.Second}, {0.5, d}, {0.999999, 50*time.Second - 20*time.Microsecond}} {
+		if got := jittered(d, tc.u); got != tc.want {
+			t.Errorf("jittered(%s, %v) = %s, want %s", d, tc.u, got, tc.want)
+		}
+	}
+}
