@@ -73,10 +73,22 @@ type EventData struct {
 }
 
 // StreamAppend is the write to one stream within an atomic Append.
+//
+// A stream without events is a revision check: the append fails with a
+// *ConcurrencyError, writing nothing, unless the stream is at Expected.
+// By default the check holds the stream until the append commits, so no
+// append to it commits in between (a decision that must not race a change
+// of what it read: a payout and the removal of its whitelist entry).
+// Observed asks less: that the stream was at Expected at some moment
+// during the append. It takes no lock, so that appends observing the same
+// stream (every escrow a merchant creates reads the merchant's fees) do
+// not queue behind each other; it proves what reading the stream just
+// before appending would, without the read's round trip.
 type StreamAppend struct {
 	Stream   string
 	Expected ExpectedRevision
 	Events   []EventData
+	Observed bool // only for a stream without events
 }
 
 // RecordedEvent is an event as stored.

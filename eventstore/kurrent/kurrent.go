@@ -11,7 +11,9 @@
 //     appended to; reusing an id in another stream is stored, not rejected
 //     with ErrDuplicateEvent.
 //   - MultiStreamAppend rejects a stream without events, so a revision check
-//     without a write (zero events) works only as a single-stream append.
+//     without a write (zero events) works only as a single-stream append,
+//     unless it is Observed: that one is a read of the stream before the
+//     append, in any append.
 //   - Multi-stream metadata must be a string map, so event metadata is
 //     stored as one string property (metadataKey) and unwrapped on reading.
 package kurrent
@@ -85,10 +87,74 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 			}
 		}
 	}
-	if len(appends) == 1 {
-		return s.appendOne(ctx, appends[0])
+	// Observed checks are reads made before the append, which is what
+	// they promise (the stream was at Expected during the append); they
+	// need no place in it, where a multi-stream append could not hold them.
+	var observed map[string]uint64
+	rest := appends[:0:0]
+	for _, a := range appends {
+		if !a.Observed || len(a.Events) > 0 {
+			rest = append(rest, a)
+			continue
+		}
+		rev, err := s.revisionOf(ctx, a.Stream)
+		if err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		if a.Expected != eventstore.Any && rev != int64(a.Expected) {
+			return eventstore.AppendResult{}, &eventstore.ConcurrencyError{Stream: a.Stream, Expected: a.Expected, Actual: rev}
+		}
+		if rev >= 0 {
+			if observed == nil {
+				observed = map[string]uint64{}
+			}
+			observed[a.Stream] = uint64(rev)
+		}
 	}
-	return s.appendMany(ctx, appends)
+	var (
+		res eventstore.AppendResult
+		err error
+	)
+	switch len(rest) {
+	case 0:
+		res = eventstore.AppendResult{Revisions: map[string]uint64{}}
+	case 1:
+		res, err = s.appendOne(ctx, rest[0])
+	default:
+		res, err = s.appendMany(ctx, rest)
+	}
+	if err != nil {
+		return res, err
+	}
+	for st, rev := range observed {
+		res.Revisions[st] = rev
+	}
+	return res, nil
+}
+
+// revisionOf is a stream's last revision, -1 when it has no events.
+func (s *Store) revisionOf(ctx context.Context, stream string) (int64, error) {
+	rs, err := s.client.ReadStream(ctx, stream, kurrentdb.ReadStreamOptions{
+		Direction: kurrentdb.Backwards,
+		From:      kurrentdb.End{},
+	}, 1)
+	if err != nil {
+		if isNotFound(err) {
+			return -1, nil
+		}
+		return 0, err
+	}
+	evs, err := drain(rs)
+	if err != nil {
+		if isNotFound(err) {
+			return -1, nil
+		}
+		return 0, err
+	}
+	if len(evs) == 0 {
+		return -1, nil
+	}
+	return int64(evs[0].EventNumber), nil
 }
 
 func (s *Store) appendOne(ctx context.Context, a eventstore.StreamAppend) (eventstore.AppendResult, error) {

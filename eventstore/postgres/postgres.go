@@ -109,6 +109,8 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 		meta  []json.RawMessage // nil metadata: a NULL element
 		sidx  []int32
 		off   []int32
+		// observe is nil unless some check is observed (NULL: none).
+		observe []bool
 	)
 	for i, a := range sorted {
 		if a.Stream == "" {
@@ -118,6 +120,12 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 			return eventstore.AppendResult{}, fmt.Errorf("eventstore: stream %q appears twice in one append", a.Stream)
 		}
 		streams[i], expected[i], counts[i] = a.Stream, int64(a.Expected), int32(len(a.Events))
+		if a.Observed && len(a.Events) == 0 {
+			if observe == nil {
+				observe = make([]bool, len(sorted))
+			}
+			observe[i] = true
+		}
 		for k, e := range a.Events {
 			if e.Type == "" {
 				return eventstore.AppendResult{}, errors.New("eventstore: event without type")
@@ -143,8 +151,8 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	)
 	call := func(checkIDs bool) error {
 		return s.pool.QueryRow(ctx,
-			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::json[], $7::json[], $8, $9, $10)`,
-			streams, expected, counts, ids, types, data, meta, sidx, off, checkIDs,
+			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::json[], $7::json[], $8, $9, $10, $11::boolean[])`,
+			streams, expected, counts, ids, types, data, meta, sidx, off, checkIDs, observe,
 		).Scan(&tx, &lastSeq, &revs)
 	}
 	// The first call skips es_append's idempotency check (an index probe per

@@ -36,13 +36,14 @@ func TestConformance(t *testing.T) {
 }
 
 // kurrentLimited refuses what the KurrentDB adapter refuses (see package
-// kurrent): a multi-stream append that includes a stream without events.
+// kurrent): a multi-stream append that includes a stream without events,
+// unless its check is Observed (that adapter reads it before appending).
 type kurrentLimited struct{ eventstore.Store }
 
 func (s kurrentLimited) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
 	if len(appends) > 1 {
 		for _, a := range appends {
-			if len(a.Events) == 0 {
+			if len(a.Events) == 0 && !a.Observed {
 				return eventstore.AppendResult{}, fmt.Errorf("limited: stream %q has no events: %w", a.Stream, errors.ErrUnsupported)
 			}
 		}
@@ -542,5 +543,41 @@ func TestCloseSendsNotificationQueuedBehindOneInFlight(t *testing.T) {
 		notified(fmt.Sprintf("round %d, append queued behind a notification in flight at Close", i))
 		<-closed
 		pool.Close()
+	}
+}
+
+// TestObservedCheckTakesNoLock: an observed check reads the stream's
+// revision and goes on while another transaction holds the stream (as an
+// append to it does until it commits); a plain zero-event check waits for
+// it. Escrow creations observe their merchant's fees stream, and must not
+// queue behind each other's commits.
+func TestObservedCheckTakesNoLock(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := context.Background()
+	fees, escrow := "fees-"+uuid.NewString(), "escrow-"+uuid.NewString()
+	if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: fees, Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "FeesSet", Data: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM es_streams WHERE stream_id = $1 FOR UPDATE`, fees); err != nil {
+		t.Fatal(err)
+	}
+	write := eventstore.StreamAppend{Stream: escrow, Expected: eventstore.Any,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "Created", Data: []byte(`{}`)}}}
+	octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := s.Append(octx, write, eventstore.StreamAppend{Stream: fees, Expected: eventstore.Exact(0), Observed: true}); err != nil {
+		t.Fatalf("observed check while the stream is held: %v", err)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	write.Events = []eventstore.EventData{{ID: uuid.New(), Type: "Created", Data: []byte(`{}`)}}
+	if _, err := s.Append(lctx, write, eventstore.StreamAppend{Stream: fees, Expected: eventstore.Exact(0)}); err == nil {
+		t.Fatal("a locking check went through while the stream was held")
 	}
 }

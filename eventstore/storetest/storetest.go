@@ -45,6 +45,7 @@ func RunWithLimits(t *testing.T, newStore func(t *testing.T) eventstore.Store, l
 	t.Run("ExpectedRevisions", func(t *testing.T) { testExpectedRevisions(t, newStore(t)) })
 	t.Run("AtomicAcrossStreams", func(t *testing.T) { testAtomicAcrossStreams(t, newStore(t)) })
 	t.Run("ZeroEventRevisionCheck", func(t *testing.T) { testZeroEventRevisionCheck(t, newStore(t)) })
+	t.Run("ObservedRevisionCheck", func(t *testing.T) { testObservedRevisionCheck(t, newStore(t)) })
 	t.Run("ConcurrentAppendsOneStream", func(t *testing.T) { testConcurrentAppendsOneStream(t, newStore(t)) })
 	t.Run("ConcurrentAppendsSharedStreams", func(t *testing.T) { testConcurrentAppendsSharedStreams(t, newStore(t)) })
 	t.Run("FailedAppendMovesNoStream", func(t *testing.T) { testFailedAppendMovesNoStream(t, newStore(t), limits) })
@@ -495,6 +496,60 @@ func testZeroEventRevisionCheck(t *testing.T, s eventstore.Store) {
 	if ours, _ := readAllFrom(t, s, before, 100, p); len(ours) != 0 {
 		t.Errorf("zero-event appends put %d events in the global log", len(ours))
 	}
+}
+
+// testObservedRevisionCheck: an Observed check (no events) beside a write,
+// in any append, passes when the stream is at the expected revision (or
+// absent, for NoStream) and otherwise fails the whole append with a
+// ConcurrencyError naming it, writing nothing; it writes nothing itself.
+func testObservedRevisionCheck(t *testing.T, s eventstore.Store) {
+	p := prefix()
+	ctx := ctxT(t, 30*time.Second)
+	fees, escrow, missing := p+"-fees", p+"-escrow", p+"-missing"
+	mustAppend(t, s, eventstore.StreamAppend{Stream: fees, Expected: eventstore.NoStream, Events: events("F", 2)})
+	observe := func(stream string, e eventstore.ExpectedRevision) eventstore.StreamAppend {
+		return eventstore.StreamAppend{Stream: stream, Expected: e, Observed: true}
+	}
+	write := func() eventstore.StreamAppend {
+		return eventstore.StreamAppend{Stream: escrow, Expected: eventstore.Any, Events: events("E", 1)}
+	}
+
+	res, err := s.Append(ctx, write(), observe(fees, eventstore.Exact(1)), observe(missing, eventstore.NoStream))
+	if err != nil {
+		t.Fatalf("observed checks at the right revisions: %v", err)
+	}
+	if res.Revisions[escrow] != 0 || res.Revisions[fees] != 1 {
+		t.Errorf("revisions %v; want %s:0 %s:1", res.Revisions, escrow, fees)
+	}
+	if rev, ok := res.Revisions[missing]; ok {
+		t.Errorf("an observed absent stream reports revision %d", rev)
+	}
+
+	for _, f := range []struct {
+		name   string
+		check  eventstore.StreamAppend
+		actual int64
+	}{
+		{"behind", observe(fees, eventstore.Exact(0)), 1},
+		{"ahead", observe(fees, eventstore.Exact(5)), 1},
+		{"absent expected, stream exists", observe(fees, eventstore.NoStream), 1},
+		{"exact, stream missing", observe(missing, eventstore.Exact(0)), -1},
+	} {
+		_, err := s.Append(ctx, write(), f.check)
+		wantConcurrency(t, err, f.check.Stream, f.check.Expected, f.actual)
+	}
+	if n := len(mustReadStream(t, s, escrow, 0, 0)); n != 1 {
+		t.Errorf("the written stream has %d events after failed observed checks; want 1", n)
+	}
+	if n := len(mustReadStream(t, s, fees, 0, 0)); n != 2 {
+		t.Errorf("the observed stream has %d events; want 2 (a check writes nothing)", n)
+	}
+	// An observed check alone is a check too.
+	if _, err := s.Append(ctx, observe(fees, eventstore.Exact(1))); err != nil {
+		t.Errorf("an observed check alone: %v", err)
+	}
+	_, err = s.Append(ctx, observe(fees, eventstore.Exact(0)))
+	wantConcurrency(t, err, fees, eventstore.Exact(0), 1)
 }
 
 // testFailedAppendMovesNoStream: whatever kind of expectation fails, no

@@ -253,6 +253,29 @@ func TestNewFeesCountAtOnceAcrossInstances(t *testing.T) {
 	}
 }
 
+// Reading the merchant "latest" costs no read of its stream once it is
+// cached: the append observes the stream at the revision read instead
+// (TestNewFeesCountAtOnceAcrossInstances shows a change still counts).
+func TestLatestMerchantIsObservedNotRead(t *testing.T) {
+	ctx := context.Background()
+	_, _, store, actor := twoInstances(t)
+	reads := &streamReads{Store: store, stream: MerchantKind.StreamName(actor.MerchantID)}
+	svc := NewService(NewEngine(reads, 100))
+	draft := escrow.Draft{Amount: money.Naira(1000), Purpose: "Phone", WhoPays: "buyer"}
+	if _, err := svc.CreateEscrow(ctx, actor, "", draft); err != nil { // loads the merchant
+		t.Fatal(err)
+	}
+	loaded := reads.count.Load()
+	for range 3 {
+		if _, err := svc.CreateEscrow(ctx, actor, "", draft); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := reads.count.Load() - loaded; n != 0 {
+		t.Fatalf("three escrows read the cached merchant's stream %d times, want 0", n)
+	}
+}
+
 // A refusal is decided again only when it may rest on a cached state that
 // was not read from the store; one decided on what was just read is final
 // at once, and with a single attempt a refusal is still returned.

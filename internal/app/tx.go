@@ -31,6 +31,9 @@ type txStream struct {
 	rev   int64 // revision the decision was based on; -1 no stream
 	known bool  // rev was read (else the stream is append-only: Any)
 	guard bool  // include as a zero-event revision check
+	// observe: include as an observed (unlocked) revision check, unless
+	// written or guarded (see ReadLatest).
+	observe bool
 	// unchecked appends with eventstore.Any (see Append).
 	unchecked bool
 	events    []domain.Event
@@ -44,11 +47,20 @@ func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
 
 // ReadLatest is Read for an aggregate the command reads but does not write,
 // and whose changes by another process must count at once (an operator's
-// new fees): the cached state is caught up with the store first, one read
-// of the events after it. A written aggregate needs no such read: its
-// expected revision rejects a stale decision.
+// new fees). The append proves the state read is current: it observes the
+// stream at the revision read (eventstore.StreamAppend.Observed, a check
+// without a lock, so commands reading the same merchant do not queue
+// behind each other), and a command decided on a stale cached state fails
+// it and runs again on the state read from the store. That is what reading
+// the store first did, without the read's round trip on every command. A
+// written aggregate needs none of this: its expected revision rejects a
+// stale decision.
 func ReadLatest[S any](tx *Tx, k Kind[S], id string) (S, error) {
-	return read(tx, k, id, true)
+	st, err := read(tx, k, id, tx.fresh)
+	if err == nil {
+		tx.stream(k.StreamName(id)).observe = true
+	}
+	return st, err
 }
 
 // ReadNew is Read for an aggregate the command expects not to exist yet (a
@@ -292,10 +304,11 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, []b
 	var out []eventstore.StreamAppend
 	for _, name := range tx.order {
 		ts := tx.streams[name]
-		if len(ts.events) == 0 && !ts.guard {
+		if len(ts.events) == 0 && !ts.guard && !ts.observe {
 			continue
 		}
-		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream}
+		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream,
+			Observed: len(ts.events) == 0 && !ts.guard}
 		switch {
 		case ts.unchecked:
 			sa.Expected = eventstore.Any
@@ -311,7 +324,14 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, []b
 		}
 		out = append(out, sa)
 	}
-	return out, metaJSON, nil
+	// Observed checks only accompany a write: a command that decided to
+	// write nothing proves nothing about what it read (see Do).
+	for _, sa := range out {
+		if !sa.Observed {
+			return out, metaJSON, nil
+		}
+	}
+	return nil, metaJSON, nil
 }
 
 // Peek reads an aggregate outside a command from the cache, reading the
