@@ -676,23 +676,23 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if len(logIdx) == 0 {
-			return nil
+		if len(logIdx) > 0 {
+			pick := func(i int) int { return logIdx[i] }
+			lids, latt, lat, lcode, lerr, ltook := make([]uuid.UUID, len(logIdx)), make([]int32, len(logIdx)),
+				make([]time.Time, len(logIdx)), make([]*int32, len(logIdx)), make([]*string, len(logIdx)), make([]int32, len(logIdx))
+			for i := range logIdx {
+				j := pick(i)
+				lids[i], latt[i], lat[i], lcode[i], lerr[i], ltook[i] = ids[j], attempts[j], ats[j], codes[j], errs[j], tooks[j]
+			}
+			_, err = tx.Exec(ctx, `
+				INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
+				SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])
+				ON CONFLICT DO NOTHING`, pgUUIDs(lids), latt, lat, lcode, lerr, ltook)
+			if err != nil {
+				return err
+			}
 		}
-		pick := func(i int) int { return logIdx[i] }
-		lids, latt, lat, lcode, lerr, ltook := make([]uuid.UUID, len(logIdx)), make([]int32, len(logIdx)),
-			make([]time.Time, len(logIdx)), make([]*int32, len(logIdx)), make([]*string, len(logIdx)), make([]int32, len(logIdx))
-		for i := range logIdx {
-			j := pick(i)
-			lids[i], latt[i], lat[i], lcode[i], lerr[i], ltook[i] = ids[j], attempts[j], ats[j], codes[j], errs[j], tooks[j]
-		}
-		_, err = tx.Exec(ctx, `
-			INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
-			SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])
-			ON CONFLICT DO NOTHING`, pgUUIDs(lids), latt, lat, lcode, lerr, ltook)
-		if err != nil {
-			return err
-		}
+		// Other instances' dispatchers may hold the key's next message.
 		if unblocked {
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
 		}
