@@ -252,14 +252,16 @@ func benchWebhooks(b *testing.B, rate int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The attempt is the row's last (numbered attempts), which the row
+	// holds; here it is nearly always the first.
 	var stages []float64
 	if err := pool.QueryRow(context.Background(), `
 		SELECT ARRAY[percentile_cont(0.5) WITHIN GROUP (ORDER BY q), percentile_cont(0.99) WITHIN GROUP (ORDER BY q),
 		             percentile_cont(0.5) WITHIN GROUP (ORDER BY a), percentile_cont(0.99) WITHIN GROUP (ORDER BY a)]
 		  FROM (SELECT extract(epoch FROM d.created_at - (convert_from(d.body, 'UTF8')::json->>'timestamp')::timestamptz) * 1000 AS q,
-		               extract(epoch FROM a.at - d.created_at) * 1000 AS a
-		          FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id AND a.attempt = d.attempts
-		         WHERE d.created_at >= $1) s`, measured).Scan(&stages); err != nil {
+		               extract(epoch FROM d.last_attempt_at - d.created_at) * 1000 AS a
+		          FROM webhook_deliveries d
+		         WHERE d.created_at >= $1 AND d.last_attempt = d.attempts) s`, measured).Scan(&stages); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(stages[0], "enqueue-p50-ms")

@@ -287,6 +287,12 @@ func (e *testEnv) statuses() map[string]int {
 	return out
 }
 
+// loggedAttempts is every delivery's attempt log as rows (delivery_id,
+// attempt), as attachAttempts reads it: the earlier attempts in
+// webhook_attempts and the last one on the delivery row.
+const loggedAttempts = `(SELECT delivery_id, attempt FROM webhook_attempts
+	UNION SELECT id, last_attempt FROM webhook_deliveries WHERE last_attempt IS NOT NULL)`
+
 func secretOf(m app.CreatedMerchant) func() string {
 	return func() string { return m.SigningSecrets[domain.Test] }
 }

@@ -125,7 +125,7 @@ func TestEndpointLookupFailuresReachFailed(t *testing.T) {
 		m.MerchantID).Scan(&attempts, &lastErr); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM webhook_attempts a JOIN webhook_deliveries d ON d.id = a.delivery_id
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+loggedAttempts+` a JOIN webhook_deliveries d ON d.id = a.delivery_id
 		WHERE d.merchant_id = $1`, m.MerchantID).Scan(&logged); err != nil {
 		t.Fatal(err)
 	}

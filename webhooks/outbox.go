@@ -1,8 +1,10 @@
 package webhooks
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -215,16 +217,23 @@ type DeliveryFilter struct {
 	Event  string
 }
 
-const deliveryColumns = `id::text, event, status, attempts, last_status_code, last_error, next_attempt_at, created_at, delivered_at`
+const deliveryColumns = `id::text, event, status, attempts, last_status_code, last_error, next_attempt_at, created_at, delivered_at,
+	last_attempt, last_attempt_at, last_attempt_status_code, last_attempt_error, last_attempt_duration_ms`
 
-func scanDelivery(row pgx.Row) (Delivery, error) {
+// scanDelivery reads a row of deliveryColumns: the delivery, with an empty
+// attempt log, and the attempt the row holds (nil: none).
+func scanDelivery(row pgx.Row) (Delivery, *Attempt, error) {
 	var (
 		d    Delivery
 		next time.Time
+		num  *int
+		a    Attempt
+		took *int
+		at   *time.Time
 	)
 	if err := row.Scan(&d.ID, &d.Event, &d.Status, &d.Attempts, &d.LastStatusCode, &d.LastError, &next,
-		&d.CreatedAt, &d.DeliveredAt); err != nil {
-		return d, err
+		&d.CreatedAt, &d.DeliveredAt, &num, &at, &a.StatusCode, &a.Error, &took); err != nil {
+		return d, nil, err
 	}
 	d.CreatedAt = d.CreatedAt.UTC()
 	if d.DeliveredAt != nil {
@@ -238,7 +247,11 @@ func scanDelivery(row pgx.Row) (Delivery, error) {
 		d.NextAttemptAt = &t
 	}
 	d.AttemptLog = []Attempt{}
-	return d, nil
+	if num == nil || at == nil || took == nil {
+		return d, nil, nil
+	}
+	a.Attempt, a.At, a.DurationMs = *num, at.UTC(), *took
+	return d, &a, nil
 }
 
 // List pages a merchant's deliveries of env, newest first, with their
@@ -265,25 +278,31 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 		return nil, projections.Pagination{}, err
 	}
 	out := []Delivery{}
+	var lasts []*Attempt
 	for rows.Next() {
-		d, err := scanDelivery(rows)
+		d, last, err := scanDelivery(rows)
 		if err != nil {
 			rows.Close()
 			return nil, projections.Pagination{}, err
 		}
 		out = append(out, d)
+		lasts = append(lasts, last)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, projections.Pagination{}, err
 	}
-	if err := o.attachAttempts(ctx, out); err != nil {
+	if err := o.attachAttempts(ctx, out, lasts); err != nil {
 		return nil, projections.Pagination{}, err
 	}
 	return out, projections.NewPagination(p, count), nil
 }
 
-func (o *Outbox) attachAttempts(ctx context.Context, ds []Delivery) error {
+// attachAttempts fills the attempt log of ds: the attempts in
+// webhook_attempts, and lasts[i] (the attempt ds[i]'s row holds; nil for
+// none) unless the table has an attempt of its number (the row was read
+// before an outcome moved it there), in attempt order.
+func (o *Outbox) attachAttempts(ctx context.Context, ds []Delivery, lasts []*Attempt) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -312,7 +331,19 @@ func (o *Outbox) attachAttempts(ctx context.Context, ds []Delivery) error {
 			d.AttemptLog = append(d.AttemptLog, a)
 		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, last := range lasts {
+		if last == nil {
+			continue
+		}
+		at, found := slices.BinarySearchFunc(ds[i].AttemptLog, last.Attempt, func(a Attempt, n int) int { return cmp.Compare(a.Attempt, n) })
+		if !found {
+			ds[i].AttemptLog = slices.Insert(ds[i].AttemptLog, at, *last)
+		}
+	}
+	return nil
 }
 
 // ErrDeliveryNotFound is the error for an unknown delivery, or one of
@@ -327,7 +358,7 @@ func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environm
 	if _, err := uuid.Parse(id); err != nil {
 		return Delivery{}, ErrDeliveryNotFound
 	}
-	d, err := scanDelivery(o.pool.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+	d, last, err := scanDelivery(o.pool.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
 		WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env)))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return d, ErrDeliveryNotFound
@@ -336,7 +367,7 @@ func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environm
 		return d, err
 	}
 	ds := []Delivery{d}
-	if err := o.attachAttempts(ctx, ds); err != nil {
+	if err := o.attachAttempts(ctx, ds, []*Attempt{last}); err != nil {
 		return d, err
 	}
 	return ds[0], nil
@@ -623,21 +654,35 @@ type outcome struct {
 // outcome in a database crash means the message is sent again, which
 // at-least-once delivery allows. It reports whether a message with an order
 // key finished, which may unblock the next message of that key.
+//
+// A sent outcome is logged, in the same statement: the delivery row holds
+// its last logged attempt, webhook_attempts the ones before it
+// (migrations/0009_webhook_last_attempt.sql). An outcome that applies puts
+// its attempt on the row and moves the row's previous attempt, if it has
+// one (a retry), into webhook_attempts; a first attempt writes nothing
+// else. An outcome that does not apply still happened, so it is logged as
+// it always was, into webhook_attempts (an earlier attempt than the row's
+// claim), unless the row holds that very attempt (the outcome recorded
+// twice) or is gone (swept; the foreign key used to fail the whole batch);
+// it moves and overwrites nothing. ON CONFLICT DO NOTHING makes recording
+// an outcome again harmless.
+//
+// Both inserts read the row as it was before the update: every part of a
+// statement sees one snapshot. The attempt columns change only with an
+// outcome that takes the row out of 'delivering', so a row still leased
+// for the attempt when the update locks it had them as the snapshot shows.
 func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bool, error) {
 	n := len(outs)
 	ids, attempts, statuses := make([]uuid.UUID, n), make([]int32, n), make([]string, n)
 	codes, errs := make([]*int32, n), make([]*string, n)
 	delays, undo := make([]int64, n), make([]int32, n)
 	ats, tooks := make([]time.Time, n), make([]int32, n)
-	var logIdx []int
 	for i, o := range outs {
 		ids[i], attempts[i], statuses[i] = o.ID, int32(o.Attempt), o.Status
 		codes[i], errs[i], delays[i] = o.Code, o.Err, o.Delay.Milliseconds()
 		ats[i], tooks[i] = o.At, int32(o.Took.Milliseconds())
 		if !o.Sent {
 			undo[i] = 1
-		} else {
-			logIdx = append(logIdx, i)
 		}
 	}
 	var unblocked bool
@@ -645,58 +690,55 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `
-			UPDATE webhook_deliveries d
-			   SET status = r.status, attempts = d.attempts - r.undo,
-			       last_status_code = r.code, last_error = r.err, lease_until = NULL,
-			       next_attempt_at = CASE WHEN r.status = 'pending'
-			                              THEN now() + r.delay * interval '1 millisecond'
-			                              ELSE d.next_attempt_at END,
-			       delivered_at = CASE WHEN r.status = 'delivered' THEN r.at + r.took * interval '1 millisecond'
-			                           ELSE d.delivered_at END,
-			       finished_at = CASE WHEN r.status IN ('delivered', 'failed', 'no_endpoint')
-			                          THEN r.at + r.took * interval '1 millisecond' END
-			  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::int[], $8::timestamptz[], $9::int[])
-			       AS r(id, attempt, status, code, err, delay, undo, at, took)
-			 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt
-			RETURNING d.order_key IS NOT NULL`,
-			pgUUIDs(ids), attempts, statuses, codes, errs, delays, undo, ats, tooks)
-		if err != nil {
+		// An outcome not sent (undo) gives its attempt back and logs
+		// nothing: the row keeps its attempt.
+		if err := tx.QueryRow(ctx, `
+			WITH done AS (
+			    UPDATE webhook_deliveries d
+			       SET status = r.status, attempts = d.attempts - r.undo,
+			           last_status_code = r.code, last_error = r.err, lease_until = NULL,
+			           next_attempt_at = CASE WHEN r.status = 'pending'
+			                                  THEN now() + r.delay * interval '1 millisecond'
+			                                  ELSE d.next_attempt_at END,
+			           delivered_at = CASE WHEN r.status = 'delivered' THEN r.at + r.took * interval '1 millisecond'
+			                               ELSE d.delivered_at END,
+			           finished_at = CASE WHEN r.status IN ('delivered', 'failed', 'no_endpoint')
+			                              THEN r.at + r.took * interval '1 millisecond' END,
+			           last_attempt = CASE WHEN r.undo = 0 THEN r.attempt ELSE d.last_attempt END,
+			           last_attempt_at = CASE WHEN r.undo = 0 THEN r.at ELSE d.last_attempt_at END,
+			           last_attempt_status_code = CASE WHEN r.undo = 0 THEN r.code ELSE d.last_attempt_status_code END,
+			           last_attempt_error = CASE WHEN r.undo = 0 THEN r.err ELSE d.last_attempt_error END,
+			           last_attempt_duration_ms = CASE WHEN r.undo = 0 THEN r.took ELSE d.last_attempt_duration_ms END
+			      FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::int[], $8::timestamptz[], $9::int[])
+			           AS r(id, attempt, status, code, err, delay, undo, at, took)
+			     WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt
+			    RETURNING d.id, r.attempt, r.undo = 0 AS sent, d.order_key IS NOT NULL AS ordered
+			), moved AS (
+			    INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
+			    SELECT p.id, p.last_attempt, p.last_attempt_at, p.last_attempt_status_code, p.last_attempt_error, p.last_attempt_duration_ms
+			      FROM done JOIN webhook_deliveries p ON p.id = done.id
+			     WHERE done.sent AND p.last_attempt IS NOT NULL
+			    ON CONFLICT DO NOTHING
+			), stale AS (
+			    INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
+			    SELECT r.id, r.attempt, r.at, r.code, r.err, r.took
+			      FROM unnest($1::uuid[], $2::int[], $4::int[], $5::text[], $7::int[], $8::timestamptz[], $9::int[])
+			           AS r(id, attempt, code, err, undo, at, took)
+			      JOIN webhook_deliveries p ON p.id = r.id
+			     WHERE r.undo = 0 AND (r.id, r.attempt) NOT IN (SELECT id, attempt FROM done)
+			       AND p.last_attempt IS DISTINCT FROM r.attempt
+			    ON CONFLICT DO NOTHING
+			)
+			SELECT coalesce(bool_or(ordered), false) FROM done`,
+			pgUUIDs(ids), attempts, statuses, codes, errs, delays, undo, ats, tooks).Scan(&unblocked); err != nil {
 			return err
-		}
-		for rows.Next() {
-			var ordered bool
-			if err := rows.Scan(&ordered); err != nil {
-				rows.Close()
-				return err
-			}
-			unblocked = unblocked || ordered
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(logIdx) > 0 {
-			pick := func(i int) int { return logIdx[i] }
-			lids, latt, lat, lcode, lerr, ltook := make([]uuid.UUID, len(logIdx)), make([]int32, len(logIdx)),
-				make([]time.Time, len(logIdx)), make([]*int32, len(logIdx)), make([]*string, len(logIdx)), make([]int32, len(logIdx))
-			for i := range logIdx {
-				j := pick(i)
-				lids[i], latt[i], lat[i], lcode[i], lerr[i], ltook[i] = ids[j], attempts[j], ats[j], codes[j], errs[j], tooks[j]
-			}
-			_, err = tx.Exec(ctx, `
-				INSERT INTO webhook_attempts (delivery_id, attempt, at, status_code, error, duration_ms)
-				SELECT * FROM unnest($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::text[], $6::int[])
-				ON CONFLICT DO NOTHING`, pgUUIDs(lids), latt, lat, lcode, lerr, ltook)
-			if err != nil {
-				return err
-			}
 		}
 		// Other instances' dispatchers may hold the key's next message.
 		if unblocked {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
+			return err
 		}
-		return err
+		return nil
 	})
 	return unblocked, err
 }

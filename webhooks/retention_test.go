@@ -101,7 +101,7 @@ func TestRetentionDeletesFinishedDeliveriesByAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the retry in flight", func() bool { return e.statuses()[StatusDelivering] == 1 })
-	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 5 {
+	if n := e.count(`SELECT count(*) FROM ` + loggedAttempts + ` l`); n != 5 {
 		t.Fatalf("%d attempts logged, want 5 (3 delivered, 2 failed)", n)
 	}
 
@@ -124,7 +124,7 @@ func TestRetentionDeletesFinishedDeliveriesByAge(t *testing.T) {
 		t.Fatalf("after the retention: %v, want the failed, the in-flight and the waiting message", s)
 	}
 	// The attempts of deleted deliveries are gone with them.
-	if n := e.count(`SELECT count(*) FROM webhook_attempts`); n != 2 {
+	if n := e.count(`SELECT count(*) FROM ` + loggedAttempts + ` l`); n != 2 {
 		t.Fatalf("%d attempts left, want 2 (one per failed message)", n)
 	}
 	if _, err := e.box.Retry(context.Background(), good.MerchantID, domain.Test, delivered[0].String()); err != ErrDeliveryNotFound {
