@@ -18,3 +18,6 @@ func Stopping(s *Store) <-chan struct{} { return s.bg.Done() }
 
 // NotifyChannel is the channel appends are announced on.
 const NotifyChannel = notifyChannel
+
+// Wakes is how many times the store woke its subscribers.
+func Wakes(s *Store) uint64 { return s.wake.generation() }

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -40,8 +41,11 @@ type Store struct {
 
 	notifyOnce sync.Once
 	notifyCh   chan struct{}
-	stop       context.CancelFunc
-	done       chan struct{}
+	// self is the payload of this store's notifications, so that its own
+	// listener knows them: its appends woke its subscribers already.
+	self string
+	stop context.CancelFunc
+	done chan struct{}
 
 	// PollInterval bounds how long a subscriber sleeps without a wake-up.
 	PollInterval time.Duration
@@ -59,6 +63,7 @@ func New(pool *pgxpool.Pool) *Store {
 		done:         make(chan struct{}),
 		PollInterval: 500 * time.Millisecond,
 		bg:           ctx,
+		self:         uuid.NewString(),
 	}
 	s.tail = newTail(s)
 	go func() {
@@ -461,8 +466,15 @@ func (s *Store) listen(ctx context.Context) {
 			}
 			defer conn.Exec(context.Background(), "UNLISTEN "+notifyChannel) //nolint:errcheck
 			for {
-				if _, err := conn.Conn().WaitForNotification(ctx); err != nil {
+				n, err := conn.Conn().WaitForNotification(ctx)
+				if err != nil {
 					return err
+				}
+				if n.Payload == s.self {
+					// This store's own append, which woke its subscribers
+					// when it returned: waking them again would only cost
+					// each another read of the log.
+					continue
 				}
 				s.wake.broadcast()
 			}
@@ -487,7 +499,7 @@ func (s *Store) sendNotifications(ctx context.Context) {
 	notify := func() {
 		nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = s.pool.Exec(nctx, `SELECT pg_notify($1, '')`, notifyChannel)
+		_, _ = s.pool.Exec(nctx, `SELECT pg_notify($1, $2)`, notifyChannel, s.self)
 	}
 	for {
 		select {

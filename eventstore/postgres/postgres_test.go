@@ -581,3 +581,31 @@ func TestObservedCheckTakesNoLock(t *testing.T) {
 		t.Fatal("a locking check went through while the stream was held")
 	}
 }
+
+// TestOwnNotificationsDoNotWakeAgain: an append wakes its own store's
+// subscribers when it returns, and its notification wakes other
+// processes' stores; the store's own listener, which receives that
+// notification too, must not wake them a second time (each wake costs
+// every follower a read of the log).
+func TestOwnNotificationsDoNotWakeAgain(t *testing.T) {
+	a, pool := newStore(t)
+	b := postgres.New(pool) // another process, as far as notifications go
+	t.Cleanup(b.Close)
+	time.Sleep(300 * time.Millisecond) // both listening
+	wa, wb := postgres.Wakes(a), postgres.Wakes(b)
+	if _, err := a.Append(context.Background(), eventstore.StreamAppend{Stream: "s-" + uuid.NewString(), Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for postgres.Wakes(b) == wb {
+		if time.Now().After(deadline) {
+			t.Fatal("the other store was not woken by the notification")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // the own notification has arrived too
+	if got := postgres.Wakes(a) - wa; got != 1 {
+		t.Fatalf("the appending store woke %d times, want 1 (its append's)", got)
+	}
+}
