@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/projections"
@@ -89,7 +90,12 @@ func TestOrderedOutcomeWithoutRequestNotifies(t *testing.T) {
 // writes, and its attempt log is the one recordOutcomes must keep.
 func (e *testEnv) recordBefore0009(outs ...outcome) {
 	e.t.Helper()
-	ctx := context.Background()
+	if err := recordOutcomesBefore0009(context.Background(), e.pool, outs); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func recordOutcomesBefore0009(ctx context.Context, pool *pgxpool.Pool, outs []outcome) error {
 	n := len(outs)
 	ids, attempts, statuses := make([]uuid.UUID, n), make([]int32, n), make([]string, n)
 	codes, errs := make([]*int32, n), make([]*string, n)
@@ -113,7 +119,10 @@ func (e *testEnv) recordBefore0009(outs ...outcome) {
 		lids, latt, lat, lcode, lerr, ltook = append(lids, ids[i]), append(latt, attempts[i]), append(lat, ats[i]),
 			append(lcode, codes[i]), append(lerr, errs[i]), append(ltook, tooks[i])
 	}
-	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `
 			UPDATE webhook_deliveries d
 			   SET status = r.status, attempts = d.attempts - r.undo,
@@ -127,7 +136,8 @@ func (e *testEnv) recordBefore0009(outs ...outcome) {
 			                          THEN r.at + r.took * interval '1 millisecond' END
 			  FROM unnest($1::uuid[], $2::int[], $3::text[], $4::int[], $5::text[], $6::bigint[], $7::int[], $8::timestamptz[], $9::int[])
 			       AS r(id, attempt, status, code, err, delay, undo, at, took)
-			 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt`,
+			 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt
+			RETURNING d.order_key IS NOT NULL`,
 			pgUUIDs(ids), attempts, statuses, codes, errs, delays, undo, ats, tooks); err != nil {
 			return err
 		}
@@ -140,9 +150,6 @@ func (e *testEnv) recordBefore0009(outs ...outcome) {
 			ON CONFLICT DO NOTHING`, pgUUIDs(lids), latt, lat, lcode, lerr, ltook)
 		return err
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // attemptsOf tells the attempt numbers of id in webhook_attempts, and the
