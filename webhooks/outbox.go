@@ -685,14 +685,16 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 			undo[i] = 1
 		}
 	}
+	// One round trip: the commit setting and the statement go out as one
+	// pipeline, which PostgreSQL runs as one implicit transaction. An
+	// outcome not sent (undo) gives its attempt back and logs nothing: the
+	// row keeps its attempt. When an ordered message finished, other
+	// instances' dispatchers may hold its key's next message: the
+	// statement notifies them.
 	var unblocked bool
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL synchronous_commit TO off`); err != nil {
-			return err
-		}
-		// An outcome not sent (undo) gives its attempt back and logs
-		// nothing: the row keeps its attempt.
-		if err := tx.QueryRow(ctx, `
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
+	b.Queue(`
 			WITH done AS (
 			    UPDATE webhook_deliveries d
 			       SET status = r.status, attempts = d.attempts - r.undo,
@@ -729,18 +731,17 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 			       AND p.last_attempt IS DISTINCT FROM r.attempt
 			    ON CONFLICT DO NOTHING
 			)
-			SELECT coalesce(bool_or(ordered), false) FROM done`,
-			pgUUIDs(ids), attempts, statuses, codes, errs, delays, undo, ats, tooks).Scan(&unblocked); err != nil {
-			return err
-		}
-		// Other instances' dispatchers may hold the key's next message.
-		if unblocked {
-			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
-			return err
-		}
-		return nil
+			SELECT u.unblocked, (SELECT count(*) FROM (SELECT pg_notify($10, '') WHERE u.unblocked) n)
+			  FROM (SELECT coalesce(bool_or(ordered), false) AS unblocked FROM done) u`,
+		pgUUIDs(ids), attempts, statuses, codes, errs, delays, undo, ats, tooks, notifyChannel,
+	).QueryRow(func(row pgx.Row) error {
+		var notified int64
+		return row.Scan(&unblocked, &notified)
 	})
-	return unblocked, err
+	if err := pool.SendBatch(ctx, b).Close(); err != nil {
+		return false, err
+	}
+	return unblocked, nil
 }
 
 // release returns attempts abandoned at shutdown to the queue at once
