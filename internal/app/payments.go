@@ -348,7 +348,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		}
 		pos = res.Position
 	}
-	p, err := s.payOut(ctx, a, stream, &st, holder, set.Payouts)
+	p, err := s.payOut(ctx, a, stream, &st, holder, set.Payouts, nil)
 	if p != (eventstore.Position{}) {
 		pos = p
 	}
@@ -377,14 +377,20 @@ func (s *Service) ResumePayout(ctx context.Context, merchantID string, env domai
 	// Verify resumes a payout only for a customer who may still withdraw
 	// (auth refuses a blocked one, Verify one without the permission); the
 	// resumer, acting without the customer, holds the money as they would.
-	c, _, err := Load(ctx, s.Engine, CustomerKind, st.Record.CustomerID)
-	if err != nil {
-		return st.Record, false, err
+	// It decides so in the append that takes the lease, which guards the
+	// customer's stream: a block committed before it is seen, and one
+	// racing it waits for it or makes it decide again.
+	mayWithdraw := func(tx *Tx, p payment.State) error {
+		c, err := Guard(tx, CustomerKind, p.Record.CustomerID)
+		if err != nil {
+			return err
+		}
+		if c.Blocked || !c.Permissions.CanWithdraw {
+			return ErrPayoutHeld
+		}
+		return nil
 	}
-	if c.Blocked || !c.Permissions.CanWithdraw {
-		return st.Record, false, ErrPayoutHeld
-	}
-	_, err = s.payOut(ctx, a, stream, &st, s.newID(), set.Payouts)
+	_, err = s.payOut(ctx, a, stream, &st, s.newID(), set.Payouts, mayWithdraw)
 	return st.Record, err == nil && st.Phase == payment.Done, err
 }
 
@@ -396,16 +402,22 @@ var ErrPayoutHeld = errors.New("app: payout held: the customer is blocked or may
 // resumer: st is the intent as read, and is left as it now stands. It
 // takes the lease unless holder already has it (a verify that just
 // debited), asks the provider within the lease's call deadline, and records
-// the answer, or gives the lease up when there is none.
-func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *payment.State, holder string, payouts gateway.Payouts) (eventstore.Position, error) {
+// the answer, or gives the lease up when there is none. mayTake, when
+// set, is asked within the append that takes the lease, for a withdrawal
+// still paying out; its error refuses the lease.
+func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *payment.State, holder string, payouts gateway.Payouts, mayTake func(*Tx, payment.State) error) (eventstore.Position, error) {
 	var pos eventstore.Position
 	if st.Phase == payment.PayingOut && st.LeaseHolder != holder {
 		// Found paying out (an interrupted verify, or one still asking the
 		// provider): take the lease, unless another verify holds it or has
 		// finished the payout meanwhile (the append's expected revision
 		// settles a race for it).
-		res, err := s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
-			return payment.LeasePayout(p, holder, s.Engine.Now())
+		res, err := s.advanceIntent(ctx, a, stream, st, func(tx *Tx, p payment.State) (domain.Event, error) {
+			ev, err := payment.LeasePayout(p, holder, s.Engine.Now())
+			if ev != nil && err == nil && mayTake != nil {
+				err = mayTake(tx, p)
+			}
+			return ev, err
 		})
 		if err != nil {
 			return pos, err

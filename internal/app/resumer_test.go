@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/gateway"
 )
 
@@ -263,5 +264,51 @@ func TestResumerPausesAreJittered(t *testing.T) {
 		if got := jittered(d, tc.u); got != tc.want {
 			t.Errorf("jittered(%s, %v) = %s, want %s", d, tc.u, got, tc.want)
 		}
+	}
+}
+
+// blockAfterRead is a store that, once, blocks a customer right after a
+// read of that customer's stream: an operator acting between the moment
+// the resumer learns the customer may withdraw and its lease's append.
+type blockAfterRead struct {
+	eventstore.Store
+	stream string
+	block  func()
+	once   sync.Once
+}
+
+func (s *blockAfterRead) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	evs, err := s.Store.ReadStream(ctx, stream, from, limit)
+	if stream == s.stream {
+		s.once.Do(s.block)
+	}
+	return evs, err
+}
+
+// The resumer's "may this customer withdraw" is decided in the append that
+// takes the lease, not by a read before it: a block committed between the
+// read and that append makes it decide again, and the money stays.
+func TestResumerSeesABlockRacingItsLease(t *testing.T) {
+	ctx := context.Background()
+	p := unansweredOnce()
+	a, _, actor, cid := stagedWithdrawal(t, p, "wd-1")
+	if _, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1"); err != ErrPayoutUnanswered {
+		t.Fatalf("verify: %v, want ErrPayoutUnanswered", err)
+	}
+	operator := Actor{MerchantID: actor.MerchantID, Environment: actor.Environment}
+	store := &blockAfterRead{Store: a.Engine.Store(), stream: CustomerKind.StreamName(cid), block: func() {
+		if _, err := a.SetBlocked(ctx, operator, cid, true, "fraud review"); err != nil {
+			t.Error(err)
+		}
+	}}
+	b := NewService(NewEngine(store, 100))
+	b.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: p}
+	r := &PayoutResumer{Service: b, Find: listing(actor, "wd-1")}
+	if settled, err := r.Round(ctx); err != nil || settled != 0 || len(p.calls()) != 1 {
+		t.Fatalf("round racing a block settled %d (%v), provider asked %d times, want 0 and once",
+			settled, err, len(p.calls()))
+	}
+	if st := recordOf(t, a, actor, "wd-1"); st.Phase != payment.PayingOut || st.LeaseHolder != "" {
+		t.Fatalf("withdrawal %s, lease %q: want paying out, unleased", st.Phase, st.LeaseHolder)
 	}
 }
