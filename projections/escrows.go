@@ -104,7 +104,7 @@ CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at 
 }
 
 func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return applyPlan(ctx, p, tx, events)
+	return ApplyPlan(ctx, p, tx, events)
 }
 
 // Plan folds consecutive events of one escrow in memory and writes once:

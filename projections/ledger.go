@@ -66,7 +66,7 @@ CREATE INDEX IF NOT EXISTS rm_payouts_in_flight_debited ON rm_payouts_in_flight 
 }
 
 func (l Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return applyPlan(ctx, l, tx, events)
+	return ApplyPlan(ctx, l, tx, events)
 }
 
 // Plan queues the batch's changes as a few statements whatever its size:

@@ -50,9 +50,10 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// applyPlan is Apply for a Planner within tx: the checkpoint is already
-// moved in tx, so what Plan read is at the batch's start.
-func applyPlan(ctx context.Context, p Planner, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+// ApplyPlan is Apply for a Planner within tx (rebuilds, catch-ups, tests):
+// the checkpoint is already moved in tx, so what Plan read is at the
+// batch's start.
+func ApplyPlan(ctx context.Context, p Planner, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	b := &pgx.Batch{}
 	onCommit, err := p.Plan(ctx, tx, events, b)
 	if err != nil {

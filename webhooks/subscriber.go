@@ -100,16 +100,14 @@ func (s *Subscriber) StreamPrefixes() []string {
 // an attempt's number must survive a database crash before the attempt
 // is made, or the next lease would reuse it (as a claim's commit).
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	_, err := s.Plan(ctx, tx, events, nil)
-	return err
+	return projections.ApplyPlan(ctx, s, tx, events)
 }
 
 // Plan queues the batch's enqueue on b (projections.Planner), so that the
-// runner sends it with the checkpoint move in one round trip; with b nil
-// (Apply) it runs it within tx at once. What the enqueue leased is learnt
-// from the batch's results and handed over, or its room given back, when
-// the runner reports the commit (Committed).
-func (s *Subscriber) Plan(ctx context.Context, q projections.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+// runner sends it with the checkpoint move in one round trip. What the
+// enqueue leased is learnt from the batch's results and handed over, or
+// its room given back, when the runner reports the commit (Committed).
+func (s *Subscriber) Plan(ctx context.Context, _ projections.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	s.settle(false) // a batch whose commit was never reported
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
@@ -121,20 +119,7 @@ func (s *Subscriber) Plan(ctx context.Context, q projections.Querier, events []e
 	if s.Handoff != nil {
 		take, lease = s.Handoff.reserve(msgs)
 	}
-	own := b == nil
-	if own {
-		b = &pgx.Batch{}
-	}
 	s.pending = &pendingEnqueue{msgs: msgs, take: take, res: queueEnqueue(b, msgs, take, lease)}
-	if own {
-		tx, ok := q.(pgx.Tx)
-		if !ok {
-			return nil, errors.New("webhooks: Apply needs a transaction")
-		}
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return nil, err
-		}
-	}
 	return nil, nil
 }
 
