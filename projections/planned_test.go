@@ -15,18 +15,33 @@ import (
 // also queues a statement that fails, after the row.
 type planned struct {
 	fail      bool
+	syncOn    bool // ask for a synchronous commit, as a leasing subscriber does
 	committed int
 }
 
 func (*planned) Name() string { return "planned_test" }
 func (*planned) Schema() string {
-	return `CREATE TABLE IF NOT EXISTS planned_rows (id bigserial PRIMARY KEY, sync_commit text NOT NULL)`
+	// at_commit is synchronous_commit as the commit sees it: a deferred
+	// constraint trigger runs when the transaction commits.
+	return `
+CREATE TABLE IF NOT EXISTS planned_rows (id bigserial PRIMARY KEY, sync_commit text NOT NULL, at_commit text);
+CREATE OR REPLACE FUNCTION planned_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE planned_rows SET at_commit = current_setting('synchronous_commit') WHERE id = NEW.id;
+  RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS planned_at_commit ON planned_rows;
+CREATE CONSTRAINT TRIGGER planned_at_commit AFTER INSERT ON planned_rows
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION planned_at_commit();`
 }
 func (*planned) Tables() []string { return []string{"planned_rows"} }
 func (p *planned) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return applyPlan(ctx, p, tx, events)
+	return ApplyPlan(ctx, p, tx, events)
 }
 func (p *planned) Plan(_ context.Context, _ Querier, _ []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+	if p.syncOn {
+		b.Queue(`SELECT set_config('synchronous_commit', 'on', true)`)
+	}
 	b.Queue(`INSERT INTO planned_rows (sync_commit) SELECT current_setting('synchronous_commit')`)
 	if p.fail {
 		b.Queue(`SELECT 1 / (SELECT count(*) FROM planned_rows WHERE false)`)
@@ -79,12 +94,12 @@ func TestPlannedBatchIsOneTransaction(t *testing.T) {
 		t.Fatalf("applied: returned %s, stored %s, onCommit ran %d times; want %s, %s, 1",
 			next, checkpointOf(t, e.pool, p.Name()), p.committed, first[0].Position, first[0].Position)
 	}
-	var setting string
-	if err := e.pool.QueryRow(ctx, `SELECT sync_commit FROM planned_rows`).Scan(&setting); err != nil {
+	var setting, atCommit string
+	if err := e.pool.QueryRow(ctx, `SELECT sync_commit, at_commit FROM planned_rows`).Scan(&setting, &atCommit); err != nil {
 		t.Fatal(err)
 	}
-	if setting != "off" {
-		t.Fatalf("the batch ran with synchronous_commit %q, want off", setting)
+	if setting != "off" || atCommit != "off" {
+		t.Fatalf("the batch ran with synchronous_commit %q and committed with %q, want off", setting, atCommit)
 	}
 	// Every connection the pool holds is back at the server's setting.
 	conns := e.pool.Stat().TotalConns()
@@ -100,5 +115,29 @@ func TestPlannedBatchIsOneTransaction(t *testing.T) {
 		if setting != "on" {
 			t.Fatalf("a pooled connection kept synchronous_commit %q after the batch", setting)
 		}
+	}
+}
+
+// A Planner may ask for its batch to commit synchronously (the webhook
+// subscriber does when it stored attempts leased to its dispatcher, whose
+// numbers must survive a crash): the runner's own setting goes first in
+// the pipeline, so the Planner's is the one the commit sees.
+func TestPlannerMayCommitSynchronously(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := &planned{syncOn: true}
+	if _, err := prepare(ctx, e.pool, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := applyBatch(ctx, e.pool, p, eventstore.Start,
+		[]eventstore.RecordedEvent{{Position: eventstore.Position{Commit: 10, Prepare: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	var atCommit string
+	if err := e.pool.QueryRow(ctx, `SELECT at_commit FROM planned_rows`).Scan(&atCommit); err != nil {
+		t.Fatal(err)
+	}
+	if atCommit != "on" {
+		t.Fatalf("the Planner's batch committed with synchronous_commit %q, want on", atCommit)
 	}
 }
