@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +30,7 @@ import (
 type benchServer struct {
 	ctx        context.Context
 	pool       *pgxpool.Pool
+	store      *postgres.Store
 	merchantID string
 	sa, std    string // the merchant's test keys
 	client     *ledgerClient
@@ -38,13 +41,17 @@ func newBenchServer(b *testing.B) *benchServer {
 	b.Helper()
 	pool := pgtest.NewPool(b)
 	store := postgres.New(pool)
+	if v := os.Getenv("BENCH_APPEND_CALLS"); v != "" {
+		// Only for comparing settings by hand (docs/performance.md).
+		store.AppendCalls, _ = strconv.Atoi(v)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
 	srv := httptest.NewServer(api.Handler())
-	bs := &benchServer{ctx: ctx, pool: pool, close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
+	bs := &benchServer{ctx: ctx, pool: pool, store: store, close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
 	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
 	if err != nil {
 		bs.close()

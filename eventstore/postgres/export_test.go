@@ -1,5 +1,7 @@
 package postgres
 
+import "github.com/escrowd/escrowd/eventstore"
+
 // SetTailWindow sets how many events the shared tail keeps (at least; it
 // trims back to n once it holds 2n), so tests can make followers cross the
 // window's edges often. Call it before the first Subscribe.
@@ -21,3 +23,55 @@ const NotifyChannel = notifyChannel
 
 // Wakes is how many times the store woke its subscribers.
 func Wakes(s *Store) uint64 { return s.wake.generation() }
+
+// Outcome is one append's result in AppendTogether.
+type Outcome struct {
+	Result eventstore.AppendResult
+	Err    error
+}
+
+// AppendTogether sends the appends as one group, exactly as a call that
+// finds them queued does (each append's streams must not be written by
+// another, as the queue guarantees).
+func AppendTogether(s *Store, appends ...[]eventstore.StreamAppend) []Outcome {
+	reqs := make([]*appendReq, len(appends))
+	out := make([]Outcome, len(appends))
+	var batch []*appendReq
+	for i, a := range appends {
+		r, err := newAppendReq(a)
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		r.done = make(chan struct{})
+		reqs[i] = r
+		batch = append(batch, r)
+	}
+	s.appendMany(batch)
+	for i, r := range reqs {
+		if r != nil {
+			out[i] = Outcome{r.res, r.err}
+		}
+	}
+	return out
+}
+
+// Take is the queue's grouping rule: which of the appends, queued in this
+// order, the next call takes (by index).
+func Take(appends ...[]eventstore.StreamAppend) []int {
+	var g appendGroup
+	index := map[*appendReq]int{}
+	for i, a := range appends {
+		r, err := newAppendReq(a)
+		if err != nil {
+			panic(err)
+		}
+		index[r] = i
+		g.queue = append(g.queue, r)
+	}
+	var taken []int
+	for _, r := range g.take() {
+		taken = append(taken, index[r])
+	}
+	return taken
+}

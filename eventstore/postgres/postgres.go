@@ -49,6 +49,11 @@ type Store struct {
 
 	// PollInterval bounds how long a subscriber sleeps without a wake-up.
 	PollInterval time.Duration
+	// AppendCalls is how many appends may run at once before the next ones
+	// queue and go together in one call (batch.go); 0 turns grouping off.
+	// Set it before the first Append.
+	AppendCalls int
+	group       appendGroup
 }
 
 // New returns a store on pool and starts its LISTEN loop and NOTIFY sender.
@@ -62,6 +67,7 @@ func New(pool *pgxpool.Pool) *Store {
 		stop:         cancel,
 		done:         make(chan struct{}),
 		PollInterval: 500 * time.Millisecond,
+		AppendCalls:  DefaultAppendCalls,
 		bg:           ctx,
 		self:         uuid.NewString(),
 	}
@@ -93,62 +99,92 @@ func (s *Store) Close() {
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
 func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	r, err := newAppendReq(appends)
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	s.submit(ctx, r)
+	return r.res, r.err
+}
+
+// appendReq is one Append in es_append's form, and its outcome.
+type appendReq struct {
+	sorted   []eventstore.StreamAppend
+	streams  []string
+	expected []int64
+	counts   []int32
+	// pgtype.UUID, not uuid.UUID: pgx encodes a uuid.UUID through its
+	// driver.Valuer, a string it then parses back, about 8% of a webhook
+	// benchmark's Go time.
+	ids   []pgtype.UUID
+	types []string
+	data  []json.RawMessage // the caller's bytes: pgx sends a RawMessage as it is, without a copy to string
+	meta  []json.RawMessage // nil metadata: a NULL element
+	sidx  []int32
+	off   []int32
+	// observe is nil unless some check is observed (NULL: none).
+	observe []bool
+
+	res  eventstore.AppendResult
+	err  error
+	done chan struct{} // closed once res and err are set (queued requests)
+}
+
+func newAppendReq(appends []eventstore.StreamAppend) (*appendReq, error) {
 	if len(appends) == 0 {
-		return eventstore.AppendResult{}, errors.New("eventstore: empty append")
+		return nil, errors.New("eventstore: empty append")
 	}
 	// Lock streams in one global order so two appends over the same streams
 	// cannot deadlock.
 	sorted := make([]eventstore.StreamAppend, len(appends))
 	copy(sorted, appends)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Stream < sorted[j].Stream })
-	var (
-		streams  = make([]string, len(sorted))
-		expected = make([]int64, len(sorted))
-		counts   = make([]int32, len(sorted))
-		// pgtype.UUID, not uuid.UUID: pgx encodes a uuid.UUID through its
-		// driver.Valuer, a string it then parses back, about 8% of a
-		// webhook benchmark's Go time.
-		ids   []pgtype.UUID
-		types []string
-		data  []json.RawMessage // the caller's bytes: pgx sends a RawMessage as it is, without a copy to string
-		meta  []json.RawMessage // nil metadata: a NULL element
-		sidx  []int32
-		off   []int32
-		// observe is nil unless some check is observed (NULL: none).
-		observe []bool
-	)
+	r := &appendReq{
+		sorted:   sorted,
+		streams:  make([]string, len(sorted)),
+		expected: make([]int64, len(sorted)),
+		counts:   make([]int32, len(sorted)),
+	}
 	for i, a := range sorted {
 		if a.Stream == "" {
-			return eventstore.AppendResult{}, errors.New("eventstore: empty stream name")
+			return nil, errors.New("eventstore: empty stream name")
 		}
 		if i > 0 && sorted[i-1].Stream == a.Stream {
-			return eventstore.AppendResult{}, fmt.Errorf("eventstore: stream %q appears twice in one append", a.Stream)
+			return nil, fmt.Errorf("eventstore: stream %q appears twice in one append", a.Stream)
 		}
-		streams[i], expected[i], counts[i] = a.Stream, int64(a.Expected), int32(len(a.Events))
+		r.streams[i], r.expected[i], r.counts[i] = a.Stream, int64(a.Expected), int32(len(a.Events))
 		if a.Observed && len(a.Events) == 0 {
-			if observe == nil {
-				observe = make([]bool, len(sorted))
+			if r.observe == nil {
+				r.observe = make([]bool, len(sorted))
 			}
-			observe[i] = true
+			r.observe[i] = true
 		}
 		for k, e := range a.Events {
 			if e.Type == "" {
-				return eventstore.AppendResult{}, errors.New("eventstore: event without type")
+				return nil, errors.New("eventstore: event without type")
 			}
 			if err := storableEscapes(e.Data); err != nil {
-				return eventstore.AppendResult{}, fmt.Errorf("eventstore: event %s data: %w", e.ID, err)
+				return nil, fmt.Errorf("eventstore: event %s data: %w", e.ID, err)
 			}
 			if err := storableEscapes(e.Metadata); err != nil {
-				return eventstore.AppendResult{}, fmt.Errorf("eventstore: event %s metadata: %w", e.ID, err)
+				return nil, fmt.Errorf("eventstore: event %s metadata: %w", e.ID, err)
 			}
-			ids = append(ids, pgtype.UUID{Bytes: e.ID, Valid: true})
-			types = append(types, e.Type)
-			data = append(data, jsonOrNull(e.Data))
-			meta = append(meta, e.Metadata)
-			sidx = append(sidx, int32(i+1))
-			off = append(off, int32(k))
+			r.ids = append(r.ids, pgtype.UUID{Bytes: e.ID, Valid: true})
+			r.types = append(r.types, e.Type)
+			r.data = append(r.data, jsonOrNull(e.Data))
+			r.meta = append(r.meta, e.Metadata)
+			r.sidx = append(r.sidx, int32(i+1))
+			r.off = append(r.off, int32(k))
 		}
 	}
+	return r, nil
+}
+
+// observed reports whether entry i is a check without a lock.
+func (r *appendReq) observed(i int) bool { return r.observe != nil && r.observe[i] }
+
+// appendOne appends r alone with es_append.
+func (s *Store) appendOne(ctx context.Context, r *appendReq) {
 	var (
 		tx      string
 		lastSeq int64
@@ -157,7 +193,7 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	call := func(checkIDs bool) error {
 		return s.pool.QueryRow(ctx,
 			`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::json[], $7::json[], $8, $9, $10, $11::boolean[])`,
-			streams, expected, counts, ids, types, data, meta, sidx, off, checkIDs, observe,
+			r.streams, r.expected, r.counts, r.ids, r.types, r.data, r.meta, r.sidx, r.off, checkIDs, r.observe,
 		).Scan(&tx, &lastSeq, &revs)
 	}
 	// The first call skips es_append's idempotency check (an index probe per
@@ -167,55 +203,79 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	// identical append committing meanwhile (a client retrying while its
 	// first attempt is still in flight).
 	err := call(false)
-	if err != nil && len(ids) > 0 && isRaceLoss(err) {
+	if err != nil && len(r.ids) > 0 && isRaceLoss(err) {
 		// If any of the ids is stored now, a second call with the check
 		// settles it: events only ever get added, so it takes the idempotent
 		// path or reports the ids as stored elsewhere.
 		var stored bool
-		if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, ids).Scan(&stored); qerr != nil {
-			return eventstore.AppendResult{}, qerr
+		if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, r.ids).Scan(&stored); qerr != nil {
+			r.err = qerr
+			return
 		}
 		if stored {
 			err = call(true)
 		}
 	}
 	if err != nil {
-		err = mapError(err)
-		var ce *eventstore.ConcurrencyError
-		if errors.As(err, &ce) {
-			for _, a := range sorted {
-				if a.Stream == ce.Stream {
-					ce.Expected = a.Expected
-				}
+		r.fail(mapError(err))
+		return
+	}
+	r.succeed(tx, lastSeq, revs)
+}
+
+// fail records err, with the expectation the caller had of the stream a
+// concurrency error names.
+func (r *appendReq) fail(err error) {
+	var ce *eventstore.ConcurrencyError
+	if errors.As(err, &ce) {
+		for _, a := range r.sorted {
+			if a.Stream == ce.Stream {
+				ce.Expected = a.Expected
 			}
 		}
-		return eventstore.AppendResult{}, err
 	}
+	r.err = err
+}
+
+// succeed records the outcome of a stored append: its transaction, the
+// sequence of its last event and each stream's revision after it (-1: the
+// stream has no events).
+func (r *appendReq) succeed(tx string, lastSeq int64, revs []int64) {
 	commit, err := strconv.ParseUint(tx, 10, 64)
 	if err != nil {
-		return eventstore.AppendResult{}, fmt.Errorf("eventstore: bad transaction id %q", tx)
+		r.err = fmt.Errorf("eventstore: bad transaction id %q", tx)
+		return
+	}
+	if len(revs) != len(r.streams) {
+		r.err = fmt.Errorf("eventstore: %d revisions for %d streams", len(revs), len(r.streams))
+		return
 	}
 	res := eventstore.AppendResult{
 		Position:  eventstore.Position{Commit: commit, Prepare: uint64(lastSeq)},
-		Revisions: make(map[string]uint64, len(streams)),
+		Revisions: make(map[string]uint64, len(r.streams)),
 	}
-	if len(ids) == 0 {
+	if len(r.ids) == 0 {
 		// A pure revision check wrote nothing: there is no position to wait
 		// for (es_append reports its own transaction id, which readers would
 		// only pass with some later event).
 		res.Position = eventstore.Start
 	}
-	for i, st := range streams {
+	for i, st := range r.streams {
 		if revs[i] >= 0 {
 			res.Revisions[st] = uint64(revs[i])
 		}
 	}
+	r.res = res
+}
+
+// appended wakes this process's subscribers and queues a notification for
+// the others.
+func (s *Store) appended() {
 	s.wake.broadcast()
 	select {
 	case s.notifyCh <- struct{}{}:
 	default:
 	}
-	return res, nil
 }
 
 func jsonOrNull(b []byte) json.RawMessage {
