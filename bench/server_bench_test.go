@@ -37,14 +37,21 @@ type benchServer struct {
 	close      func()
 }
 
+// newBenchStore is the event store the benchmarks run on.
+// BENCH_APPEND_CALLS sets its Store.AppendCalls, only for comparing
+// settings by hand (docs/performance.md).
+func newBenchStore(pool *pgxpool.Pool) *postgres.Store {
+	store := postgres.New(pool)
+	if v := os.Getenv("BENCH_APPEND_CALLS"); v != "" {
+		store.AppendCalls, _ = strconv.Atoi(v)
+	}
+	return store
+}
+
 func newBenchServer(b *testing.B) *benchServer {
 	b.Helper()
 	pool := pgtest.NewPool(b)
-	store := postgres.New(pool)
-	if v := os.Getenv("BENCH_APPEND_CALLS"); v != "" {
-		// Only for comparing settings by hand (docs/performance.md).
-		store.AppendCalls, _ = strconv.Atoi(v)
-	}
+	store := newBenchStore(pool)
 	ctx, cancel := context.WithCancel(context.Background())
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	done := make(chan struct{})

@@ -24,7 +24,6 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
@@ -66,7 +65,7 @@ const (
 func benchWebhooks(b *testing.B, rate int) {
 	warmUp := rate // one second of the paced load; none for burst
 	pool := pgtest.NewPool(b)
-	store := postgres.New(pool)
+	store := newBenchStore(pool)
 	defer store.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
