@@ -284,3 +284,54 @@ CREATE TRIGGER flushretry_fail BEFORE UPDATE ON projection_checkpoints
 		return checkpointOf(t, e.pool, c.name) == last
 	})
 }
+
+// Catch-up and a closing projector store a skipped position with
+// skipBatch, which waits for a checkpoint row another transaction holds
+// (a rebuild's swap, an overlapping applier) and then moves it. Only the
+// runner's flusher, whose one statement serves every projector, leaves
+// such a row for its next round: a skipBatch that did the same would
+// report a skip it could not store as a resync.
+func TestSkipBatchWaitsForAHeldCheckpoint(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	c := interested{newCounter("held")}
+	head := visible(t, e.store, appendBulk(t, e.store, 10, 1))
+	if err := ensureCheckpoint(ctx, e.pool, c.name); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM projection_checkpoints WHERE name = $1 FOR UPDATE`, c.name); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- skipBatch(ctx, e.pool, c.name, eventstore.Start, head) }()
+	// It waits on the row's lock (seen by the server), not returning.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		select {
+		case err := <-done:
+			t.Fatalf("skipBatch returned (%v) while the row was held", err)
+		default:
+		}
+		if count(t, e.pool, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%projection_checkpoints%' AND pid <> pg_backend_pid()`) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("skipBatch never waited for the held row")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("skipBatch once the row was free: %v", err)
+	}
+	if got := checkpointOf(t, e.pool, c.name); got != head {
+		t.Fatalf("checkpoint %s, want %s", got, head)
+	}
+}

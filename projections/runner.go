@@ -464,15 +464,53 @@ func (f *skipFlusher) flush() {
 // (errResync for it), absent for one whose row another transaction holds
 // (a rebuild's swap, an overlapping applier), which is skipped rather than
 // waited for, since the statement holds every other projector's flush.
-// Like every projection commit it need not wait for the WAL flush.
 func skipBatches(ctx context.Context, pool *pgxpool.Pool, cs []*checkpointer) (map[string]bool, error) {
-	n := len(cs)
+	moves := make([]checkpointMove, len(cs))
+	for i, c := range cs {
+		moves[i] = checkpointMove{name: c.name, expected: c.stored, next: c.target}
+	}
+	return moveCheckpoints(ctx, pool, moves, true)
+}
+
+// skipBatch moves one checkpoint past a batch that holds nothing for the
+// projector, waiting for its row if another transaction holds it: the
+// move only happens if the stored checkpoint is still the expected one
+// (else errResync, as in applyBatch).
+func skipBatch(ctx context.Context, pool *pgxpool.Pool, name string, expected, last eventstore.Position) error {
+	moved, err := moveCheckpoints(ctx, pool, []checkpointMove{{name: name, expected: expected, next: last}}, false)
+	if err != nil {
+		return err
+	}
+	if !moved[name] {
+		return errResync
+	}
+	return nil
+}
+
+// checkpointMove moves a checkpoint from expected to next.
+type checkpointMove struct {
+	name           string
+	expected, next eventstore.Position
+}
+
+// moveCheckpoints makes the moves in one round trip, each only if its
+// checkpoint is still at expected, taking the rows in name order. It
+// reports, by name, whether each checkpoint was moved (false: found
+// elsewhere). With skipLocked a row another transaction holds is left out
+// of the answer instead of waited for. Like every projection commit it
+// need not wait for the WAL flush.
+func moveCheckpoints(ctx context.Context, pool *pgxpool.Pool, moves []checkpointMove, skipLocked bool) (map[string]bool, error) {
+	n := len(moves)
 	names := make([]string, n)
 	nc, np, ec, ep := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	for i, c := range cs {
-		names[i] = c.name
-		nc[i], np[i] = toDB(c.target.Commit), toDB(c.target.Prepare)
-		ec[i], ep[i] = toDB(c.stored.Commit), toDB(c.stored.Prepare)
+	for i, m := range moves {
+		names[i] = m.name
+		nc[i], np[i] = toDB(m.next.Commit), toDB(m.next.Prepare)
+		ec[i], ep[i] = toDB(m.expected.Commit), toDB(m.expected.Prepare)
+	}
+	lock := "FOR UPDATE"
+	if skipLocked {
+		lock = "FOR UPDATE SKIP LOCKED"
 	}
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
@@ -481,7 +519,7 @@ func skipBatches(ctx context.Context, pool *pgxpool.Pool, cs []*checkpointer) (m
 		    AS x(name, next_commit, next_prepare, commit_pos, prepare_pos)),
 		locked AS (
 		  SELECT c.name, c.commit_pos, c.prepare_pos FROM projection_checkpoints c
-		   WHERE c.name = ANY ($1) ORDER BY c.name FOR UPDATE SKIP LOCKED),
+		   WHERE c.name = ANY ($1) ORDER BY c.name `+lock+`),
 		moved AS (
 		  UPDATE projection_checkpoints c
 		     SET commit_pos = x.next_commit, prepare_pos = x.next_prepare, updated_at = now(),
@@ -937,39 +975,6 @@ func prepare(ctx context.Context, pool *pgxpool.Pool, p Projector) (eventstore.P
 		return nil
 	})
 	return pos, err
-}
-
-// skipBatch moves a checkpoint past a batch that holds nothing for the
-// projector, in one round trip: the update only matches if the stored
-// checkpoint is still the expected one (else errResync, as in applyBatch).
-// Like every projection commit it need not wait for the WAL flush.
-func skipBatch(ctx context.Context, pool *pgxpool.Pool, name string, expected, last eventstore.Position) error {
-	b := &pgx.Batch{}
-	b.Queue(`BEGIN`)
-	b.Queue(`SET LOCAL synchronous_commit TO off`)
-	b.Queue(moveCheckpointSQL,
-		name, toDB(last.Commit), toDB(last.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
-	b.Queue(`COMMIT`)
-	br := pool.SendBatch(ctx, b)
-	var moved int64
-	var err error
-	for i := 0; i < 4 && err == nil; i++ {
-		var tag pgconn.CommandTag
-		tag, err = br.Exec()
-		if i == 2 {
-			moved = tag.RowsAffected()
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if moved != 1 {
-		return errResync
-	}
-	return nil
 }
 
 // applyBatch applies events, which follow position expected in the log, and
