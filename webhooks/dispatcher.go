@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -114,7 +113,6 @@ type Dispatcher struct {
 	// dispatcher (see reserve), not yet started; handedWake tells Run.
 	handed     []claimed
 	handedWake chan struct{}
-	handedN    atomic.Int64 // attempts ever handed over (for tests)
 }
 
 // handOffQuiet is how long after a Subscriber's last request for room
@@ -485,7 +483,6 @@ func (d *Dispatcher) handOver(cs []claimed) {
 	d.mu.Lock()
 	if d.running {
 		d.handed = append(d.handed, cs...)
-		d.handedN.Add(int64(len(cs)))
 		d.mu.Unlock()
 		select {
 		case d.handedWake <- struct{}{}:

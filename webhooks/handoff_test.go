@@ -32,16 +32,17 @@ func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
 	rc := newReceiver(t, nil, nil)
 	m := e.merchant(rc.srv.URL)
 	reg := prometheus.NewRegistry()
+	leased := e.countLeasedAtEnqueue()
 	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Metrics = NewMetrics(reg) })
 	e.runSubscriberHandingTo(e.pool, d)
 	first := e.deposits(m.MerchantID, 1)
 	eventually(t, 10*time.Second, "first delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
-	if n := d.handedN.Load(); n != 0 {
-		t.Fatalf("%d attempts handed over for a merchant never seen answering", n)
+	if n, h := leased(), startedVia(t, reg, viaHandoff); n != 0 || h != 0 {
+		t.Fatalf("%d attempts stored leased, %v started via handoff, for a merchant never seen answering", n, h)
 	}
 	ids := append(first, e.deposits(m.MerchantID, 20)...)
 	eventually(t, 10*time.Second, "all delivered", func() bool { return e.statuses()[StatusDelivered] == 21 })
-	if d.handedN.Load() == 0 {
+	if startedVia(t, reg, viaHandoff) == 0 {
 		t.Fatal("no attempt handed over")
 	}
 	got := rc.delivered()
@@ -56,11 +57,50 @@ func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
 		}
 	}
 	// The counter tells them apart: every attempt counted once, by how it
-	// came.
+	// came. Every attempt the subscriber stored leased was handed over (the
+	// dispatcher ran throughout) and started as such; the others were
+	// claimed.
 	handed, claimed := startedVia(t, reg, viaHandoff), startedVia(t, reg, viaClaim)
-	if handed != float64(d.handedN.Load()) || handed+claimed != 21 || claimed < 1 {
-		t.Fatalf("started via handoff %v, via claim %v; handed over %d, 21 in all", handed, claimed, d.handedN.Load())
+	if n := leased(); handed != float64(n) || handed+claimed != 21 || claimed < 1 {
+		t.Fatalf("started via handoff %v, via claim %v; stored leased %d, 21 in all", handed, claimed, n)
 	}
+}
+
+// countLeasedAtEnqueue makes the database count the deliveries stored
+// already leased: the attempts a subscriber hands over (a claim leases rows
+// stored pending). It returns how many committed so far. The count is kept
+// by a trigger, apart from the dispatcher, so that tests can check what the
+// dispatcher reports against it.
+func (e *testEnv) countLeasedAtEnqueue() (committed func() int) {
+	e.t.Helper()
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `
+		CREATE TABLE test_leased_at_enqueue (id uuid PRIMARY KEY);
+		CREATE FUNCTION test_leased_at_enqueue() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+		    INSERT INTO test_leased_at_enqueue VALUES (NEW.id);
+		    RETURN NULL;
+		END $$;
+		CREATE TRIGGER test_leased_at_enqueue AFTER INSERT ON webhook_deliveries
+		    FOR EACH ROW WHEN (NEW.status = 'delivering') EXECUTE FUNCTION test_leased_at_enqueue();`); err != nil {
+		e.t.Fatal(err)
+	}
+	return func() int {
+		e.t.Helper()
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM test_leased_at_enqueue`).Scan(&n); err != nil {
+			e.t.Fatal(err)
+		}
+		return n
+	}
+}
+
+// handedWaiting is how many attempts were handed over to d and not yet
+// started.
+func handedWaiting(d *Dispatcher) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.handed)
 }
 
 // startedVia reads escrowd_webhook_attempts_started_total{via}.
@@ -335,7 +375,8 @@ func TestHandedOverAttemptOfADeadDispatcherGoesOutAfterItsLease(t *testing.T) {
 	dead.running, dead.prompt[m.MerchantID] = true, true
 	e.runSubscriberHandingTo(e.pool, dead)
 	id := e.deposits(m.MerchantID, 1)[0]
-	eventually(t, 10*time.Second, "handed over", func() bool { return dead.handedN.Load() == 1 })
+	// It never runs: what is handed over to it stays there.
+	eventually(t, 10*time.Second, "handed over", func() bool { return handedWaiting(dead) == 1 })
 	if s := e.statuses(); s[StatusDelivering] != 1 {
 		t.Fatalf("statuses %v", s)
 	}
@@ -428,8 +469,10 @@ func TestHandoffKeepsTheBounds(t *testing.T) {
 		ms = append(ms, e.merchant(rc.srv.URL).MerchantID)
 	}
 	client := &http.Client{Transport: merchantTransport{}}
+	reg := prometheus.NewRegistry()
 	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) {
 		d.Workers, d.PerMerchant, d.SlowPerMerchant, d.Client = workers, perMerchant, perMerchant, client
+		d.Metrics = NewMetrics(reg)
 	})
 	e.runSubscriberHandingTo(e.pool, d)
 	// Each merchant answers once first (through a claim): only merchants
@@ -453,7 +496,7 @@ func TestHandoffKeepsTheBounds(t *testing.T) {
 			t.Fatalf("message %s delivered %d times", id, n)
 		}
 	}
-	if d.handedN.Load() == 0 {
+	if startedVia(t, reg, viaHandoff) == 0 {
 		t.Fatal("nothing handed over: the test did not test the handoff")
 	}
 	mu.Lock()
