@@ -115,6 +115,10 @@ type Dispatcher struct {
 	handedWake chan struct{}
 }
 
+// maxClaim bounds the rows one claim leases: a longer backlog goes out in
+// several claims, back to back (see Run).
+const maxClaim = 256
+
 // handOffQuiet is how long after a Subscriber's last request for room
 // claims still leave it some. Past it the subscriber has stopped handing
 // over (its runner lost the lock to another process, or nothing happens),
@@ -318,7 +322,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		start(d.takeHanded(), viaHandoff)
 		d.mu.Lock()
-		free := min(d.Workers-d.inFlight(), 256)
+		free := min(d.Workers-d.inFlight(), maxClaim)
 		if d.handingOff() && !d.more && free > 1 {
 			// Half the free workers, so that a batch the subscriber
 			// enqueues while the claim runs still finds room: refused, it

@@ -474,6 +474,58 @@ func TestBacklogGoesOutAsAttemptsEnd(t *testing.T) {
 	eventually(t, 10*time.Second, "the whole backlog", func() bool { return len(rc.delivered()) == len(ids) })
 }
 
+// TestFullClaimClaimsAgainAtOnce: a claim that comes back full (it got
+// all it asked for: every free worker, or maxClaim rows) may have left due
+// rows behind, and the dispatcher claims again at once, until a claim
+// comes back short. Nothing else wakes it here: its poll interval is an
+// hour, the rows are inserted without a notification, and no attempt ends
+// (their endpoint lookups wait) until every row is leased. Only the
+// wake-up it sends itself once listening may add one claim, so with three
+// full claims of rows due, the dispatcher leases them all only by claiming
+// again. (With fewer workers than maxClaim this rule cannot be told apart:
+// a full claim takes every worker, and the next comes when an attempt
+// ends.)
+func TestFullClaimClaimsAgainAtOnce(t *testing.T) {
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, nil)
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open()
+	const rows = 3 * maxClaim
+	seedDue(t, e.pool, interleaved(rows, "m1"))
+	e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = 4*maxClaim, 4*maxClaim, 4*maxClaim
+		d.Timeout, d.SlowAfter = time.Minute, time.Minute
+		d.PollInterval = time.Hour
+		d.Endpoints = gatedEndpoints{gate: gate, url: rc.srv.URL}
+	})
+	eventually(t, 10*time.Second, "every row leased", func() bool { return e.statuses()[StatusDelivering] == rows })
+	if n := len(rc.all()); n != 0 {
+		t.Fatalf("%d requests before the endpoints were looked up", n)
+	}
+	open()
+	eventually(t, 30*time.Second, "every row delivered", func() bool { return e.statuses()[StatusDelivered] == rows })
+	if n := len(rc.all()); n != rows {
+		t.Fatalf("%d requests for %d rows", n, rows)
+	}
+}
+
+// gatedEndpoints looks every endpoint up as url once gate is closed: until
+// then the attempts claimed wait in flight, before asking any receiver.
+type gatedEndpoints struct {
+	gate <-chan struct{}
+	url  string
+}
+
+func (g gatedEndpoints) Endpoint(ctx context.Context, _ string, _ domain.Environment) (Endpoint, error) {
+	select {
+	case <-g.gate:
+		return Endpoint{URL: g.url}, nil
+	case <-ctx.Done():
+		return Endpoint{}, ctx.Err()
+	}
+}
+
 // TestDeadMerchantDoesNotDelayOthers: a merchant whose receiver hangs holds
 // at most its per-merchant share of the workers.
 func TestDeadMerchantDoesNotDelayOthers(t *testing.T) {
