@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
@@ -254,8 +255,50 @@ func TestResumerRoundPagesPastWithdrawalsItCannotSettle(t *testing.T) {
 	expectMain(t, a, cid, money.Naira(5000-2*(1000+50)))
 }
 
-// Rounds are spread between three and five quarters of the interval.
+// Run's pauses between rounds are drawn between three quarters and five
+// quarters of Interval, each anew, so that API processes started together
+// drift apart. In a synctest bubble the pauses are measured on its fake
+// clock, between the rounds Run actually starts.
 func TestResumerPausesAreJittered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const interval = 40 * time.Second
+		var rounds []time.Time
+		r := &PayoutResumer{
+			Service:  &Service{Engine: NewEngine(nil, 1)},
+			Interval: interval,
+			Find: func(context.Context, PayoutRef, time.Time, int) ([]PayoutRef, error) {
+				rounds = append(rounds, time.Now())
+				return nil, nil
+			},
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- r.Run(ctx) }()
+		time.Sleep(100 * interval)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run: %v", err)
+		}
+		if len(rounds) < 80 || len(rounds) > 135 {
+			t.Fatalf("%d rounds in 100 intervals; want 81 to 134", len(rounds))
+		}
+		pauses := map[time.Duration]bool{}
+		for i := 1; i < len(rounds); i++ {
+			p := rounds[i].Sub(rounds[i-1])
+			if p < interval*3/4 || p >= interval*5/4 {
+				t.Fatalf("pause %d: %s; want within [%s, %s)", i, p, interval*3/4, interval*5/4)
+			}
+			pauses[p] = true
+		}
+		// Drawn anew each time: a fixed pause (or one drawn once) gives one
+		// value; 80 draws of a float give 80.
+		if len(pauses) < len(rounds)/2 {
+			t.Fatalf("%d distinct pauses among %d: not drawn for each pause", len(pauses), len(rounds)-1)
+		}
+	})
+}
+
+func TestJittered(t *testing.T) {
 	const d = 40 * time.Second
 	for _, tc := range []struct {
 		u    float64
