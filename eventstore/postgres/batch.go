@@ -237,8 +237,10 @@ func (s *Store) appendMany(batch []*appendReq) {
 	}
 	if err != nil {
 		// The call failed as a whole (an event id stored already, a new
-		// stream created meanwhile, a lost connection): nothing of it is
-		// stored. Each append alone reports its own outcome.
+		// stream created meanwhile), or its outcome is unknown (a lost
+		// connection, an answer that does not fit the call). Each append
+		// alone reports its own outcome: one the call did store comes
+		// back from es_append's idempotent path, as a retry would.
 		stored := false
 		for _, r := range batch {
 			s.appendOne(ctx, r)
@@ -308,6 +310,8 @@ func (s *Store) appendMany(batch []*appendReq) {
 		for _, id := range r.ids {
 			seq, found := seqOf[id.Bytes]
 			if !found {
+				// Stored (the call committed) but not reported: the
+				// caller's retry finds it through the idempotent path.
 				r.err = errMalformedBatch
 				break
 			}
