@@ -173,6 +173,9 @@ func TestServeReportsWebhookSubscriber(t *testing.T) {
 			strings.Contains(body, "escrowd_webhook_outbox_failed 0") &&
 			strings.Contains(body, "escrowd_eventstore_horizon_held_events ") &&
 			strings.Contains(body, "escrowd_eventstore_horizon_held_seconds ") &&
+			strings.Contains(body, `escrowd_eventstore_appends_total{sent="alone"} `) &&
+			strings.Contains(body, `escrowd_eventstore_appends_total{sent="grouped"} `) &&
+			strings.Contains(body, "escrowd_eventstore_group_calls_total ") &&
 			strings.Contains(body, `escrowd_http_requests_total{method="GET",route="/readyz",status="200"}`)
 	})
 }

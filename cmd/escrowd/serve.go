@@ -17,6 +17,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
@@ -70,6 +71,9 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	reg := newRegistry()
 	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
 		reg.MustRegister(newHorizonCollector(hr))
+	}
+	if as, ok := env.Store.(interface{ AppendStats() postgres.AppendStats }); ok {
+		reg.MustRegister(newAppendCollector(as))
 	}
 	g, ctx := errgroup.WithContext(ctx)
 	if want["projector"] {

@@ -44,6 +44,7 @@ type appendGroup struct {
 	queue   []*appendReq
 	running int
 
+	alone   atomic.Uint64 // appends sent alone
 	calls   atomic.Uint64 // calls of es_append_batch
 	batched atomic.Uint64 // appends they carried
 }
@@ -56,6 +57,7 @@ func (s *Store) submit(ctx context.Context, r *appendReq) {
 	if limit <= 0 || g.running < limit {
 		g.running++
 		g.mu.Unlock()
+		g.alone.Add(1)
 		s.appendOne(ctx, r)
 		if r.err == nil {
 			s.appended()
@@ -165,6 +167,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 	ctx, cancel := context.WithTimeout(s.bg, batchTimeout)
 	defer cancel()
 	if len(batch) == 1 {
+		s.group.alone.Add(1)
 		s.appendOne(ctx, batch[0])
 		if batch[0].err == nil {
 			s.appended()
@@ -242,6 +245,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 		// alone reports its own outcome: one the call did store comes
 		// back from es_append's idempotent path, as a retry would.
 		stored := false
+		s.group.alone.Add(uint64(len(batch)))
 		for _, r := range batch {
 			s.appendOne(ctx, r)
 			stored = stored || r.err == nil
@@ -328,8 +332,16 @@ func (s *Store) appendMany(batch []*appendReq) {
 	}
 }
 
-// AppendStats is how many calls of es_append_batch the store made and how
-// many appends they carried (appends sent alone are not counted).
-func (s *Store) AppendStats() (calls, appends uint64) {
-	return s.group.calls.Load(), s.group.batched.Load()
+// AppendStats counts how this store's appends went: sent alone, or in
+// grouped calls of es_append_batch (Calls of them, carrying Grouped
+// appends). A refused append that es_append then settles alone (a retry
+// of one stored already) counts in its group; the appends of a group call
+// that failed as a whole count as sent alone, as they then were.
+type AppendStats struct {
+	Alone, Calls, Grouped uint64
+}
+
+// AppendStats reads the counts since the store was made.
+func (s *Store) AppendStats() AppendStats {
+	return AppendStats{Alone: s.group.alone.Load(), Calls: s.group.calls.Load(), Grouped: s.group.batched.Load()}
 }
