@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -647,23 +648,90 @@ func TestEnqueueWakesTheDispatchers(t *testing.T) {
 }
 
 // TestHandingOffEndsWhenTheSubscriberStopsAsking: claims leave room for
-// the handoff only while a subscriber asks for it. One whose runner lost
-// the lock to another process asks no more, and the dispatcher's claims
-// then take every free worker again instead of half.
+// the handoff only while a subscriber asks for it. While it does (within
+// handOffQuiet of its last reserve) Run claims half its free workers, so
+// that the subscriber's next batch still finds room; one whose runner lost
+// the lock to another process asks no more, and Run's claims then take
+// every free worker again instead of half. Before any subscriber asked,
+// they take every free worker too.
+//
+// It watches the claims Run makes, by the rows each leases (a claim is one
+// transaction: its rows share their xmin). The attempts claimed stay in
+// flight (their endpoint lookups wait), so each phase claims with the
+// workers the previous ones left free: 32, then 15, 6 and 2. Each phase
+// seeds more rows than half of them, all at once and without a
+// notification, so that the claims' sizes tell halving from not. The
+// dispatcher's clock is the test's: the subscriber stops asking when the
+// test moves it on, not after ten seconds. A phase begins only once no
+// claim started before the change is still running, which could otherwise
+// take its rows by the old rule.
 func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
-	now := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
-	d := &Dispatcher{Now: func() time.Time { return now }}
-	d.defaults()
-	if d.handingOff() {
-		t.Fatal("handing off before any subscriber asked")
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, nil)
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open()
+	base := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	var elapsed atomic.Int64 // on the dispatcher's clock, since base
+	const workers = 32
+	first := seedDue(t, e.pool, interleaved(17, "m1"))
+	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = workers, workers, workers
+		d.Timeout, d.SlowAfter, d.Lease = time.Minute, time.Hour, time.Hour
+		d.PollInterval = time.Hour
+		d.Retention = -1
+		d.Endpoints = gatedEndpoints{gate: gate, url: rc.srv.URL}
+		d.Now = func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
+	})
+	leased := 0
+	// claims waits until ids are all leased and returns the sizes of the
+	// claims that leased them, in order.
+	claims := func(ids []uuid.UUID) []int {
+		t.Helper()
+		leased += len(ids)
+		eventually(t, 10*time.Second, fmt.Sprint(leased, " rows leased"), func() bool { return e.statuses()[StatusDelivering] == leased })
+		rows, err := e.pool.Query(context.Background(), `
+			SELECT count(*) FROM webhook_deliveries WHERE id = ANY ($1::uuid[])
+			 GROUP BY xmin::text::bigint ORDER BY min(lease_until), xmin::text::bigint`, pgUUIDs(ids))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sizes
 	}
-	d.reserve([]Message{{ID: uuid.New(), MerchantID: "m1"}})
-	now = now.Add(handOffQuiet - time.Second)
-	if !d.handingOff() {
-		t.Fatal("not handing off within the quiet period after a request")
+	// phase makes change, waits until no claim begun before it runs, and
+	// seeds n due rows for the claims begun after it.
+	phase := func(change func(), n int) []uuid.UUID {
+		t.Helper()
+		change()
+		eventually(t, 10*time.Second, "no claim under way", func() bool {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return !d.claiming
+		})
+		ids := seedDue(t, e.pool, interleaved(n, "m1"))
+		d.signal()
+		return ids
 	}
-	now = now.Add(time.Second)
-	if d.handingOff() {
-		t.Fatal("still handing off after the subscriber stopped asking")
+	if got := claims(first); !slices.Equal(got, []int{17}) {
+		t.Fatalf("before any subscriber asked: claims of %v for 17 rows and 32 free workers, want [17]", got)
+	}
+	ids := phase(func() { d.reserve(nil) }, 9)
+	if got := claims(ids); !slices.Equal(got, []int{8, 1}) {
+		t.Fatalf("while the subscriber asks: claims of %v for 9 rows and 15 free workers, want [8 1] (half, then the rest)", got)
+	}
+	ids = phase(func() { elapsed.Store(int64(handOffQuiet - time.Second)) }, 4)
+	if got := claims(ids); !slices.Equal(got, []int{3, 1}) {
+		t.Fatalf("%s after the subscriber last asked: claims of %v for 4 rows and 6 free workers, want [3 1]", handOffQuiet-time.Second, got)
+	}
+	ids = phase(func() { elapsed.Store(int64(handOffQuiet)) }, 2)
+	if got := claims(ids); !slices.Equal(got, []int{2}) {
+		t.Fatalf("%s after the subscriber last asked: claims of %v for 2 rows and 2 free workers, want [2]", handOffQuiet, got)
+	}
+	if n := len(rc.all()); n != 0 {
+		t.Fatalf("%d requests before the endpoints were looked up", n)
 	}
 }
