@@ -10,6 +10,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
+	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -22,6 +23,7 @@ type Config struct {
 	Hosts              map[string]domain.Environment
 	DefaultEnvironment domain.Environment
 	RateLimitPerMinute int
+	AppendCalls        int
 	PublicURL          string
 	DataDir            string
 	WebhookAllowPriv   bool
@@ -68,6 +70,11 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("ESCROW_RATE_LIMIT_PER_MINUTE must be a non-negative integer")
 	}
 	c.RateLimitPerMinute = rl
+	ac, err := strconv.Atoi(getenv("ESCROW_APPEND_CALLS", strconv.Itoa(postgres.DefaultAppendCalls)))
+	if err != nil || ac < 0 {
+		return c, fmt.Errorf("ESCROW_APPEND_CALLS must be a non-negative integer")
+	}
+	c.AppendCalls = ac
 	for name, v := range map[string]string{"ESCROW_BSC_MASTER_ADDRESS_TEST": c.BSCMasterTest, "ESCROW_BSC_MASTER_ADDRESS_LIVE": c.BSCMasterLive} {
 		if v != "" && !whitelist.ValidAddress(v) {
 			return c, fmt.Errorf("%s must be 0x followed by 40 hexadecimal characters", name)

@@ -2,10 +2,13 @@ package main
 
 import (
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 // TestLoadConfigHostEnvironments: ESCROW_HOSTS and ESCROW_DEFAULT_ENVIRONMENT
@@ -97,5 +100,44 @@ func TestLoadConfigWebhookAllowPrivate(t *testing.T) {
 				t.Fatalf("AllowPrivate %v, err %v; want %v", c.WebhookAllowPriv, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestLoadConfigAppendCalls(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    int
+		wantErr bool
+	}{{"", 1, false}, {"1", 1, false}, {"0", 0, false}, {"3", 3, false}, {"-1", 0, true}, {"many", 0, true}} {
+		t.Run(tc.value, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://unused")
+			t.Setenv("ESCROW_APPEND_CALLS", tc.value)
+			c, err := LoadConfig()
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "ESCROW_APPEND_CALLS must be a non-negative integer") {
+					t.Fatalf("LoadConfig() error %v", err)
+				}
+				return
+			}
+			if err != nil || c.AppendCalls != tc.want {
+				t.Fatalf("AppendCalls %d, err %v; want %d", c.AppendCalls, err, tc.want)
+			}
+		})
+	}
+}
+
+// The setting reaches the PostgreSQL store the commands and the server use.
+func TestAppendCallsReachTheStore(t *testing.T) {
+	db := pgtest.NewURL(t)
+	for _, v := range []string{"0", "3"} {
+		t.Setenv("ESCROW_APPEND_CALLS", v)
+		env := testEnv(t, db)
+		ps, ok := env.Store.(*postgres.Store)
+		if !ok {
+			t.Fatalf("store is %T", env.Store)
+		}
+		if want, _ := strconv.Atoi(v); ps.AppendCalls != want {
+			t.Fatalf("ESCROW_APPEND_CALLS=%s: store's AppendCalls %d", v, ps.AppendCalls)
+		}
 	}
 }

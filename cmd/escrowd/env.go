@@ -59,7 +59,9 @@ func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io
 	var store eventstore.Store
 	switch cfg.EventStore {
 	case "postgres":
-		store = postgres.New(pool)
+		ps := postgres.New(pool)
+		ps.AppendCalls = cfg.AppendCalls
+		store = ps
 	default:
 		s, err := openKurrent(cfg)
 		if err != nil {
