@@ -735,3 +735,71 @@ func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
 		t.Fatalf("%d requests before the endpoints were looked up", n)
 	}
 }
+
+// TestRepeatedEnqueueChangesNothing: enqueueing messages stored before (a
+// batch applied again) inserts nothing, so it neither wakes the
+// dispatchers nor commits synchronously, whatever the stored rows' status:
+// what the enqueue inserted decides, not what the table holds.
+func TestRepeatedEnqueueChangesNothing(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `LISTEN `+notifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	notified := func() bool {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := conn.Conn().WaitForNotification(wctx)
+		return err == nil
+	}
+	msg := func(key string) Message {
+		t.Helper()
+		m, err := newMessage(uuid.New(), "m1", domain.Test, "escrow.created", key, map[string]int{}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	run := func(msgs []Message, take []bool) (setting string, inserted int64, leased int) {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true)`); err != nil {
+				return err
+			}
+			n, l, err := enqueue(ctx, tx, msgs, take, time.Hour)
+			if err != nil {
+				return err
+			}
+			inserted, leased = n, len(l)
+			return tx.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&setting)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return setting, inserted, leased
+	}
+	pending, leasedMsg, gated := msg(""), msg("escrow-1"), msg("escrow-1")
+	if s, n, l := run([]Message{pending, leasedMsg, gated}, []bool{false, true, true}); s != "on" || n != 3 || l != 1 || !notified() {
+		t.Fatalf("first enqueue: synchronous_commit %q, %d inserted, %d leased; want on, 3, 1 and a notification", s, n, l)
+	}
+	// Again, asked to lease all (one stored delivering, two pending).
+	if s, n, l := run([]Message{pending, leasedMsg, gated}, []bool{true, true, true}); s != "off" || n != 0 || l != 0 || notified() {
+		t.Fatalf("repeated enqueue: synchronous_commit %q, %d inserted, %d leased, or a notification; want off, 0, 0, none", s, n, l)
+	}
+	// Again, asking for nothing.
+	if s, n, l := run([]Message{pending, leasedMsg, gated}, nil); s != "off" || n != 0 || l != 0 || notified() {
+		t.Fatalf("repeated enqueue: synchronous_commit %q, %d inserted, %d leased, or a notification; want off, 0, 0, none", s, n, l)
+	}
+	// A batch only of leased messages wakes nobody; one the gate refused does.
+	if _, _, l := run([]Message{msg("escrow-2")}, []bool{true}); l != 1 || notified() {
+		t.Fatalf("a leased message: %d leased, or a notification; want 1, none", l)
+	}
+	if _, _, l := run([]Message{msg("escrow-2")}, []bool{true}); l != 0 || !notified() {
+		t.Fatalf("a message the gate refused: %d leased, or no notification; want 0 and one", l)
+	}
+}

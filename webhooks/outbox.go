@@ -83,15 +83,17 @@ type enqueued struct {
 	leased   []claimed
 }
 
-// queueEnqueue queues enqueue's statements on b, to run in the same
+// queueEnqueue queues enqueue's statement on b, to run in the same
 // transaction (the subscriber's batch goes out in one pipeline with its
-// checkpoint move, see projections.Planner). What they did is in the
-// result once b's results are read. Besides the insert:
-//   - a notification to dispatchers if any of the messages is pending;
-//   - when it asks for leases, synchronous_commit on if any message is
-//     leased: an attempt's number must survive a database crash before the
-//     attempt is made, or the next lease would reuse it (as a claim's
-//     commit). Both follow the insert, whose rows they read.
+// checkpoint move, see projections.Planner). What it did is in the
+// result once b's results are read. Besides the insert, from the rows it
+// inserted (its RETURNING, not a second look at the table: a message
+// stored before, by a repeated batch, neither wakes anyone nor changes
+// the commit):
+//   - a notification to dispatchers if it inserted a message pending;
+//   - synchronous_commit on if it inserted a message leased: an attempt's
+//     number must survive a database crash before the attempt is made, or
+//     the next lease would reuse it (as a claim's commit).
 func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration) *enqueued {
 	res := &enqueued{}
 	if len(msgs) == 0 {
@@ -101,7 +103,6 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 	ids, merchants, envs, events, bodies := make([]pgtype.UUID, n), make([]string, n), make([]string, n),
 		make([]string, n), make([][]byte, n)
 	keys, takes := make([]*string, n), make([]bool, n)
-	anyTake, allTake := false, true
 	for i, m := range msgs {
 		ids[i] = pgtype.UUID{Bytes: m.ID, Valid: true}
 		merchants[i], envs[i], events[i], bodies[i] = m.MerchantID, string(m.Environment), m.Event, m.Body
@@ -110,7 +111,6 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 			keys[i] = &k
 		}
 		takes[i] = take != nil && take[i]
-		anyTake, allTake = anyTake || takes[i], allTake && takes[i]
 	}
 	// The order gate is the claim's: a message waits while an earlier one
 	// of its key is pending or delivering. Within the batch only the
@@ -125,18 +125,27 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 		               SELECT 1 FROM webhook_deliveries e
 		                WHERE e.order_key = m.order_key AND e.status IN ('pending', 'delivering'))) AS leased
 		      FROM m
-		)
-		INSERT INTO webhook_deliveries (id, merchant_id, environment, event, order_key, body,
-		                                status, attempts, lease_until, next_attempt_at)
-		SELECT id, merchant_id, environment, event, order_key, body,
-		       CASE WHEN leased THEN 'delivering' ELSE 'pending' END,
-		       CASE WHEN leased THEN 1 ELSE 0 END,
-		       CASE WHEN leased THEN statement_timestamp() + $8::bigint * interval '1 millisecond' END,
-		       CASE WHEN leased THEN statement_timestamp() + $8::bigint * interval '1 millisecond' ELSE now() END
-		  FROM g
-		 ORDER BY ord
+		), ins AS (
+		    INSERT INTO webhook_deliveries (id, merchant_id, environment, event, order_key, body,
+		                                    status, attempts, lease_until, next_attempt_at)
+		    SELECT id, merchant_id, environment, event, order_key, body,
+		           CASE WHEN leased THEN 'delivering' ELSE 'pending' END,
+		           CASE WHEN leased THEN 1 ELSE 0 END,
+		           CASE WHEN leased THEN statement_timestamp() + $8::bigint * interval '1 millisecond' END,
+		           CASE WHEN leased THEN statement_timestamp() + $8::bigint * interval '1 millisecond' ELSE now() END
+		      FROM g
+		     ORDER BY ord
 		ON CONFLICT (id) DO NOTHING
-		RETURNING id, status = 'delivering'`, ids, merchants, envs, events, keys, bodies, takes, lease.Milliseconds(),
+		    RETURNING id, status = 'delivering' AS leased
+		), f AS (
+		    SELECT coalesce(bool_or(NOT leased), false) AS queued, coalesce(bool_or(leased), false) AS took FROM ins
+		)
+		SELECT id, leased, 0::bigint, 0::bigint FROM ins
+		UNION ALL
+		SELECT NULL::uuid, NULL::bool,
+		       (SELECT count(*) FROM (SELECT pg_notify($9, '') WHERE f.queued) n),
+		       (SELECT count(*) FROM (SELECT set_config('synchronous_commit', 'on', true) WHERE f.took) s)
+		  FROM f`, ids, merchants, envs, events, keys, bodies, takes, lease.Milliseconds(), notifyChannel,
 	).Query(func(rows pgx.Rows) error {
 		byID := make(map[uuid.UUID]int, n)
 		for i, m := range msgs {
@@ -144,39 +153,26 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 		}
 		for rows.Next() {
 			var (
-				id uuid.UUID
-				ok bool
+				id       pgtype.UUID
+				ok       *bool
+				one, two int64
 			)
-			if err := rows.Scan(&id, &ok); err != nil {
+			if err := rows.Scan(&id, &ok, &one, &two); err != nil {
 				return err
 			}
-			res.inserted++
-			if !ok {
+			if !id.Valid { // f's row: the notification and the commit setting
 				continue
 			}
-			m := msgs[byID[id]]
+			res.inserted++
+			if !*ok {
+				continue
+			}
+			m := msgs[byID[id.Bytes]]
 			res.leased = append(res.leased, claimed{ID: m.ID, MerchantID: m.MerchantID, Environment: m.Environment,
 				Event: m.Event, Body: m.Body, Attempt: 1})
 		}
 		return rows.Err()
 	})
-	// The rows are looked up by primary key, one probe per message: a
-	// plan scanning the partial index of pending and delivering rows for
-	// them would cost as much as the backlog is long.
-	switch {
-	case !allTake:
-		// Messages not asked for are stored pending (unless stored before,
-		// when a repeated batch makes this a harmless extra wake-up).
-		b.Queue(`SELECT pg_notify($1, '')`, notifyChannel)
-	default:
-		// All asked for: pending only where the order gate refused.
-		b.Queue(`SELECT pg_notify($1, '') FROM unnest($2::uuid[]) AS x(id)
-			JOIN webhook_deliveries d ON d.id = x.id WHERE d.status = 'pending' LIMIT 1`, notifyChannel, ids)
-	}
-	if anyTake {
-		b.Queue(`SELECT set_config('synchronous_commit', 'on', true) FROM unnest($1::uuid[]) AS x(id)
-			JOIN webhook_deliveries d ON d.id = x.id WHERE d.status = 'delivering' LIMIT 1`, ids)
-	}
 	return res
 }
 
