@@ -445,6 +445,11 @@ func TestUnsentOutcomeKeepsTheRowsAttempt(t *testing.T) {
 	if d.Status != StatusNoEndpoint || d.Attempts != 1 || d.LastStatusCode != nil || d.LastError == nil {
 		t.Fatalf("no endpoint: %+v", d)
 	}
+	// Nothing moved: the row's attempt is still the last one logged, and
+	// webhook_attempts holds only the attempts before it (none).
+	if table, row := e.attemptsOf(w.a); len(table) != 0 || row != 1 {
+		t.Fatalf("no endpoint: %v in webhook_attempts, %d on the row; want none and 1", table, row)
+	}
 	n = w.lease()
 	d = w.record("delivered", func(id uuid.UUID) []outcome {
 		return []outcome{delivered(id, n, base.Add(2*time.Minute), 6*time.Millisecond)}
