@@ -803,3 +803,40 @@ func TestRepeatedEnqueueChangesNothing(t *testing.T) {
 		t.Fatalf("a message the gate refused: %d leased, or no notification; want 0 and one", l)
 	}
 }
+
+// TestUnreportedBatchGivesBackItsRoom: a batch applied without a
+// Committed call (Apply outside the runner's pipeline: rebuilds,
+// catch-ups) is settled as not committed when the next batch is planned,
+// so its reservation is given back rather than held by the dispatcher for
+// good.
+func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	m := e.merchant("http://127.0.0.1:1/")
+	d := &Dispatcher{Pool: e.pool}
+	d.defaults()
+	d.running, d.prompt[m.MerchantID] = true, true
+	sub := NewSubscriber(e.store, e.pool)
+	sub.Handoff = d
+	apply := func() {
+		t.Helper()
+		events, _ := e.appendedEvents(t, m.MerchantID)
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // the batch is rolled back
+		if err := sub.Apply(ctx, tx, events); err != nil {
+			t.Fatal(err)
+		}
+		if d.busy[m.MerchantID] != 1 {
+			t.Fatalf("busy %v while the batch is open, want 1 for its message", d.busy)
+		}
+	}
+	apply() // never reported
+	apply()
+	sub.Committed(false)
+	if h := d.takeHanded(); len(h) != 0 || len(d.busy) != 0 {
+		t.Fatalf("handed %d, busy %v; want nothing held", len(h), d.busy)
+	}
+}
