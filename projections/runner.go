@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
@@ -387,8 +386,10 @@ type skipFlusher struct {
 }
 
 // due adds c to the next flush, arming it for c.delay from now if it is not
-// armed yet. The caller holds c.mu (the lock order is a checkpointer's mu,
-// then the flusher's; flush never holds its own while taking theirs).
+// armed yet. The caller holds c.mu and has set c.armed, or (flush putting
+// back one it could not lock) leaves c.armed set as it found it; flush
+// never waits for a checkpointer's mu, so the lock order is a
+// checkpointer's mu, then the flusher's.
 func (f *skipFlusher) due(c *checkpointer) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -402,11 +403,16 @@ func (f *skipFlusher) due(c *checkpointer) {
 	}
 }
 
-// flush stores every due checkpointer's skipped position. It holds their
-// locks (in name order) across the statement, as a checkpointer's own store
-// did: the statement's expected positions must be the ones stored when it
-// commits, and an applied batch moving one meanwhile would look like a
-// rebuild.
+// flush stores every due checkpointer's skipped position. It holds the
+// locks of those it stores across the statement, as a checkpointer's own
+// store did: the statement's expected positions must be the ones stored
+// when it commits, and an applied batch moving one meanwhile would look
+// like a rebuild. It only tries those locks: a checkpointer whose lock is
+// taken is applying a batch (which stores its own end, covering the skips)
+// or recording a skip, and waiting for it, possibly for as long as a
+// rebuild's swap holds its row, would hold up every other projector, each
+// one's next batch waiting for the lock the flush keeps. It is put back
+// for the next round instead.
 func (f *skipFlusher) flush() {
 	f.mu.Lock()
 	cs := make([]*checkpointer, 0, len(f.set))
@@ -416,20 +422,22 @@ func (f *skipFlusher) flush() {
 	clear(f.set)
 	f.armed = false
 	f.mu.Unlock()
-	sort.Slice(cs, func(i, j int) bool { return cs[i].name < cs[j].name })
-	for _, c := range cs {
-		c.mu.Lock()
-	}
+	var batch []*checkpointer
 	defer func() {
-		for _, c := range cs {
+		for _, c := range batch {
 			c.mu.Unlock()
 		}
 	}()
-	var batch []*checkpointer
 	for _, c := range cs {
+		if !c.mu.TryLock() {
+			f.due(c) // c.armed stays set: it is due
+			continue
+		}
 		c.armed = false
 		if !c.closed && c.ctx.Err() == nil && !c.resync && c.pending() {
 			batch = append(batch, c)
+		} else {
+			c.mu.Unlock()
 		}
 	}
 	if len(batch) == 0 {

@@ -3,8 +3,14 @@ package projections
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/eventstore"
 )
 
 // picky is a counter projector under its own name that reads only streams
@@ -130,5 +136,66 @@ func TestLockedCheckpointDoesNotHoldUpTheOthers(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "the released checkpoint stored", func() bool {
 		return !checkpointOf(t, e.pool, "held_b").Less(pos)
+	})
+}
+
+// stalling is a counter reading only streams starting with "s-2" whose
+// Apply, once entered, waits for release: a projector in the middle of a
+// batch (a slow write, a checkpoint row a rebuild's swap holds).
+type stalling struct {
+	*countProjector
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (stalling) StreamPrefixes() []string { return []string{"s-2"} }
+
+func (s stalling) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.countProjector.Apply(ctx, tx, events)
+}
+
+// A projector busy applying a batch does not hold up the flush of the
+// others' skips, nor (through the flush) their next batches: a flush that
+// waited for its lock would keep every other due projector's lock while
+// it waits.
+func TestBusyProjectorDoesNotHoldUpTheFlush(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	busy := stalling{newCounter("busy_z"), make(chan struct{}, 1), make(chan struct{})}
+	idle := picky("busy_a")
+	r := startActive(t, e, 200*time.Millisecond, idle, busy)
+	var once sync.Once
+	release := func() { once.Do(func() { close(busy.release) }) }
+	t.Cleanup(release) // before the runner stops
+	// A batch both skip: both are due at the next flush.
+	skipped := visible(t, e.store, appendEvents(t, e.store, 1, 1))
+	if err := r.WaitFor(ctx, skipped); err != nil {
+		t.Fatal(err)
+	}
+	// Then one only busy applies, before the flush comes.
+	if _, err := e.store.Append(ctx, eventstore.StreamAppend{Stream: "s-2", Expected: eventstore.Any,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "Tested", Data: []byte(`{}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-busy.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the busy projector never applied its batch")
+	}
+	waitUntil(t, 3*time.Second, "the idle projector's skip stored while the other is busy", func() bool {
+		return !checkpointOf(t, e.pool, idle.Name()).Less(skipped)
+	})
+	release()
+	waitUntil(t, 5*time.Second, "the busy projector's batch stored", func() bool {
+		return count(t, e.pool, `SELECT count(*) FROM busy_z_seen`) == 1
 	})
 }
