@@ -1017,12 +1017,8 @@ func applyBatch(ctx context.Context, pool *pgxpool.Pool, p Projector, expected e
 	// over rows already past the batch it would fold the batch in a second
 	// time, and though that transaction rolls back, what a projector
 	// remembers of it (the escrow states) would not.
-	moved, err := moveCheckpoint(ctx, tx, p.Name(), expected, last)
-	if err != nil {
-		return eventstore.Position{}, err
-	}
-	if !moved {
-		return eventstore.Position{}, errResync
+	if _, err := tx.Exec(ctx, advanceSQL, advanceArgs(p.Name(), expected, last)...); err != nil {
+		return eventstore.Position{}, advanceErr(err)
 	}
 	committed := false
 	if o, ok := p.(CommitObserver); ok {
@@ -1049,8 +1045,7 @@ func applyPlanned(ctx context.Context, pool *pgxpool.Pool, p Projector, pl Plann
 	last := events[len(events)-1].Position
 	b := &pgx.Batch{}
 	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
-	b.Queue(`SELECT projection_advance($1, $2, $3, $4, $5)`,
-		p.Name(), toDB(last.Commit), toDB(last.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
+	b.Queue(advanceSQL, advanceArgs(p.Name(), expected, last)...)
 	committed := false
 	if o, ok := p.(CommitObserver); ok {
 		defer func() { o.Committed(committed) }()
@@ -1059,9 +1054,9 @@ func applyPlanned(ctx context.Context, pool *pgxpool.Pool, p Projector, pl Plann
 	if err != nil {
 		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
 	}
-	if err := pool.SendBatch(ctx, b).Close(); err != nil {
-		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "EP001" {
-			return eventstore.Position{}, errResync
+	if err := advanceErr(pool.SendBatch(ctx, b).Close()); err != nil {
+		if errors.Is(err, errResync) {
+			return eventstore.Position{}, err
 		}
 		return eventstore.Position{}, fmt.Errorf("apply: %w", err)
 	}
@@ -1086,23 +1081,23 @@ func validName(name string) bool {
 	return true
 }
 
-// moveCheckpointSQL moves checkpoint $1 to ($2, $3) if it is at ($4, $5).
-const moveCheckpointSQL = `UPDATE projection_checkpoints
-    SET commit_pos = $2, prepare_pos = $3, updated_at = now(), last_error = NULL, last_error_at = NULL
-  WHERE name = $1 AND commit_pos = $4 AND prepare_pos = $5`
+// advanceSQL moves checkpoint $1 to ($2, $3) if it is at ($4, $5), and
+// raises EP001 if it is not (migrations/0010): the one move of every
+// single applier, waiting for the row lock so that an overlapping
+// applier's commit decides (its move wins, this one finds the checkpoint
+// elsewhere). advanceArgs gives its arguments, advanceErr reads its error.
+const advanceSQL = `SELECT projection_advance($1, $2, $3, $4, $5)`
 
-// moveCheckpoint moves name's checkpoint from expected to next, if it is
-// still at expected; it reports whether it was. Waiting for the row lock
-// makes an overlapping applier's commit decide: its move wins, this one
-// finds the checkpoint elsewhere.
-func moveCheckpoint(ctx context.Context, tx pgx.Tx, name string, expected, next eventstore.Position) (bool, error) {
-	tag, err := tx.Exec(ctx,
-		moveCheckpointSQL,
-		name, toDB(next.Commit), toDB(next.Prepare), toDB(expected.Commit), toDB(expected.Prepare))
-	if err != nil {
-		return false, err
+func advanceArgs(name string, expected, next eventstore.Position) []any {
+	return []any{name, toDB(next.Commit), toDB(next.Prepare), toDB(expected.Commit), toDB(expected.Prepare)}
+}
+
+// advanceErr is errResync for a checkpoint found elsewhere, err otherwise.
+func advanceErr(err error) error {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "EP001" {
+		return errResync
 	}
-	return tag.RowsAffected() == 1, nil
+	return err
 }
 
 // applyUpTo applies the log from the stored checkpoint until it is at or
