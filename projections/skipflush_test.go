@@ -199,3 +199,38 @@ func TestBusyProjectorDoesNotHoldUpTheFlush(t *testing.T) {
 		return count(t, e.pool, `SELECT count(*) FROM busy_z_seen`) == 1
 	})
 }
+
+// A checkpoint the flush finds moved by someone else (a rebuild's swap)
+// makes the projector re-read from it, so that its later skips are stored
+// again: a flush that went on expecting its own stored position would
+// never store another one, and other processes would see the projector's
+// lag grow for as long as it has nothing to apply.
+func TestFlushFindingTheCheckpointMovedResyncs(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := picky("moved_a")
+	r := startActive(t, e, time.Second, p)
+	before := checkpointOf(t, e.pool, p.Name())
+	pos := visible(t, e.store, appendEvents(t, e.store, 1, 1))
+	if err := r.WaitFor(ctx, pos); err != nil {
+		t.Fatal(err)
+	}
+	// A rebuild swaps its tables in at pos before the flush stores the skip.
+	tag, err := e.pool.Exec(ctx, `UPDATE projection_checkpoints SET commit_pos = $2, prepare_pos = $3
+		WHERE name = $1 AND commit_pos = $4 AND prepare_pos = $5`, p.Name(),
+		toDB(pos.Commit), toDB(pos.Prepare), toDB(before.Commit), toDB(before.Prepare))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() != 1 {
+		t.Skip("the flush came before the checkpoint was moved")
+	}
+	time.Sleep(1500 * time.Millisecond) // the flush finds it moved
+	next := visible(t, e.store, appendEvents(t, e.store, 1, 1))
+	if err := r.WaitFor(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "the skip after the move stored", func() bool {
+		return !checkpointOf(t, e.pool, p.Name()).Less(next)
+	})
+}
