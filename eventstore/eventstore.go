@@ -147,6 +147,12 @@ type Store interface {
 	ReadAll(ctx context.Context, after Position, limit int) ([]RecordedEvent, error)
 	// Head is the position of the last event ReadAll can currently return.
 	Head(ctx context.Context) (Position, error)
+	// Last is the position of the newest committed event, which ReadAll
+	// may not return yet (a store with a horizon holds it back while an
+	// older transaction is open). Every append acknowledged before the
+	// call is at or before it, so a reader that has reached Last has seen
+	// all of them: it is what a read waits for to see every earlier write.
+	Last(ctx context.Context) (Position, error)
 	// Subscribe calls handle with every event after position after, first
 	// catching up and then following new events as they commit, until ctx
 	// ends or handle returns an error (which Subscribe returns).

@@ -487,6 +487,10 @@ func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit in
 }
 
 // Head is the position of the last non-system event in $all.
+// Last is Head: KurrentDB orders events at commit, so every committed
+// event can be read at once.
+func (s *Store) Last(ctx context.Context) (eventstore.Position, error) { return s.Head(ctx) }
+
 func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 	var from kurrentdb.AllPosition = kurrentdb.End{}
 	for {

@@ -456,14 +456,27 @@ func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit in
 }
 
 func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
+	return s.newest(ctx, `SELECT tx_id::text AS commit_text, seq FROM es_events
+		 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		 ORDER BY es_events.tx_id DESC, es_events.seq DESC LIMIT 1`)
+}
+
+// Last is the newest event of the statement's snapshot, past the horizon
+// Head respects: an acknowledged append committed before the statement
+// began, so it is visible to it, and its transaction id is at most the
+// newest one seen.
+func (s *Store) Last(ctx context.Context) (eventstore.Position, error) {
+	return s.newest(ctx, `SELECT tx_id::text AS commit_text, seq FROM es_events
+		 ORDER BY es_events.tx_id DESC, es_events.seq DESC LIMIT 1`)
+}
+
+// newest runs a query for one event position (Start when it finds none).
+func (s *Store) newest(ctx context.Context, query string) (eventstore.Position, error) {
 	var (
 		tx  string
 		seq int64
 	)
-	err := s.pool.QueryRow(ctx,
-		`SELECT tx_id::text AS commit_text, seq FROM es_events
-		 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		 ORDER BY es_events.tx_id DESC, es_events.seq DESC LIMIT 1`).Scan(&tx, &seq)
+	err := s.pool.QueryRow(ctx, query).Scan(&tx, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return eventstore.Start, nil
 	}

@@ -317,6 +317,10 @@ func TestHorizonReportsEventsHeldByAnotherDatabase(t *testing.T) {
 	if !head.Less(pos[0]) {
 		t.Fatalf("head %v passed events held by an open transaction in %s: %v", head, db, pos)
 	}
+	// Last is not held back: a read waiting for it waits for both appends.
+	if last, err := s.Last(ctx); err != nil || last.Less(pos[1]) {
+		t.Fatalf("last %v (%v) is before the acknowledged append %v", last, err, pos[1])
+	}
 	time.Sleep(150 * time.Millisecond)
 	quiet, err := s.Horizon(ctx, 0, time.Hour)
 	if err != nil {

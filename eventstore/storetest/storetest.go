@@ -57,6 +57,7 @@ func RunWithLimits(t *testing.T, newStore func(t *testing.T) eventstore.Store, l
 	t.Run("SubscribeResumeFromCheckpoint", func(t *testing.T) { testSubscribeResume(t, newStore(t)) })
 	t.Run("SubscribeStops", func(t *testing.T) { testSubscribeStops(t, newStore(t)) })
 	t.Run("GapSafety", func(t *testing.T) { testGapSafety(t, newStore(t)) })
+	t.Run("LastCoversAcknowledgedAppends", func(t *testing.T) { testLastCoversAcknowledgedAppends(t, newStore(t)) })
 }
 
 // ---- helpers ----------------------------------------------------------------
@@ -1237,4 +1238,54 @@ func testGapSafety(t *testing.T, s eventstore.Store) {
 			t.Errorf("%s saw %d events for %d written: %d missing, %d duplicated, %d never written", name, len(evs), total, missing, dups, unknown)
 		}
 	}
+}
+
+// testLastCoversAcknowledgedAppends: Last is never before an append
+// acknowledged before the call, whichever writer made it, nor before Head;
+// once ReadAll can return everything, Head and Last agree.
+func testLastCoversAcknowledgedAppends(t *testing.T, s eventstore.Store) {
+	p := prefix()
+	ctx := ctxT(t, 30*time.Second)
+	const writers, each = 4, 5
+	acked := make(chan eventstore.Position, writers*each)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				res, err := s.Append(ctx, eventstore.StreamAppend{Stream: fmt.Sprintf("%s-%d-%d", p, w, i),
+					Expected: eventstore.NoStream, Events: events("E", 1+i%2)})
+				if err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+				acked <- res.Position
+			}
+		})
+	}
+	var seen []eventstore.Position
+	check := func() {
+		t.Helper()
+		h := mustHead(t, s) // read first: appends still run
+		last, err := s.Last(ctx)
+		if err != nil {
+			t.Fatalf("last: %v", err)
+		}
+		for _, pos := range seen {
+			if last.Less(pos) {
+				t.Fatalf("Last %v is before acknowledged append %v", last, pos)
+			}
+		}
+		if last.Less(h) {
+			t.Fatalf("Last %v is before the earlier Head %v", last, h)
+		}
+	}
+	go func() { wg.Wait(); close(acked) }()
+	for pos := range acked {
+		seen = append(seen, pos)
+		check()
+	}
+	for _, pos := range seen {
+		WaitReadable(t, s, pos)
+	}
+	check()
 }
