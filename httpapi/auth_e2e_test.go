@@ -167,8 +167,8 @@ func TestRateLimitOverHTTP(t *testing.T) {
 func TestTwoInstancesShareTheRateLimit(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.RateLimitPerMinute = 5 })
 	// A second API instance on the same database.
-	second := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.rm, Waiter: h.runner,
-		Limiter: NewPGRateLimiter(h.api.rm.Pool(), 5), Directory: h.api.dir})
+	second := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.queries, Last: h.api.last, Waiter: h.runner,
+		Limiter: NewPGRateLimiter(h.api.queries.Pool(), 5), Directory: h.api.dir})
 	srv2 := newTestServer(t, second)
 	codes := map[int]int{}
 	for i := 0; i < 10; i++ {

@@ -26,7 +26,11 @@ func (s *Server) categoryRoutes() {
 // environment; anything else is 404 Category not found.
 func (s *Server) ownCategory(c echo.Context, id string) (projections.Category, error) {
 	p, _ := PrincipalFrom(c)
-	cat, ok, err := s.rm.CategoryByID(c.Request().Context(), id)
+	q, err := s.readModels(c)
+	if err != nil {
+		return projections.Category{}, err
+	}
+	cat, ok, err := q.CategoryByID(c.Request().Context(), id)
 	if err != nil {
 		return cat, err
 	}
@@ -68,11 +72,10 @@ func (s *Server) editCategory(c echo.Context) error {
 }
 
 func (s *Server) deleteCategory(c echo.Context) error {
-	pos, err := s.app.DeleteCategory(c.Request().Context(), actor(c), c.Param("id"))
-	if err != nil {
+	if _, err := s.app.DeleteCategory(c.Request().Context(), actor(c), c.Param("id")); err != nil {
 		return err
 	}
-	return s.settleAndRespond(c, pos, http.StatusOK, "Category deleted successfully", nil)
+	return respond(c, http.StatusOK, "Category deleted successfully", nil)
 }
 
 func (s *Server) getCategory(c echo.Context) error {
@@ -85,7 +88,11 @@ func (s *Server) getCategory(c echo.Context) error {
 
 func (s *Server) listCategories(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
-	list, pg, err := s.rm.ListCategories(c.Request().Context(), p.MerchantID, p.Environment, pageParams(c, 100))
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	list, pg, err := q.ListCategories(c.Request().Context(), p.MerchantID, p.Environment, pageParams(c, 100))
 	if err != nil {
 		return err
 	}

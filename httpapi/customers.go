@@ -30,7 +30,11 @@ func (s *Server) customerRoutes() {
 // ownCustomer reads a customer of the caller's merchant and environment.
 func (s *Server) ownCustomer(c echo.Context, id string) (projections.Customer, bool, error) {
 	p, _ := PrincipalFrom(c)
-	cu, ok, err := s.rm.CustomerByID(c.Request().Context(), id)
+	q, err := s.readModels(c)
+	if err != nil {
+		return projections.Customer{}, false, err
+	}
+	cu, ok, err := q.CustomerByID(c.Request().Context(), id)
 	if err != nil || !ok {
 		return cu, false, err
 	}
@@ -85,7 +89,11 @@ func (s *Server) listCustomers(c echo.Context) error {
 	ctx := c.Request().Context()
 	emailQ, phoneQ := strings.TrimSpace(c.QueryParam("email")), strings.TrimSpace(c.QueryParam("phone"))
 	if emailQ == "" && phoneQ == "" {
-		list, pg, err := s.rm.ListCustomers(ctx, p.MerchantID, p.Environment, pageParams(c, 50))
+		q, err := s.readModels(c)
+		if err != nil {
+			return err
+		}
+		list, pg, err := q.ListCustomers(ctx, p.MerchantID, p.Environment, pageParams(c, 50))
 		if err != nil {
 			return err
 		}
@@ -97,7 +105,11 @@ func (s *Server) listCustomers(c echo.Context) error {
 	if phoneQ != "" {
 		phones = s.phoneCandidates(c, phoneQ)
 	}
-	cu, ok, err := s.rm.FindCustomer(ctx, p.MerchantID, p.Environment, strings.ToLower(emailQ), phones, phoneQ != "")
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	cu, ok, err := q.FindCustomer(ctx, p.MerchantID, p.Environment, strings.ToLower(emailQ), phones, phoneQ != "")
 	if err != nil {
 		return err
 	}
@@ -122,7 +134,11 @@ func (s *Server) phoneCandidates(c echo.Context, raw string) []string {
 func (s *Server) verifyPhone(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	phones := s.phoneCandidates(c, c.Param("phone"))
-	cu, ok, err := s.rm.FindCustomer(c.Request().Context(), p.MerchantID, p.Environment, "", phones, true)
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	cu, ok, err := q.FindCustomer(c.Request().Context(), p.MerchantID, p.Environment, "", phones, true)
 	if err != nil {
 		return err
 	}

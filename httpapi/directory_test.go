@@ -24,7 +24,7 @@ func TestQueriesDirectoryResolveAtCoversItsWrites(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := QueriesDirectory{Q: h.api.rm}
+	dir := QueriesDirectory{Q: h.api.queries}
 	digest := KeyDigest(h.std())
 	for _, c := range []string{cid, ""} {
 		first, err := dir.ResolveAt(ctx, digest, c)

@@ -17,8 +17,9 @@ import (
 // read from the ledger read model (no route shows it).
 func (h *harness) platformRevenue() money.Amount {
 	h.t.Helper()
+	h.caughtUp()
 	var kobo int64
-	if err := h.api.rm.Pool().QueryRow(context.Background(),
+	if err := h.api.queries.Pool().QueryRow(context.Background(),
 		`SELECT coalesce(sum(balance), 0) FROM rm_balances WHERE merchant_id = $1 AND holder = 'platform'`,
 		h.m.MerchantID).Scan(&kobo); err != nil {
 		h.t.Fatal(err)

@@ -33,6 +33,9 @@ func (s *Server) escrowRoutes() {
 
 // viewEscrows renders escrows for the acting customer (cid, "" for the
 // merchant), looking each category up once.
+// viewEscrows renders escrows for the acting customer. Their categories
+// come from the event store, not the read models, so that a write answers
+// without waiting for the projectors (readModels).
 func (s *Server) viewEscrows(c echo.Context, list []escrow.State) ([]projections.EscrowView, error) {
 	cid := sellerOf(c) // the acting customer
 	cats := map[string]*projections.Category{}
@@ -42,12 +45,13 @@ func (s *Server) viewEscrows(c echo.Context, list []escrow.State) ([]projections
 		if id := e.Terms.CategoryID; id != "" {
 			c2, ok := cats[id]
 			if !ok {
-				got, found, err := s.rm.CategoryByID(c.Request().Context(), id)
+				st, _, err := app.Load(c.Request().Context(), s.app.Engine, app.CategoryKind, id)
 				if err != nil {
 					return nil, err
 				}
-				if found {
-					c2 = &got
+				if st.Exists() {
+					v := projections.CategoryOf(st)
+					c2 = &v
 				}
 				cats[id] = c2
 			}
@@ -206,10 +210,9 @@ func (s *Server) createEscrow(c echo.Context) error {
 	return s.respondEscrow(c, res, http.StatusCreated, "Escrow created successfully")
 }
 
+// respondEscrow answers with the escrow as the command left it; the write
+// does not wait for its read models (readModels).
 func (s *Server) respondEscrow(c echo.Context, res app.EscrowResult, status int, msg string) error {
-	if err := s.settle(c, res.Position); err != nil {
-		return err
-	}
 	v, err := s.viewEscrow(c, res.Escrow)
 	if err != nil {
 		return err
@@ -219,7 +222,11 @@ func (s *Server) respondEscrow(c echo.Context, res app.EscrowResult, status int,
 
 // escrowByToken resolves the path's payment token to an escrow id.
 func (s *Server) escrowByToken(c echo.Context) (string, error) {
-	id, ok, err := s.rm.EscrowIDByToken(c.Request().Context(), c.Param("paymentToken"))
+	q, err := s.readModels(c)
+	if err != nil {
+		return "", err
+	}
+	id, ok, err := q.EscrowIDByToken(c.Request().Context(), c.Param("paymentToken"))
 	if err != nil {
 		return "", err
 	}
@@ -260,16 +267,18 @@ func (s *Server) deleteEscrow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pos, err := s.app.DeleteEscrow(c.Request().Context(), actor(c), sellerOf(c), id)
-	if err != nil {
+	if _, err := s.app.DeleteEscrow(c.Request().Context(), actor(c), sellerOf(c), id); err != nil {
 		return err
 	}
-	return s.settleAndRespond(c, pos, http.StatusOK, "Escrow deleted successfully", map[string]any{})
+	return respond(c, http.StatusOK, "Escrow deleted successfully", map[string]any{})
 }
 
 func (s *Server) verifyEscrow(c echo.Context) error {
-	// A read: the read model, which every write has settled into.
-	e, found, err := s.rm.EscrowByToken(c.Request().Context(), c.Param("paymentToken"))
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	e, found, err := q.EscrowByToken(c.Request().Context(), c.Param("paymentToken"))
 	if err != nil {
 		return err
 	}
@@ -374,9 +383,6 @@ func (s *Server) payEscrow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.settle(c, res.Position); err != nil {
-		return err
-	}
 	views, err := s.viewEscrows(c, res.Escrows)
 	if err != nil {
 		return err
@@ -408,7 +414,11 @@ func (s *Server) escrowTransactions(c echo.Context) error {
 }
 
 func (s *Server) listEscrows(c echo.Context, f projections.EscrowFilter, msg string) error {
-	list, pg, err := s.rm.Escrows(c.Request().Context(), f, pageParams(c, historyCeiling))
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	list, pg, err := q.Escrows(c.Request().Context(), f, pageParams(c, historyCeiling))
 	if err != nil {
 		return err
 	}

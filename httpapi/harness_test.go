@@ -307,3 +307,19 @@ func (h *harness) createCustomer(key, email, phone string) string {
 	r.expect(h.t, 201, "Customer created successfully")
 	return r.obj()["customerId"].(string)
 }
+
+// caughtUp waits, as a read through the API does, until the read models
+// include every write acknowledged so far: for tests that read the read
+// models' tables directly.
+func (h *harness) caughtUp() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pos, err := h.store.Last(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.runner.WaitFor(ctx, pos); err != nil {
+		h.t.Fatal(err)
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/reference"
-	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -57,7 +56,11 @@ func amountOf(field string, in money.Input) (money.Amount, error) {
 func (s *Server) getWallet(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	cu, _ := CustomerFrom(c)
-	b, err := s.rm.Balances(c.Request().Context(), p.MerchantID, p.Environment, ledger.HolderCustomer, cu.ID)
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	b, err := q.Balances(c.Request().Context(), p.MerchantID, p.Environment, ledger.HolderCustomer, cu.ID)
 	if err != nil {
 		return err
 	}
@@ -81,19 +84,11 @@ func (s *Server) topUp(c echo.Context) error {
 		return err
 	}
 	cu, _ := CustomerFrom(c)
-	rec, pos, err := s.app.TopUp(c.Request().Context(), actor(c), cu.ID, amount)
+	rec, _, err := s.app.TopUp(c.Request().Context(), actor(c), cu.ID, amount)
 	if err != nil {
 		return err
 	}
-	return s.settleAndRespond(c, pos, http.StatusOK, "Wallet topped up successfully", rec)
-}
-
-// settleAndRespond waits for the read models to include pos, then answers.
-func (s *Server) settleAndRespond(c echo.Context, pos eventstore.Position, status int, msg string, data any) error {
-	if err := s.settle(c, pos); err != nil {
-		return err
-	}
-	return respond(c, status, msg, data)
+	return respond(c, http.StatusOK, "Wallet topped up successfully", rec)
 }
 
 type intentBody struct {
@@ -202,7 +197,7 @@ func (s *Server) createIntent(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.settleAndRespond(c, res.Position, http.StatusCreated, "Payment intent created successfully",
+	return respond(c, http.StatusCreated, "Payment intent created successfully",
 		intentResponse{Record: res.Record, TestAccount: res.TestAccount})
 }
 
@@ -254,26 +249,19 @@ func (s *Server) verifyPayments(c echo.Context) error {
 		}
 	}
 	records := make([]ledger.Record, 0, len(refs))
-	var last eventstore.Position
 	for _, ref := range refs {
-		rec, pos, err := s.app.Verify(ctx, a, cu.ID, cu.Permissions, ref)
-		if pos != (eventstore.Position{}) {
-			last = pos
-		}
+		rec, _, err := s.app.Verify(ctx, a, cu.ID, cu.Permissions, ref)
 		if err != nil {
 			// Earlier references stay executed; verifying them again
 			// returns their stored outcome.
-			if serr := s.settle(c, last); serr != nil {
-				return serr
-			}
 			return err
 		}
 		records = append(records, rec)
 	}
 	if body.Reference != nil {
-		return s.settleAndRespond(c, last, http.StatusOK, "Payment verified successfully", records[0])
+		return respond(c, http.StatusOK, "Payment verified successfully", records[0])
 	}
-	return s.settleAndRespond(c, last, http.StatusOK, "Payments verified successfully", records)
+	return respond(c, http.StatusOK, "Payments verified successfully", records)
 }
 
 func (s *Server) verifyAccount(c echo.Context) error {
@@ -368,7 +356,11 @@ func (s *Server) listTransactions(c echo.Context, f projections.TransactionFilte
 	if err != nil {
 		return err
 	}
-	rows, pg, err := s.rm.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling), flat)
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	rows, pg, err := q.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling), flat)
 	if err != nil {
 		return err
 	}
@@ -393,7 +385,11 @@ func (s *Server) merchantTransactions(c echo.Context) error {
 
 func (s *Server) merchantBalance(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
-	b, err := s.rm.Balances(c.Request().Context(), p.MerchantID, p.Environment, ledger.HolderMerchant, p.MerchantID)
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	b, err := q.Balances(c.Request().Context(), p.MerchantID, p.Environment, ledger.HolderMerchant, p.MerchantID)
 	if err != nil {
 		return err
 	}

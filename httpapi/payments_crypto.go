@@ -53,7 +53,11 @@ func (s *Server) virtualAccount(c echo.Context) error {
 func (s *Server) listWhitelist(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	cu, _ := CustomerFrom(c)
-	list, err := s.rm.WhitelistAddresses(c.Request().Context(), p.MerchantID, p.Environment, cu.ID)
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	list, err := q.WhitelistAddresses(c.Request().Context(), p.MerchantID, p.Environment, cu.ID)
 	if err != nil {
 		return err
 	}
@@ -94,7 +98,11 @@ func (s *Server) respondWhitelisted(c echo.Context, customerID, addressID string
 	if err := s.settle(c, pos); err != nil {
 		return err
 	}
-	a, ok, err := s.rm.WhitelistAddressByID(c.Request().Context(), customerID, addressID)
+	q, err := s.readModels(c)
+	if err != nil {
+		return err
+	}
+	a, ok, err := q.WhitelistAddressByID(c.Request().Context(), customerID, addressID)
 	if err != nil {
 		return err
 	}

@@ -583,7 +583,8 @@ func TestReusedReferenceMovesMoneyOnce(t *testing.T) {
 // merchant's accounts sum to zero per environment and no wallet is negative.
 func (h *harness) assertZeroSum() {
 	h.t.Helper()
-	pool := h.api.rm.Pool()
+	h.caughtUp()
+	pool := h.api.queries.Pool()
 	rows, err := pool.Query(context.Background(), `SELECT merchant_id, environment, sum(balance) FROM rm_balances GROUP BY 1, 2`)
 	if err != nil {
 		h.t.Fatal(err)

@@ -187,7 +187,7 @@ func TestReadyzNotReady(t *testing.T) {
 // database ping.
 func (h *harness) readyzWith(w Waiter, ping func(context.Context) error) resp {
 	h.t.Helper()
-	srv := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.rm, Waiter: w, Directory: h.api.dir, Ping: ping})
+	srv := New(h.api.cfg, Deps{App: h.svc, Queries: h.api.queries, Last: h.api.last, Waiter: w, Directory: h.api.dir, Ping: ping})
 	res, err := http.Get(newTestServer(h.t, srv) + "/readyz")
 	if err != nil {
 		h.t.Fatal(err)

@@ -45,7 +45,7 @@ type Config struct {
 	// MaxReadyHorizon is how long committed events may wait behind an open
 	// transaction (eventstore.Horizon) before /readyz fails (default 2 s).
 	// Such a transaction holds every read model and the webhook subscriber
-	// back together, so their lags read zero while writes wait in settle;
+	// back together, so their lags read zero while reads wait for them;
 	// the answer names the transaction.
 	MaxReadyHorizon time.Duration
 	// ReadyWebhooks is set when the process runs the webhooks role: /readyz
@@ -66,7 +66,7 @@ type Config struct {
 	WebhookAllowPrivate bool
 }
 
-// Waiter lets a write wait until the read models include it.
+// Waiter lets a request wait until the read models include a position.
 type Waiter interface {
 	WaitFor(ctx context.Context, pos eventstore.Position) error
 	Lag(ctx context.Context) (int64, error)
@@ -86,12 +86,14 @@ type horizonReporter interface {
 
 // Server is the API.
 type Server struct {
-	cfg     Config
-	e       *echo.Echo
-	log     *zap.Logger
-	dir     Directory
-	app     *app.Service
-	rm      *projections.Queries
+	cfg Config
+	e   *echo.Echo
+	log *zap.Logger
+	dir Directory
+	app *app.Service
+	// queries are the read models; read them through readModels.
+	queries *projections.Queries
+	last    func(context.Context) (eventstore.Position, error)
 	waiter  Waiter
 	limiter RateLimiter
 	idem    *IdempotencyStore
@@ -104,9 +106,13 @@ type Server struct {
 
 // Deps are the server's collaborators.
 type Deps struct {
-	Log       *zap.Logger
-	App       *app.Service
-	Queries   *projections.Queries
+	Log     *zap.Logger
+	App     *app.Service
+	Queries *projections.Queries
+	// Last is the event store's Last: the position a read waits for, so
+	// that it sees every write acknowledged before it (readModels). Nil
+	// with a nil Waiter: reads do not wait.
+	Last      func(context.Context) (eventstore.Position, error)
 	Waiter    Waiter
 	Limiter   RateLimiter
 	Idem      *IdempotencyStore
@@ -142,7 +148,7 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.DataDir == "" {
 		cfg.DataDir = "./.data"
 	}
-	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, rm: d.Queries, waiter: d.Waiter,
+	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, waiter: d.Waiter,
 		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
 	if s.log == nil {
@@ -213,8 +219,10 @@ func bodyLimit(n int64) echo.MiddlewareFunc {
 	}
 }
 
-// settle waits until the read models include a write, so the response and
-// every later GET see it; a lagging projector gives 503, never stale data.
+// settle waits until the read models include a write, for a write that
+// answers with what the read models hold; a lagging projector gives 503,
+// never stale data. Writes that answer from their own events do not call
+// it: reads wait instead (readModels).
 func (s *Server) settle(c echo.Context, pos eventstore.Position) error {
 	if pos == (eventstore.Position{}) || s.waiter == nil {
 		return nil
@@ -226,6 +234,40 @@ func (s *Server) settle(c echo.Context, pos eventstore.Position) error {
 		return err
 	}
 	return nil
+}
+
+// ctxFenced marks a request whose read models include every write
+// acknowledged before it.
+const ctxFenced = "escrowd.readFence"
+
+// readModels returns the read models once they include every write
+// acknowledged before this request's first read of them: it waits for the
+// store's newest committed event (eventstore.Store.Last), once per request.
+//
+// Writes answer from the events they append and return as soon as those
+// are committed, without waiting for the projectors; the wait is paid by
+// reads instead, so a read still sees every earlier write, made through
+// this server or any other sharing the database. A write that answers
+// with what the read models hold calls settle for its own events, since a
+// fence taken before its append does not include them. A lagging
+// projector gives 503, never stale data.
+func (s *Server) readModels(c echo.Context) (*projections.Queries, error) {
+	if s.waiter == nil || s.last == nil || c.Get(ctxFenced) != nil {
+		return s.queries, nil
+	}
+	ctx := c.Request().Context()
+	pos, err := s.last(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waiter.WaitFor(ctx, pos); err != nil {
+		if errors.Is(err, projections.ErrLagging) {
+			return nil, &domain.Error{Code: domain.Unavailable, Message: "The service is busy; retry shortly"}
+		}
+		return nil, err
+	}
+	c.Set(ctxFenced, true)
+	return s.queries, nil
 }
 
 func (s *Server) healthz(c echo.Context) error {

@@ -33,6 +33,7 @@ func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Wai
 		Log:       log,
 		App:       svc,
 		Queries:   q,
+		Last:      store.Last,
 		Waiter:    waiter,
 		Limiter:   NewPGRateLimiter(pool, cfg.RateLimitPerMinute),
 		Idem:      NewIdempotencyStore(pool, WithIdempotencyLogger(orNop(log)), WithIdempotencyFence(engine)),

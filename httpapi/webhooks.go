@@ -72,11 +72,10 @@ func (s *Server) putWebhook(c echo.Context) error {
 	if err := webhooks.ValidateCallbackURL(ctx, url, p.Environment, s.cfg.WebhookAllowPrivate, nil); err != nil {
 		return err
 	}
-	pos, err := s.app.SetWebhookURL(c.Request().Context(), actor(c), url)
-	if err != nil {
+	if _, err := s.app.SetWebhookURL(c.Request().Context(), actor(c), url); err != nil {
 		return err
 	}
-	return s.settleAndRespond(c, pos, http.StatusOK, "Webhook updated successfully", newWebhookView(url, p.Environment))
+	return respond(c, http.StatusOK, "Webhook updated successfully", newWebhookView(url, p.Environment))
 }
 
 func (s *Server) outbox() (*webhooks.Outbox, error) {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/category"
 )
 
 // Category is a merchant's escrow category record.
@@ -19,6 +20,14 @@ type Category struct {
 	Environment string    `json:"environment"`
 	CreatedAt   time.Time `json:"createdAt"`
 	UpdatedAt   time.Time `json:"updatedAt"`
+}
+
+// CategoryOf is the view of a category aggregate, as the read model holds
+// it: times in UTC, to the microsecond PostgreSQL stores.
+func CategoryOf(st category.State) Category {
+	return Category{ID: st.ID, Name: st.Name, Description: st.Description, MerchantID: st.MerchantID,
+		Environment: string(st.Environment), CreatedAt: st.CreatedAt.UTC().Truncate(time.Microsecond),
+		UpdatedAt: st.UpdatedAt.UTC().Truncate(time.Microsecond)}
 }
 
 // CategoryByID returns a live (not deleted) category of any merchant: the
