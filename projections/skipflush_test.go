@@ -24,6 +24,12 @@ func startActive(t *testing.T, e *env, delay time.Duration, ps ...Projector) *Ru
 	r := testRunner(e.store, e.pool, e.log, ps...)
 	r.SkipFlushDelay = delay
 	start(t, r)
+	// Active (the session lock) comes before the projector's checkpoint
+	// row exists: wait for both, so a test can lock the rows.
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name()
+	}
 	waitUntil(t, 5*time.Second, "active runner", func() bool {
 		st, err := Status(context.Background(), e.pool, e.store, ps...)
 		if err != nil {
@@ -34,7 +40,12 @@ func startActive(t *testing.T, e *env, delay time.Duration, ps ...Projector) *Ru
 				return false
 			}
 		}
-		return true
+		var rows int
+		if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM projection_checkpoints WHERE name = ANY ($1)`,
+			names).Scan(&rows); err != nil {
+			return false
+		}
+		return rows == len(ps)
 	})
 	return r
 }
@@ -116,8 +127,9 @@ func TestLockedCheckpointDoesNotHoldUpTheOthers(t *testing.T) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
 	locked := time.Now()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM projection_checkpoints WHERE name = 'held_b' FOR UPDATE`); err != nil {
-		t.Fatal(err)
+	var one int
+	if err := tx.QueryRow(ctx, `SELECT 1 FROM projection_checkpoints WHERE name = 'held_b' FOR UPDATE`).Scan(&one); err != nil {
+		t.Fatal(err) // no row: nothing would be locked
 	}
 	if got := checkpointOf(t, e.pool, "held_b"); got != before {
 		t.Skipf("the flush came before the lock (%s after the events were readable)", time.Since(locked))
