@@ -1,9 +1,10 @@
 package domain
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
+
+	json "github.com/go-json-experiment/json/v1"
 )
 
 // Registry decodes the stored events of one aggregate kind. Each aggregate
@@ -20,6 +21,13 @@ func NewRegistry(ctors ...func() Event) Registry {
 	return r
 }
 
+// Unmarshal decodes JSON the domain wrote (events, folded states). It is
+// encoding/json's Unmarshal, API and behaviour, on the json/v2 engine
+// (github.com/go-json-experiment/json/v1, the mirror of the standard
+// library's encoding/json/v2 work): about twice as fast on events, which
+// every projector and the webhook subscriber decode (BenchmarkEventCodec).
+func Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
+
 // Decode turns a stored event back into its Go value. It returns the value,
 // not the pointer json filled, so an event read back has the same shape as
 // one just decided and Apply functions and projectors switch on values only.
@@ -29,7 +37,7 @@ func (r Registry) Decode(typ string, data []byte) (Event, error) {
 		return nil, fmt.Errorf("domain: unknown event type %q", typ)
 	}
 	ptr := c()
-	if err := json.Unmarshal(data, ptr); err != nil {
+	if err := Unmarshal(data, ptr); err != nil {
 		return nil, fmt.Errorf("domain: decode %s: %w", typ, err)
 	}
 	return reflect.ValueOf(ptr).Elem().Interface().(Event), nil

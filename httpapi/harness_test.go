@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -111,8 +112,63 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
+	t.Cleanup(h.eventsDecodeAsEncodingJSONDoes)
 	h.m = h.newMerchant(true)
 	return h
+}
+
+// eventKinds are the registries of the aggregate streams, by stream prefix.
+var eventKinds = map[string]domain.Registry{
+	app.MerchantKind.Name: app.MerchantKind.Registry, app.CustomerKind.Name: app.CustomerKind.Registry,
+	app.ReservationKind.Name: app.ReservationKind.Registry, app.WhitelistKind.Name: app.WhitelistKind.Registry,
+	app.WalletKind.Name: app.WalletKind.Registry, app.PaymentKind.Name: app.PaymentKind.Registry,
+	app.EscrowKind.Name: app.EscrowKind.Registry, app.CategoryKind.Name: app.CategoryKind.Registry,
+}
+
+// eventsDecodeAsEncodingJSONDoes: every aggregate event the test stored
+// decodes with the domain's codec (domain.Unmarshal, encoding/json's
+// behaviour on the json/v2 engine) exactly as the standard library's
+// encoding/json decodes it. Run after every end-to-end test, so the whole
+// suite's events are compared.
+func (h *harness) eventsDecodeAsEncodingJSONDoes() {
+	t := h.t
+	rows, err := h.pool.Query(context.Background(), `SELECT stream_id, event_type, data::text FROM es_events`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	compared := 0
+	for rows.Next() {
+		var stream, typ, data string
+		if err := rows.Scan(&stream, &typ, &data); err != nil {
+			t.Fatal(err)
+		}
+		kind, _, _ := strings.Cut(stream, "-")
+		reg, ok := eventKinds[kind]
+		if !ok {
+			continue // idempotency and claim streams
+		}
+		got, err := reg.Decode(typ, []byte(data))
+		if err != nil {
+			t.Errorf("%s %s: %v", stream, typ, err)
+			continue
+		}
+		want := reg[typ]()
+		if err := json.Unmarshal([]byte(data), want); err != nil {
+			t.Errorf("%s %s: encoding/json: %v", stream, typ, err)
+			continue
+		}
+		if w := reflect.ValueOf(want).Elem().Interface(); !reflect.DeepEqual(got, w) {
+			t.Errorf("%s %s decodes to\n%#v\nencoding/json decodes it to\n%#v", stream, typ, got, w)
+		}
+		compared++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if compared == 0 {
+		t.Error("no event compared: the merchant's own events at least should be")
+	}
 }
 
 // runnerControl runs a projection runner until stopped; it can be started

@@ -156,7 +156,7 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 				rows.Close()
 				return nil, err
 			}
-			if err := json.Unmarshal(doc, &s); err != nil {
+			if err := domain.Unmarshal(doc, &s); err != nil {
 				rows.Close()
 				return nil, err
 			}
@@ -235,7 +235,7 @@ func (q *Queries) EscrowByToken(ctx context.Context, token string) (escrow.State
 	if err != nil {
 		return s, false, err
 	}
-	return s, true, json.Unmarshal(doc, &s)
+	return s, true, domain.Unmarshal(doc, &s)
 }
 
 // EscrowFilter selects escrows of a merchant and environment.
@@ -301,7 +301,7 @@ func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow
 			return nil, Pagination{}, err
 		}
 		var s escrow.State
-		if err := json.Unmarshal(doc, &s); err != nil {
+		if err := domain.Unmarshal(doc, &s); err != nil {
 			return nil, Pagination{}, err
 		}
 		out = append(out, s)
