@@ -39,6 +39,9 @@ const (
 
 var errMalformedBatch = errors.New("eventstore: es_append_batch answered for other appends")
 
+// errLostAnswer is a committed call's answer that a test drops (loseAnswer).
+var errLostAnswer = errors.New("eventstore: the answer of es_append_batch was lost")
+
 type appendGroup struct {
 	mu      sync.Mutex
 	queue   []*appendReq
@@ -237,6 +240,9 @@ func (s *Store) appendMany(batch []*appendReq) {
 	).Scan(&tx, &ok, &revisions, &badStream, &badRev, &eventIDs, &seqs)
 	if err == nil && (len(ok) != len(batch) || len(revisions) != n || len(eventIDs) != len(seqs)) {
 		err = errMalformedBatch
+	}
+	if err == nil && s.loseAnswer != nil && s.loseAnswer() {
+		err = errLostAnswer
 	}
 	if err != nil {
 		// The call failed as a whole (an event id stored already, a new

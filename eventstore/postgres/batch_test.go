@@ -192,6 +192,47 @@ func TestGroupWithAStoredEventFallsBackToAppendsAlone(t *testing.T) {
 	}
 }
 
+// TestGroupWhoseAnswerIsLostReportsWhatItStored: a group call that
+// committed but whose answer never came back (a connection lost after the
+// commit) stores nothing twice: each append, made again alone, is found
+// stored and reports where it landed; a refused one is still refused.
+func TestGroupWhoseAnswerIsLostReportsWhatItStored(t *testing.T) {
+	s, _ := newStore(t)
+	postgres.LoseGroupAnswers(s)
+	p := uuid.NewString()[:8] + "-"
+	mustAppend(t, s, one(p+"x", eventstore.NoStream, evs(1))) // alone: no group call
+	before := s.AppendStats()
+	out := postgres.AppendTogether(s,
+		[]eventstore.StreamAppend{one(p+"a", eventstore.NoStream, evs(2))},
+		[]eventstore.StreamAppend{one(p+"x", eventstore.Exact(0), evs(1))},
+		[]eventstore.StreamAppend{one(p+"y", eventstore.Exact(5), evs(1))})
+	for i, stream := range []string{p + "a", p + "x"} {
+		stored, err := s.ReadStream(context.Background(), stream, 0, 1000)
+		if err != nil || len(stored) == 0 {
+			t.Fatalf("read %s: %d events, %v", stream, len(stored), err)
+		}
+		if out[i].Err != nil || out[i].Result.Position != stored[len(stored)-1].Position || out[i].Result.Revisions[stream] != uint64(len(stored)-1) {
+			t.Errorf("append to %s: %v at %v revisions %v; want its stored events, the last at %v revision %d",
+				stream, out[i].Err, out[i].Result.Position, out[i].Result.Revisions, stored[len(stored)-1].Position, len(stored)-1)
+		}
+	}
+	if out[0].Result.Position.Commit != out[1].Result.Position.Commit {
+		t.Errorf("positions %v and %v: the appends were stored by separate transactions, not by the group call", out[0].Result.Position, out[1].Result.Position)
+	}
+	if !errors.Is(out[2].Err, eventstore.ErrConcurrency) {
+		t.Errorf("the refused append: %v; want a concurrency error", out[2].Err)
+	}
+	for stream, want := range map[string][]uint64{p + "a": {0, 1}, p + "x": {0, 1}, p + "y": {}} {
+		if got := streamRevisions(t, s, stream); !reflect.DeepEqual(got, want) {
+			t.Errorf("stream %s holds %v; want %v", stream, got, want)
+		}
+	}
+	// The call itself committed: its appends went again alone.
+	if after := s.AppendStats(); after.Alone-before.Alone != 3 || after.Calls != before.Calls {
+		t.Errorf("stats %+v -> %+v; want 3 appends made alone and no call counted", before, after)
+	}
+}
+
 // TestQueueGroupsOnlyIndependentAppends: the queue puts appends in one call
 // only if no stream one of them writes or locks is touched by another;
 // streams read without a lock may be shared. The rest keep their order.

@@ -56,6 +56,10 @@ func AppendTogether(s *Store, appends ...[]eventstore.StreamAppend) []Outcome {
 	return out
 }
 
+// LoseGroupAnswers makes the store treat the answer of every group call
+// that committed as lost (a connection dropped after the commit).
+func LoseGroupAnswers(s *Store) { s.loseAnswer = func() bool { return true } }
+
 // Take is the queue's grouping rule: which of the appends, queued in this
 // order, the next call takes (by index).
 func Take(appends ...[]eventstore.StreamAppend) []int {
