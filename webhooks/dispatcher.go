@@ -92,7 +92,9 @@ type Dispatcher struct {
 	slow   map[string]bool // seen running past SlowAfter
 	prompt map[string]bool // seen answering within SlowAfter
 	wake   chan struct{}
-	more   bool // the last claim was cut short by free workers
+	// more: the last claim was cut short by free workers, or there were
+	// none to claim with.
+	more bool
 	// claiming: a claim is under way, with the attempts in flight as they
 	// were when it started.
 	claiming bool
@@ -113,6 +115,9 @@ type Dispatcher struct {
 	// dispatcher (see reserve), not yet started; handedWake tells Run.
 	handed     []claimed
 	handedWake chan struct{}
+	// waiting, when set (tests), is called each time Run has done what
+	// woke it and goes back to waiting for a wake-up.
+	waiting func()
 }
 
 // maxClaim bounds the rows one claim leases: a longer backlog goes out in
@@ -328,8 +333,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// enqueues while the claim runs still finds room: refused, it
 			// would be queued, its NOTIFY would start the next claim, which
 			// the next batch would find under way, and so on. Not while a
-			// backlog is being claimed (the last claim came back full):
-			// then claims should take all they can, and fewer of them.
+			// backlog is being claimed (the last claim came back full, or
+			// no worker was free for it): then claims should take all they
+			// can, and fewer of them.
 			free = (free + 1) / 2
 		}
 		a := d.allot()
@@ -366,13 +372,18 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		// again now. Only then: attempts end all the time, and claiming
 		// again after every claim that saw one end would keep claims
 		// running back to back, and Handoff's reservations waiting.
+		//
+		// With no worker free there was no claim, and whatever woke the
+		// dispatcher may still be due (say a message the subscriber had
+		// no worker left for, queued while the attempts it handed over
+		// hold them all): as after a full claim, the next attempt to end
+		// wakes it (d.more). Else that message waited for the poll: the
+		// end of an attempt of a merchant below its cap wakes nobody.
 		more := free > 0 && len(got) == free
 		d.mu.Lock()
 		again := more || starved && d.endedInClaim
 		d.claiming, d.claimN, d.claimRooms = false, 0, nil
-		if free > 0 {
-			d.more = more
-		}
+		d.more = more || free == 0
 		for _, c := range got {
 			d.busy[c.MerchantID]++
 		}
@@ -388,6 +399,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		timer.Reset(d.PollInterval)
+		if d.waiting != nil {
+			d.waiting()
+		}
 	wait:
 		for {
 			select {

@@ -840,3 +840,123 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 		t.Fatalf("handed %d, busy %v; want nothing held", len(h), d.busy)
 	}
 }
+
+// wakeWatch tells when Run has handled a wake-up in full: watch installs it
+// on a dispatcher before Run starts; wake wakes the dispatcher and waits
+// until Run, woken after that, has done all it does for it and waits again.
+type wakeWatch struct {
+	mu      sync.Mutex
+	d       *Dispatcher
+	sent    int // wake-ups sent by wake
+	handled int // of them, those Run has handled in full
+}
+
+func (w *wakeWatch) watch(d *Dispatcher) {
+	w.d = d
+	d.waiting = func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// Only Run's wait takes wake-ups: with none pending as Run goes
+		// back to waiting, the round that ends here (or one before it)
+		// took every wake-up sent so far, so it began after them. A round
+		// that began before the last was sent ends with one pending.
+		if len(d.wake) == 0 {
+			w.handled = w.sent
+		}
+	}
+}
+
+func (w *wakeWatch) wake(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	w.d.signal()
+	w.sent++
+	n := w.sent
+	w.mu.Unlock()
+	eventually(t, 10*time.Second, "the wake-up handled", func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.handled >= n
+	})
+}
+
+// TestWakeWithNoWorkerFreeIsNotLost: a message the subscriber had no
+// worker left for is queued, and its notification wakes the dispatcher
+// while the attempts handed over with it hold every worker. That wake-up
+// cannot claim; the message must go out as soon as a worker frees up, not
+// at the next poll (a minute here), although the attempts that end are of
+// a merchant below its cap and known to answer in time, whose ends wake
+// nobody by themselves.
+func TestWakeWithNoWorkerFreeIsNotLost(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	rc := newReceiver(t, nil, nil)
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	defer open()
+	var w wakeWatch
+	d, _ := e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = 2, 4, 4
+		d.Timeout, d.SlowAfter, d.Lease = time.Minute, time.Minute, time.Hour
+		d.PollInterval = time.Minute
+		d.Retention = -1
+		d.Endpoints = gatedEndpoints{gate: gate, url: rc.srv.URL}
+		w.watch(d)
+	})
+	eventually(t, 10*time.Second, "Run delivering", func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.running
+	})
+	d.mu.Lock()
+	d.prompt["m1"] = true
+	d.mu.Unlock()
+	// What the subscriber does with a batch of three messages and two
+	// workers: it reserves two, stores them leased and hands them over;
+	// their endpoint lookups wait at the gate.
+	msgs := make([]Message, 3)
+	for i := range msgs {
+		m, err := newMessage(uuid.New(), "m1", domain.Test, "payment.deposit.success", "", map[string]int{"i": i}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs[i] = m
+	}
+	// A claim under way (Run's first ones find the outbox empty) may
+	// still lease every worker, and reserve takes nothing beside it: then
+	// give back what it took and try again once Run waits.
+	var (
+		take  []bool
+		lease time.Duration
+	)
+	eventually(t, 10*time.Second, "two workers reserved", func() bool {
+		w.wake(t)
+		if take, lease = d.reserve(msgs); slices.Equal(take, []bool{true, true, false}) {
+			return true
+		}
+		for i, ok := range take {
+			if ok {
+				d.unreserve([]string{msgs[i].MerchantID})
+			}
+		}
+		return false
+	})
+	var leased []claimed
+	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
+		_, leased, err = enqueue(ctx, tx, msgs[:2], take[:2], lease)
+		return err
+	}); err != nil || len(leased) != 2 {
+		t.Fatalf("leased %v: %v", leased, err)
+	}
+	d.handOver(leased)
+	// The third is queued: stored pending (without its notification, which
+	// would reach Run at a moment of its own), and the wake-up standing in
+	// for the notification handled while both workers are taken.
+	seedDue(t, e.pool, []string{"m1"})
+	w.wake(t)
+	if s := e.statuses(); s[StatusPending] != 1 || s[StatusDelivering] != 2 {
+		t.Fatalf("statuses %v before the workers free up, want 1 pending and 2 delivering", s)
+	}
+	open()
+	eventually(t, 2*time.Second, "the queued message delivered", func() bool { return e.statuses()[StatusDelivered] == 3 })
+}
