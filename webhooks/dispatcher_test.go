@@ -704,6 +704,44 @@ func TestStoppedDispatcherHandsBackItsAttempts(t *testing.T) {
 	}
 }
 
+// TestHandedBackAttemptWakesTheOtherDispatchers: an attempt a stopping
+// dispatcher abandons goes back to the queue at once, and the dispatchers
+// still running (another instance, in a rolling restart) are woken for it,
+// not left to find it at their next poll (a minute here).
+func TestHandedBackAttemptWakesTheOtherDispatchers(t *testing.T) {
+	e := newTestEnv(t)
+	rc := newReceiver(t, nil, nil)
+	m := e.merchant(rc.srv.URL)
+	gate := make(chan struct{})
+	defer close(gate)
+	// The first dispatcher claims the message; its attempt waits for the
+	// endpoint lookup until the dispatcher stops.
+	_, stop := e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.Endpoints = gatedEndpoints{gate: gate, url: rc.srv.URL}
+		d.Lease = time.Hour
+	})
+	e.runSubscriber(e.pool)
+	id := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "leased by the first dispatcher", func() bool { return e.statuses()[StatusDelivering] == 1 })
+	// The second is listening and has nothing more to do.
+	var w wakeWatch
+	e.runDispatcher(e.pool, func(d *Dispatcher) {
+		d.PollInterval = time.Minute
+		d.Retention = -1
+		w.watch(d)
+	})
+	eventually(t, 10*time.Second, "both dispatchers listening", func() bool {
+		return e.count(`SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle' AND query = 'LISTEN '||$1`, notifyChannel) == 2
+	})
+	w.wake(t)
+	stop()
+	eventually(t, 2*time.Second, "delivered by the second dispatcher", func() bool { return rc.delivered()[id] == 1 })
+	if hits := rc.all(); len(hits) != 1 || hits[0].Attempt != "2" {
+		t.Fatalf("hits %+v, want attempt 2 only", hits)
+	}
+}
+
 // senderTransport marks each request with the process that sent it
 // (senderHeader), for receivers of tests with several dispatchers.
 type senderTransport struct{ name string }

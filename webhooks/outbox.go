@@ -742,7 +742,9 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 
 // release returns attempts abandoned at shutdown to the queue at once
 // (instead of waiting for their lease to end). The request may have reached
-// the receiver, so the attempt still counts.
+// the receiver, so the attempt still counts. It notifies the dispatchers
+// when it returned any: the one releasing is stopping, and the others
+// would otherwise find them only at their next poll.
 func release(ctx context.Context, pool *pgxpool.Pool, cs []claimed) error {
 	if len(cs) == 0 {
 		return nil
@@ -752,10 +754,14 @@ func release(ctx context.Context, pool *pgxpool.Pool, cs []claimed) error {
 		ids[i], attempts[i] = c.ID, int32(c.Attempt)
 	}
 	_, err := pool.Exec(ctx, `
-		UPDATE webhook_deliveries d
-		   SET status = 'pending', next_attempt_at = now(), lease_until = NULL
-		  FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
-		 WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt`, pgUUIDs(ids), attempts)
+		WITH back AS (
+		    UPDATE webhook_deliveries d
+		       SET status = 'pending', next_attempt_at = now(), lease_until = NULL
+		      FROM unnest($1::uuid[], $2::int[]) AS r(id, attempt)
+		     WHERE d.id = r.id AND d.status = 'delivering' AND d.attempts = r.attempt
+		    RETURNING d.id
+		)
+		SELECT pg_notify($3, '') WHERE EXISTS (SELECT 1 FROM back)`, pgUUIDs(ids), attempts, notifyChannel)
 	return err
 }
 
