@@ -452,10 +452,12 @@ func (d *Dispatcher) claimPicked(picked map[string]int) {
 func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.reservedAt = d.Now()
 	if !d.running {
+		// Not recorded: a request Run never saw must not make it halve
+		// its claims once it starts (handingOff).
 		return nil, 0
 	}
+	d.reservedAt = d.Now()
 	free := d.Workers - d.inFlight()
 	if d.claiming {
 		free -= d.claimN

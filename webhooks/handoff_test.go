@@ -229,6 +229,9 @@ func TestReserveTakesWhatAClaimCould(t *testing.T) {
 	if take, _ := d.reserve(msgs("m1")); take != nil {
 		t.Fatalf("reserved %v while Run is not delivering", take)
 	}
+	if d.handingOff() {
+		t.Fatal("a request refused while Run is not delivering counts as handing off")
+	}
 	d.running = true
 	d.prompt["m1"], d.prompt["m2"], d.prompt["m3"] = true, true, true
 	d.slow["m3"] = true
