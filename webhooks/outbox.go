@@ -179,6 +179,25 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 // Outbox reads and changes deliveries for the API.
 type Outbox struct {
 	pool *pgxpool.Pool
+	// read, in tests, runs between a delivery log read's statements.
+	read func()
+}
+
+// snapshot runs the statements of one delivery log read in a read-only
+// repeatable-read transaction: the rows, their count and their attempts
+// are of one moment, so an outcome recorded meanwhile never shows a
+// delivery whose counters and attempt log disagree.
+func (o *Outbox) snapshot(ctx context.Context, f func(tx pgx.Tx) error) error {
+	return pgx.BeginTxFunc(ctx, o.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return f(tx)
+	})
+}
+
+// between calls the test hook read, if set.
+func (o *Outbox) between() {
+	if o.read != nil {
+		o.read()
+	}
 }
 
 // NewOutbox returns the outbox on pool.
@@ -251,7 +270,7 @@ func scanDelivery(row pgx.Row) (Delivery, *Attempt, error) {
 }
 
 // List pages a merchant's deliveries of env, newest first, with their
-// attempts.
+// attempts, as of one moment (snapshot).
 func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environment, f DeliveryFilter, p projections.Page) ([]Delivery, projections.Pagination, error) {
 	where := ` WHERE merchant_id = $1 AND environment = $2`
 	args := []any{merchantID, string(env)}
@@ -263,32 +282,38 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 		args = append(args, f.Event)
 		where += ` AND event = $` + strconv.Itoa(len(args))
 	}
-	var count int64
-	if err := o.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries`+where, args...).Scan(&count); err != nil {
-		return nil, projections.Pagination{}, err
-	}
-	args = append(args, p.Limit, (p.Page-1)*p.Limit)
-	rows, err := o.pool.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries`+where+
-		` ORDER BY created_at DESC, seq DESC LIMIT $`+strconv.Itoa(len(args)-1)+` OFFSET $`+strconv.Itoa(len(args)), args...)
-	if err != nil {
-		return nil, projections.Pagination{}, err
-	}
-	out := []Delivery{}
-	var lasts []*Attempt
-	for rows.Next() {
-		d, last, err := scanDelivery(rows)
-		if err != nil {
-			rows.Close()
-			return nil, projections.Pagination{}, err
+	var (
+		count int64
+		out   = []Delivery{}
+	)
+	err := o.snapshot(ctx, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries`+where, args...).Scan(&count); err != nil {
+			return err
 		}
-		out = append(out, d)
-		lasts = append(lasts, last)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, projections.Pagination{}, err
-	}
-	if err := o.attachAttempts(ctx, out, lasts); err != nil {
+		page := append(slices.Clip(args), p.Limit, (p.Page-1)*p.Limit)
+		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries`+where+
+			` ORDER BY created_at DESC, seq DESC LIMIT $`+strconv.Itoa(len(page)-1)+` OFFSET $`+strconv.Itoa(len(page)), page...)
+		if err != nil {
+			return err
+		}
+		var lasts []*Attempt
+		for rows.Next() {
+			d, last, err := scanDelivery(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, d)
+			lasts = append(lasts, last)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		o.between()
+		return attachAttempts(ctx, tx, out, lasts)
+	})
+	if err != nil {
 		return nil, projections.Pagination{}, err
 	}
 	return out, projections.NewPagination(p, count), nil
@@ -296,9 +321,11 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 
 // attachAttempts fills the attempt log of ds: the attempts in
 // webhook_attempts, and lasts[i] (the attempt ds[i]'s row holds; nil for
-// none) unless the table has an attempt of its number (the row was read
-// before an outcome moved it there), in attempt order.
-func (o *Outbox) attachAttempts(ctx context.Context, ds []Delivery, lasts []*Attempt) error {
+// none) unless the table has an attempt of its number, in attempt order.
+// Read in the same snapshot as the rows, the table never has it (an
+// outcome moves the row's attempt there in the statement that replaces
+// it); the check keeps the log free of repeats all the same.
+func attachAttempts(ctx context.Context, tx pgx.Tx, ds []Delivery, lasts []*Attempt) error {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -308,7 +335,7 @@ func (o *Outbox) attachAttempts(ctx context.Context, ds []Delivery, lasts []*Att
 		ids[i] = ds[i].ID
 		byID[ds[i].ID] = &ds[i]
 	}
-	rows, err := o.pool.Query(ctx, `SELECT delivery_id::text, attempt, at, status_code, error, duration_ms
+	rows, err := tx.Query(ctx, `SELECT delivery_id::text, attempt, at, status_code, error, duration_ms
 		FROM webhook_attempts WHERE delivery_id = ANY($1::uuid[]) ORDER BY delivery_id, attempt`, ids)
 	if err != nil {
 		return err
@@ -354,17 +381,22 @@ func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environm
 	if _, err := uuid.Parse(id); err != nil {
 		return Delivery{}, ErrDeliveryNotFound
 	}
-	d, last, err := scanDelivery(o.pool.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
-		WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return d, ErrDeliveryNotFound
-	}
+	var ds []Delivery
+	err := o.snapshot(ctx, func(tx pgx.Tx) error {
+		d, last, err := scanDelivery(tx.QueryRow(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries
+			WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env)))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrDeliveryNotFound
+		}
+		if err != nil {
+			return err
+		}
+		ds = []Delivery{d}
+		o.between()
+		return attachAttempts(ctx, tx, ds, []*Attempt{last})
+	})
 	if err != nil {
-		return d, err
-	}
-	ds := []Delivery{d}
-	if err := o.attachAttempts(ctx, ds, []*Attempt{last}); err != nil {
-		return d, err
+		return Delivery{}, err
 	}
 	return ds[0], nil
 }

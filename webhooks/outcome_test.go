@@ -589,3 +589,51 @@ func TestAttemptInBothPlacesShownOnce(t *testing.T) {
 		Attempt{Attempt: 1, At: base, StatusCode: intp(500), Error: strp("HTTP 500"), DurationMs: 1},
 		Attempt{Attempt: 2, At: base.Add(time.Minute), StatusCode: intp(200), DurationMs: 2})
 }
+
+// TestDeliveryLogReadsOneMoment: outcomes recorded while the delivery log
+// is being read (between its statements) never show a delivery whose
+// attempt counter and attempt log disagree: List and Get read the rows and
+// the attempts as of one moment.
+func TestDeliveryLogReadsOneMoment(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	box := NewOutbox(e.pool)
+	id := e.insertDelivery("m-1", "")
+	code := int32(500)
+	fail := func() {
+		e.record(outcome{ID: id, Attempt: e.lease(id), Status: StatusPending, Code: &code, Delay: time.Hour, At: time.Now(), Sent: true})
+	}
+	fail() // attempt 1, held by the row
+	reads := 0
+	box.read = func() {
+		// Two more attempts between the rows and the attempts: each
+		// outcome moves the attempt before it into webhook_attempts.
+		reads++
+		fail()
+		fail()
+	}
+	check := func(name string, d Delivery) {
+		t.Helper()
+		if d.Attempts != len(d.AttemptLog) {
+			t.Errorf("%s: attempts %d, attempt log %v", name, d.Attempts, d.AttemptLog)
+		}
+		for i, a := range d.AttemptLog {
+			if a.Attempt != i+1 {
+				t.Errorf("%s: attempt log %v is not attempts 1..%d", name, d.AttemptLog, len(d.AttemptLog))
+			}
+		}
+	}
+	list, _, err := box.List(ctx, "m-1", domain.Test, DeliveryFilter{}, projections.Page{Page: 1, Limit: 10})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	check("list", list[0])
+	got, err := box.Get(ctx, "m-1", domain.Test, id.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	check("get", got)
+	if reads != 2 || got.Attempts != 3 {
+		t.Fatalf("%d reads, get saw %d attempts: the hook did not run between the statements", reads, got.Attempts)
+	}
+}
