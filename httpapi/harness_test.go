@@ -375,7 +375,5 @@ func (h *harness) caughtUp() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.runner.WaitFor(ctx, pos); err != nil {
-		h.t.Fatal(err)
-	}
+	h.wait(pos)
 }

@@ -65,6 +65,7 @@ func TestWritesDoNotWaitForReadModels(t *testing.T) {
 	}
 
 	h.projecting.start()
+	h.caughtUp() // the reads' own wait is short here (waitTimeout)
 	h.expectWallet(buyer, 9750, 0)
 	h.expectWallet(seller, 11500, 0)
 	h.expectMerchant(125, 0)
