@@ -396,11 +396,13 @@ func parseTime(t *testing.T, v any) time.Time {
 }
 
 // webhooksCaughtUp waits until the webhook subscriber has read the whole
-// log, so every message of what happened so far is in the outbox.
+// log, so every message of what happened so far is in the outbox. It waits
+// for Last, not Head: writes no longer wait for the read models, and an
+// open transaction elsewhere on the server can hold Head before them.
 func (h *harness) webhooksCaughtUp() {
 	h.t.Helper()
 	ctx := context.Background()
-	head, err := h.store.Head(ctx)
+	head, err := h.store.Last(ctx)
 	if err != nil {
 		h.t.Fatal(err)
 	}
