@@ -93,18 +93,7 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 	pool, sa, std, c := bs.pool, bs.sa, bs.std, bs.client
 
 	newCustomer := func(i int, kind string, prefix int) string {
-		env, _, err := c.do("POST", "/v1/customer/create", sa, "",
-			fmt.Sprintf(`{"firstname":"Ada","lastname":"Obi","email":"%s%d@example.com","phone":"0%d%06d"}`, kind, i, prefix, i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var d struct {
-			CustomerID string `json:"customerId"`
-		}
-		if err := json.Unmarshal(env.Data, &d); err != nil || d.CustomerID == "" {
-			b.Fatalf("customer create: %v %s", err, env.Data)
-		}
-		return d.CustomerID
+		return c.newCustomer(b, sa, fmt.Sprintf("%s%d@example.com", kind, i), fmt.Sprintf("0%d%06d", prefix, i))
 	}
 	nBuyers := max(escrowMinBuyers, (b.N+escrowPerBuyer-1)/escrowPerBuyer)
 	sellers := make([]string, escrowSellers)

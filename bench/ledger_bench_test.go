@@ -222,6 +222,24 @@ func (c *ledgerClient) do(method, path, key, cid, body string) (ledgerEnvelope, 
 	return env, d, nil
 }
 
+// newCustomer creates a customer (super-admin key sa) with email and phone
+// and returns its id.
+func (c *ledgerClient) newCustomer(b *testing.B, sa, email, phone string) string {
+	b.Helper()
+	env, _, err := c.do("POST", "/v1/customer/create", sa, "",
+		fmt.Sprintf(`{"firstname":"Ada","lastname":"Obi","email":%q,"phone":%q}`, email, phone))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var d struct {
+		CustomerID string `json:"customerId"`
+	}
+	if err := json.Unmarshal(env.Data, &d); err != nil || d.CustomerID == "" {
+		b.Fatalf("customer create: %v %s", err, env.Data)
+	}
+	return d.CustomerID
+}
+
 // walletCents is a customer's main + escrow balance in kobo.
 func (c *ledgerClient) walletCents(key, cid string) (int64, error) {
 	env, _, err := c.do("GET", "/v1/wallet", key, cid, "")
@@ -255,19 +273,9 @@ func BenchmarkWalletTransferHTTP(b *testing.B) {
 	custs := make([]cust, ledgerCustomers)
 	for i := range custs {
 		phone := fmt.Sprintf("08032%06d", i)
-		env, _, err := c.do("POST", "/v1/customer/create", sa, "",
-			fmt.Sprintf(`{"firstname":"Ada","lastname":"Obi","email":"w%d@example.com","phone":%q}`, i, phone))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var d struct {
-			CustomerID string `json:"customerId"`
-		}
-		if err := json.Unmarshal(env.Data, &d); err != nil || d.CustomerID == "" {
-			b.Fatalf("customer create: %v %s", err, env.Data)
-		}
-		custs[i] = cust{d.CustomerID, phone}
-		if _, _, err := c.do("POST", "/v1/payment/topup", std, d.CustomerID, fmt.Sprintf(`{"amount":%d}`, ledgerFunding)); err != nil {
+		id := c.newCustomer(b, sa, fmt.Sprintf("w%d@example.com", i), phone)
+		custs[i] = cust{id, phone}
+		if _, _, err := c.do("POST", "/v1/payment/topup", std, id, fmt.Sprintf(`{"amount":%d}`, ledgerFunding)); err != nil {
 			b.Fatal(err)
 		}
 	}

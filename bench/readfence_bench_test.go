@@ -30,21 +30,11 @@ func benchReadAfterWrite(b *testing.B, clients int) {
 	bs := newBenchServer(b)
 	defer bs.close()
 	c := bs.client
-	env, _, err := c.do("POST", "/v1/customer/create", bs.sa, "",
-		`{"firstname":"Ada","lastname":"Obi","email":"seller@example.com","phone":"08046000001"}`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var seller struct {
-		CustomerID string `json:"customerId"`
-	}
-	if err := json.Unmarshal(env.Data, &seller); err != nil || seller.CustomerID == "" {
-		b.Fatalf("customer create: %v %s", err, env.Data)
-	}
+	seller := c.newCustomer(b, bs.sa, "seller@example.com", "08046000001")
 	writes := make([][]time.Duration, clients)
 	reads := make([][]time.Duration, clients)
 	elapsed := runClients(b, clients, func(w int, i int64) error {
-		env, d, err := c.do("POST", "/v1/escrow/create", bs.std, seller.CustomerID,
+		env, d, err := c.do("POST", "/v1/escrow/create", bs.std, seller,
 			fmt.Sprintf(`{"amount":%d,"purpose":"read %d","whoPays":"buyer"}`, escrowAmount, i))
 		if err != nil {
 			return err
