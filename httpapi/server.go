@@ -227,13 +227,18 @@ func (s *Server) settle(c echo.Context, pos eventstore.Position) error {
 	if pos == (eventstore.Position{}) || s.waiter == nil {
 		return nil
 	}
-	if err := s.waiter.WaitFor(c.Request().Context(), pos); err != nil {
-		if errors.Is(err, projections.ErrLagging) {
-			return &domain.Error{Code: domain.Unavailable, Message: "The service is busy; the change was saved, retry reading shortly"}
-		}
-		return err
+	return s.waitFor(c.Request().Context(), pos, "The service is busy; the change was saved, retry reading shortly")
+}
+
+// waitFor waits until the read models include pos; a projector that does
+// not catch up in time is 503 with busy, the message saying what the
+// client may assume.
+func (s *Server) waitFor(ctx context.Context, pos eventstore.Position, busy string) error {
+	err := s.waiter.WaitFor(ctx, pos)
+	if errors.Is(err, projections.ErrLagging) {
+		return &domain.Error{Code: domain.Unavailable, Message: busy}
 	}
-	return nil
+	return err
 }
 
 // ctxFenced marks a request whose read models include every write
@@ -249,8 +254,11 @@ const ctxFenced = "escrowd.readFence"
 // reads instead, so a read still sees every earlier write, made through
 // this server or any other sharing the database. A write that answers
 // with what the read models hold calls settle for its own events, since a
-// fence taken before its append does not include them. A lagging
-// projector gives 503, never stale data.
+// fence taken before its append does not include them. settle does not
+// count as the fence: it waits for the position the command returned,
+// which need not be past every write acknowledged before the request (a
+// command that finds nothing to do may return none, or an earlier one). A
+// lagging projector gives 503, never stale data.
 func (s *Server) readModels(c echo.Context) (*projections.Queries, error) {
 	if s.waiter == nil || s.last == nil || c.Get(ctxFenced) != nil {
 		return s.queries, nil
@@ -260,10 +268,7 @@ func (s *Server) readModels(c echo.Context) (*projections.Queries, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.waiter.WaitFor(ctx, pos); err != nil {
-		if errors.Is(err, projections.ErrLagging) {
-			return nil, &domain.Error{Code: domain.Unavailable, Message: "The service is busy; retry shortly"}
-		}
+	if err := s.waitFor(ctx, pos, "The service is busy; retry shortly"); err != nil {
 		return nil, err
 	}
 	c.Set(ctxFenced, true)

@@ -1242,7 +1242,10 @@ func testGapSafety(t *testing.T, s eventstore.Store) {
 
 // testLastCoversAcknowledgedAppends: Last is never before an append
 // acknowledged before the call, whichever writer made it, nor before Head;
-// once ReadAll can return everything, Head and Last agree.
+// once ReadAll can return everything, Head and Last agree. Without an open
+// transaction holding a horizon, Head would pass this too: the case that
+// tells them apart is store-specific, and the PostgreSQL adapter's horizon
+// test holds one open (TestHorizonReportsEventsHeldByAnotherDatabase).
 func testLastCoversAcknowledgedAppends(t *testing.T, s eventstore.Store) {
 	p := prefix()
 	ctx := ctxT(t, 30*time.Second)
