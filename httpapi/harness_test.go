@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
@@ -168,6 +169,34 @@ func (h *harness) eventsDecodeAsEncodingJSONDoes() {
 	}
 	if compared == 0 {
 		t.Error("no event compared: the merchant's own events at least should be")
+	}
+	// The escrow states the read model stores decode alike too
+	// (projections read them back with domain.Unmarshal).
+	states, err := h.pool.Query(context.Background(), `SELECT id, state::text FROM rm_escrows`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer states.Close()
+	for states.Next() {
+		var id, doc string
+		if err := states.Scan(&id, &doc); err != nil {
+			t.Fatal(err)
+		}
+		var got, want escrow.State
+		if err := domain.Unmarshal([]byte(doc), &got); err != nil {
+			t.Errorf("escrow %s state: %v", id, err)
+			continue
+		}
+		if err := json.Unmarshal([]byte(doc), &want); err != nil {
+			t.Errorf("escrow %s state: encoding/json: %v", id, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("escrow %s state decodes to\n%#v\nencoding/json decodes it to\n%#v", id, got, want)
+		}
+	}
+	if err := states.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
