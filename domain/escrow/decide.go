@@ -119,7 +119,7 @@ type Patch struct {
 
 // Edit decides a seller's edit of an unpaid link; the fee is recomputed.
 func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
-	if !s.Exists() || s.SellerID != seller || s.Status.Phase() != AwaitingPayment || s.ParentID != "" {
+	if !s.Exists() || s.SellerID != seller || s.ParentID != "" || !s.Allows(ActEdit) {
 		return Edited{}, ErrActionNotAllowed
 	}
 	t, qty := s.Terms, s.TotalQuantity
@@ -160,7 +160,7 @@ func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
 
 // Delete decides the seller's removal of an unpaid link.
 func Delete(s State, seller string, at time.Time) (Deleted, error) {
-	if !s.Exists() || s.SellerID != seller || s.Status.Phase() != AwaitingPayment {
+	if !s.Exists() || s.SellerID != seller || !s.Allows(ActDelete) {
 		return Deleted{}, ErrActionNotAllowed
 	}
 	return Deleted{At: at}, nil
@@ -175,8 +175,8 @@ func SetAdditionalFee(s State, fee money.Amount, refundable *bool, at time.Time)
 	if fee < 0 {
 		return AdditionalFeeSet{}, ErrNegativeFee
 	}
-	if s.Status.Phase() != AwaitingPayment {
-		return AdditionalFeeSet{}, ErrFeeFrozen
+	if err := s.may(ActSetAdditionalFee); err != nil {
+		return AdditionalFeeSet{}, err
 	}
 	r := s.AdditionalFeeRefundable
 	if refundable != nil {
@@ -190,8 +190,8 @@ func CheckCheckout(s State, buyerID string) error {
 	switch {
 	case !s.Exists():
 		return ErrNotFound
-	case s.Status.Phase() != AwaitingPayment:
-		return ErrNotCheckoutable
+	case !s.Allows(ActPay):
+		return refusal(s, ActPay)
 	case s.SellerID == buyerID:
 		return ErrOwnEscrow
 	case s.MultiUnit && s.TotalQuantity < 1:
@@ -240,59 +240,28 @@ func FundingMovement(merchantID string, env domain.Environment, buyerID string, 
 	return m
 }
 
-// Confirm decides the buyer's confirmation: COMPLETED.
+// Confirm decides the buyer's confirmation of a standard escrow:
+// COMPLETED.
 func Confirm(s State, buyerID string, at time.Time) (Released, error) {
-	if !s.Exists() || s.BuyerID == "" || s.BuyerID != buyerID || s.Status != Ongoing {
+	if !s.Exists() || s.BuyerID == "" || s.BuyerID != buyerID {
 		return Released{}, ErrActionNotAllowed
 	}
-	return release(s, Completed, at), nil
+	if err := s.may(ActConfirm); err != nil {
+		return Released{}, err
+	}
+	return newReleased(s, s.Completion(Completed), at)
 }
 
 // Claim decides the seller's claim after the delivery window: CLAIMED.
 func Claim(s State, seller string, at time.Time) (Released, error) {
-	if !s.Exists() || s.SellerID != seller || s.Status != Ongoing {
+	if !s.Exists() || s.SellerID != seller || s.BuyerID == "" {
 		return Released{}, ErrActionNotAllowed
+	}
+	if err := s.may(ActClaim); err != nil {
+		return Released{}, err
 	}
 	if at.Before(s.ClaimableAt()) {
 		return Released{}, ErrNotClaimable
 	}
-	return release(s, Claimed, at), nil
-}
-
-// sellerMain is the account the seller is paid into.
-func (s State) sellerMain() ledger.Account {
-	if s.IsMerchantSale() {
-		return ledger.MerchantMain(s.MerchantID)
-	}
-	return ledger.CustomerMain(s.SellerID)
-}
-
-// release settles a funded escrow to the seller per api-decisions §4: the
-// buyer's held amount pays the seller (amount − seller's share), the
-// merchant's commission and the platform's fee; the additional fee moves
-// from the merchant's escrow balance to its main balance as a delivery.
-func release(s State, status Status, at time.Time) Released {
-	sh := FeeShares(s.Fee, s.Terms.WhoPays)
-	commission := Commission(s.Fee, s.FeeTerms.CommissionBps)
-	held := ledger.CustomerEscrow(s.BuyerID)
-	m := ledger.Movement{MerchantID: s.MerchantID, Environment: s.Environment}
-	m.Move(held, s.sellerMain(), s.Terms.Amount-sh.Seller)
-	m.Move(held, ledger.MerchantMain(s.MerchantID), commission)
-	m.Move(held, ledger.PlatformRevenue(s.MerchantID), s.Fee-commission)
-	m.Move(ledger.MerchantEscrow(s.MerchantID), ledger.MerchantMain(s.MerchantID), s.AdditionalFee)
-
-	details := &ledger.EscrowDetails{EscrowIDs: []string{s.ID}, PaymentTokens: []string{s.PaymentToken}}
-	rec := func(suffix string, typ ledger.Type, customerID string, amount, fee money.Amount) ledger.Record {
-		return ledger.Record{ID: s.ID + "-" + suffix, Reference: "ESC-" + s.ID + "-" + suffix, Amount: amount, Fee: fee,
-			Currency: ledger.Currency, Status: ledger.Success, Type: typ, CreditType: ledger.Credit, CustomerID: customerID,
-			MerchantID: s.MerchantID, Environment: s.Environment, EscrowDetails: details, CreatedAt: at, UpdatedAt: at}
-	}
-	records := []ledger.Record{rec("release", ledger.EscrowRelease, s.SellerID, s.Terms.Amount-sh.Seller, sh.Seller)}
-	if commission > 0 {
-		records = append(records, rec("commission", ledger.Commission, "", commission, 0))
-	}
-	if s.AdditionalFee > 0 {
-		records = append(records, rec("delivery", ledger.Delivery, "", s.AdditionalFee, 0))
-	}
-	return Released{Status: status, Movement: m, Records: records, At: at}
+	return newReleased(s, s.Completion(Claimed), at)
 }

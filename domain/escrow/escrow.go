@@ -108,6 +108,23 @@ type State struct {
 	Deleted                 bool               `json:"deleted,omitempty"`
 	CreatedAt               time.Time          `json:"createdAt"`
 	UpdatedAt               time.Time          `json:"updatedAt"`
+	// SettlementType is STANDARD, MILESTONE or VAULT ("" in states stored
+	// before it was recorded: STANDARD; see Type).
+	SettlementType SettlementType `json:"settlementType,omitempty"`
+	Disputes       []DisputeEntry `json:"disputes,omitempty"`
+	Split          *SplitResult   `json:"split,omitempty"`
+	RefundedBy     string         `json:"refundedBy,omitempty"`
+	Milestones     []Milestone    `json:"milestones,omitempty"`
+	Participants   []Participant  `json:"participants,omitempty"`
+	WinnerID       string         `json:"winnerId,omitempty"`
+}
+
+// Type is the escrow's settlement type.
+func (s State) Type() SettlementType {
+	if s.SettlementType == "" {
+		return StandardSettlement
+	}
+	return s.SettlementType
 }
 
 // Exists reports whether the escrow was created and not deleted.
@@ -177,6 +194,8 @@ type (
 		TotalQuantity           int                `json:"totalQuantity"`
 		ParentID                string             `json:"parentId,omitempty"`
 		Channel                 string             `json:"channel"`
+		SettlementType          SettlementType     `json:"settlementType,omitempty"`
+		Milestones              []Milestone        `json:"milestones,omitempty"`
 		At                      time.Time          `json:"at"`
 	}
 	Edited struct {
@@ -230,6 +249,12 @@ func (e Released) Ledger() ledger.Effect {
 	return ledger.Effect{Movement: &e.Movement, Records: e.Records}
 }
 
+// newReleased is the event of settlement st of s (confirm, claim).
+func newReleased(s State, st Settlement, at time.Time) (Released, error) {
+	m, records, err := st.Entry(s, at)
+	return Released{Status: st.Status, Movement: m, Records: records, At: at}, err
+}
+
 // Registry decodes escrow events.
 var Registry = domain.NewRegistry(
 	func() domain.Event { return &Created{} },
@@ -239,6 +264,8 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &UnitSold{} },
 	func() domain.Event { return &Funded{} },
 	func() domain.Event { return &Released{} },
+	func() domain.Event { return &DisputeSubmitted{} },
+	func() domain.Event { return &DisputeResolved{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.
@@ -250,7 +277,10 @@ func Apply(s State, ev domain.Event) State {
 			AdditionalFeeRefundable: e.AdditionalFeeRefundable, ImageURLs: append([]string{}, e.ImageURLs...),
 			TotalQuantity: e.TotalQuantity, MultiUnit: e.ParentID == "" && e.TotalQuantity > 1, ParentID: e.ParentID,
 			Channel: e.Channel, Status: Pending, Logs: []string{string(Pending)},
-			CreatedAt: e.At, UpdatedAt: e.At}
+			CreatedAt: e.At, UpdatedAt: e.At, SettlementType: e.SettlementType, Milestones: e.Milestones}
+		if s.SettlementType == "" {
+			s.SettlementType = StandardSettlement
+		}
 	case Edited:
 		s.Terms, s.Fee, s.TotalQuantity, s.UpdatedAt = e.Terms, e.Fee, e.Quantity, e.At
 		// A multi-unit link stays one (its last unit is sold as a clone too).
@@ -269,8 +299,28 @@ func Apply(s State, ev domain.Event) State {
 		s.Status = Ongoing
 		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
 	case Released:
-		s.Status, s.CompletedAt, s.UpdatedAt = e.Status, e.At, e.At
+		s = s.closed(e.Status, e.At)
+	case DisputeSubmitted:
+		s.Status, s.UpdatedAt = e.Status, e.At
 		s.Logs = append(append([]string{}, s.Logs...), string(e.Status))
+		s.Disputes = append(append([]DisputeEntry{}, s.Disputes...), e.Entry)
+	case DisputeResolved:
+		s = s.closed(e.Status, e.At)
+		s.AdditionalFeeRefundable, s.Split = e.AdditionalFeeRefundable, e.Split
+		if e.Entry != nil {
+			s.Disputes = append(append([]DisputeEntry{}, s.Disputes...), *e.Entry)
+		}
+		if e.Status == Refunded {
+			s.RefundedBy = e.ResolvedBy
+		}
+		s.Milestones = settleMilestones(s.Milestones, e.Status, e.At)
 	}
+	return s
+}
+
+// closed moves s to terminal status st at at.
+func (s State) closed(st Status, at time.Time) State {
+	s.Status, s.CompletedAt, s.UpdatedAt = st, at, at
+	s.Logs = append(append([]string{}, s.Logs...), string(st))
 	return s
 }

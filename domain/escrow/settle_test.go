@@ -187,8 +187,8 @@ func TestConfirm(t *testing.T) {
 		{name: "never created", buyer: "b1", wantErr: ErrActionNotAllowed},
 		{name: "twice", given: append(funds(0), Released{Status: Completed, At: now}), buyer: "b1", wantErr: ErrActionNotAllowed},
 		{name: "after a claim", given: append(funds(0), Released{Status: Claimed, At: now}), buyer: "b1", wantErr: ErrActionNotAllowed},
-		{name: "disputed", given: funds(0), mutate: func(s *State) { s.Status = Disputed }, buyer: "b1", wantErr: ErrActionNotAllowed},
-		{name: "investigating", given: funds(0), mutate: func(s *State) { s.Status = Investigating }, buyer: "b1", wantErr: ErrActionNotAllowed},
+		{name: "disputed", given: funds(0), mutate: func(s *State) { s.Status = Disputed }, buyer: "b1", wantErr: ErrUnderDispute},
+		{name: "investigating", given: funds(0), mutate: func(s *State) { s.Status = Investigating }, buyer: "b1", wantErr: ErrUnderDispute},
 		{name: "refunded", given: funds(0), mutate: func(s *State) { s.Status = Refunded }, buyer: "b1",
 			wantErr: ErrActionNotAllowed},
 	}
@@ -289,7 +289,7 @@ func TestClaim(t *testing.T) {
 		{name: "twice", given: append(funds(0), Released{Status: Claimed, At: now}), seller: "s1", at: now, wantErr: ErrActionNotAllowed},
 		{name: "after the buyer confirmed", given: append(funds(0), Released{Status: Completed, At: now}), seller: "s1", at: now,
 			wantErr: ErrActionNotAllowed},
-		{name: "disputed", given: days, mutate: func(s *State) { s.Status = Disputed }, seller: "s1", at: now, wantErr: ErrActionNotAllowed},
+		{name: "disputed", given: days, mutate: func(s *State) { s.Status = Disputed }, seller: "s1", at: now, wantErr: ErrUnderDispute},
 		{name: "a stranger before the window: refused as not allowed", given: days, seller: "s2", at: paidAt, wantErr: ErrActionNotAllowed},
 	}
 	for _, tt := range tests {
@@ -347,6 +347,12 @@ func TestRegistryRoundTrip(t *testing.T) {
 		Funded{BuyerID: "b1", PaymentID: "p1", Paid: money.Naira(10125) + 50, At: now},
 		rel,
 		Released{Status: Claimed, Movement: movement(post(buyerEscrow, sellerMain, 1)), Records: []ledger.Record{record("release", ledger.EscrowRelease, "s1", 1, 0)}, At: now},
+		DisputeSubmitted{Entry: DisputeEntry{UserID: "b1", Name: "Ada Obi", Message: "never came", ProofURL: "http://x/f/1",
+			Type: EntryBuyer, CreatedAt: now}, Status: Disputed, At: now},
+		DisputeResolved{Status: Split, ResolvedBy: "m1", AdditionalFeeRefundable: false,
+			Split: &SplitResult{SellerAmount: 150, BuyerAmount: 50, Pool: 200, ResolvedAt: now},
+			Entry: &DisputeEntry{UserID: "m1", Name: "Shop", Message: "half", Type: EntryAdmin, CreatedAt: now},
+			Movement: movement(post(buyerEscrow, sellerMain, 150)), Records: []ledger.Record{record("release", ledger.EscrowRelease, "s1", 150, 0)}, At: now},
 	}
 	for i, back := range domaintest.RoundTrip(t, Registry, events...) {
 		// Folding the decoded event is the same as folding the decided one.
@@ -354,8 +360,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 			t.Fatalf("%s: decoded event folds differently", back.EventType())
 		}
 	}
-	if len(Registry) != 7 {
-		t.Errorf("registry has %d types, want 7", len(Registry))
+	if len(Registry) != 9 {
+		t.Errorf("registry has %d types, want 9", len(Registry))
 	}
 }
 
