@@ -6,6 +6,7 @@ func (s *Server) routes() {
 	s.cryptoRoutes()
 	s.paymentRoutes()
 	s.escrowRoutes()
+	s.disputeRoutes()
 	s.categoryRoutes()
 	s.fileRoutes()
 	s.webhookRoutes()

@@ -63,6 +63,31 @@ func (s *Server) saveImages(c echo.Context, max int) ([]string, error) {
 	return s.files.SaveImages(headers)
 }
 
+// evidenceField is the multipart field dispute evidence arrives under.
+const evidenceField = "file"
+
+// saveEvidence stores the one evidence file of a multipart request and
+// returns its public URL ("" when none was sent). If the command then
+// fails, the caller removes it with s.files.Remove.
+func (s *Server) saveEvidence(c echo.Context) (string, error) {
+	form, err := multipartForm(c)
+	if err != nil || form == nil {
+		return "", err
+	}
+	headers := form.File[evidenceField]
+	switch len(headers) {
+	case 0:
+		return "", nil
+	case 1:
+		st, err := s.files.store()
+		if err != nil {
+			return "", err
+		}
+		return st.SaveEvidence(headers[0])
+	}
+	return "", domain.Invalidf("file accepts one file")
+}
+
 // formValues returns the non-file fields of a multipart/form-data request
 // (first value of each) and true; false for any other request, which the
 // handler decodes as JSON. A body that fails to parse gives an empty map:

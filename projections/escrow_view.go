@@ -26,7 +26,7 @@ type EscrowView struct {
 	State                   escrow.Phase       `json:"state"`
 	Channel                 string             `json:"channel"`
 	IsSeller                bool               `json:"isSeller"`
-	Dispute                 []any              `json:"dispute"`
+	Dispute                 []DisputeView      `json:"dispute"`
 	Category                *Category          `json:"category"`
 	CategoryID              *string            `json:"categoryId"`
 	CompletedAt             *time.Time         `json:"completedAt"`
@@ -34,8 +34,8 @@ type EscrowView struct {
 	DeliveryTimeline        string             `json:"deliveryTimeline"`
 	TotalQuantity           int                `json:"totalQuantity"`
 	SettlementType          string             `json:"settlementType"`
-	Milestones              []any              `json:"milestones"`
-	Participants            []any              `json:"participants"`
+	Milestones              []MilestoneView    `json:"milestones"`
+	Participants            []ParticipantView  `json:"participants"`
 	WinnerID                *string            `json:"winnerId"`
 	CreatedAt               time.Time          `json:"createdAt"`
 	UpdatedAt               time.Time          `json:"updatedAt"`
@@ -50,7 +50,50 @@ type EscrowView struct {
 	Environment             domain.Environment `json:"environment"`
 	IsMerchant              bool               `json:"isMerchant"`
 	ParentID                *string            `json:"parentId,omitempty"`
+	Split                   *SplitView         `json:"split,omitempty"`
 }
+
+// DisputeView is the spec's dispute entry.
+type DisputeView struct {
+	UserID    string  `json:"userId"`
+	Message   string  `json:"message"`
+	ProofURL  string  `json:"proofUrl"`
+	CreatedAt string  `json:"createdAt"` // Unix seconds
+	Name      string  `json:"name"`
+	Profile   *string `json:"profile"`
+	Type      string  `json:"type"`
+}
+
+// SplitView is the spec's Split object.
+type SplitView struct {
+	SellerAmount money.Amount `json:"sellerAmount"`
+	BuyerAmount  money.Amount `json:"buyerAmount"`
+	Pool         money.Amount `json:"pool"`
+	ResolvedAt   time.Time    `json:"resolvedAt"`
+}
+
+// MilestoneView is the spec's Milestone object.
+type MilestoneView struct {
+	ID          string                 `json:"id"`
+	Title       string                 `json:"title"`
+	Description string                 `json:"description"`
+	Amount      money.Amount           `json:"amount"`
+	DueDate     *time.Time             `json:"dueDate"`
+	CustomerID  *string                `json:"customerId"`
+	Status      escrow.MilestoneStatus `json:"status"`
+	ReleasedAt  *time.Time             `json:"releasedAt"`
+}
+
+// ParticipantView is the spec's VaultParticipant.
+type ParticipantView struct {
+	CustomerID string                   `json:"customerId"`
+	Amount     money.Amount             `json:"amount"`
+	Status     escrow.ParticipantStatus `json:"status"`
+	StakedAt   string                   `json:"stakedAt"`  // Unix seconds
+	SettledAt  *string                  `json:"settledAt"` // Unix seconds
+}
+
+func unixString(t time.Time) string { return strconv.FormatInt(t.Unix(), 10) }
 
 func nonEmpty(s string) *string {
 	if s == "" {
@@ -67,12 +110,35 @@ func RenderEscrow(e escrow.State, cat *Category, viewerID string) EscrowView {
 		AdditionalFeeRefundable: e.AdditionalFeeRefundable, PaymentToken: e.PaymentToken, Status: e.Status, State: e.Status.Phase(),
 		Channel: e.Channel, IsSeller: e.SellerID == viewerID, Category: cat, CategoryID: nonEmpty(e.Terms.CategoryID),
 		MaxDelivery: e.Terms.MaxDelivery, DeliveryTimeline: e.Terms.DeliveryTimeline, TotalQuantity: e.TotalQuantity,
-		SettlementType: "STANDARD", Milestones: []any{}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+		SettlementType: string(e.Type()), Milestones: []MilestoneView{}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 		SellerID: nonEmpty(e.SellerID), BuyerID: nonEmpty(e.BuyerID), Logs: append([]string{}, e.Logs...),
 		PaymentID: nonEmpty(e.PaymentID), MerchantID: e.MerchantID, Environment: e.Environment,
 		IsMerchant: e.IsMerchantSale(), ParentID: nonEmpty(e.ParentID)}
 	if !e.PaidAt.IsZero() {
-		v.PaidAt = nonEmpty(strconv.FormatInt(e.PaidAt.Unix(), 10))
+		v.PaidAt = nonEmpty(unixString(e.PaidAt))
+	}
+	for _, d := range e.Disputes {
+		v.Dispute = append(v.Dispute, DisputeView{UserID: d.UserID, Message: d.Message, ProofURL: d.ProofURL,
+			CreatedAt: unixString(d.CreatedAt), Name: d.Name, Type: d.Type})
+	}
+	if sp := e.Split; sp != nil {
+		v.Split = &SplitView{SellerAmount: sp.SellerAmount, BuyerAmount: sp.BuyerAmount, Pool: sp.Pool, ResolvedAt: sp.ResolvedAt}
+	}
+	v.RefundedBy = nonEmpty(e.RefundedBy)
+	for _, m := range e.Milestones {
+		v.Milestones = append(v.Milestones, MilestoneView{ID: m.ID, Title: m.Title, Description: m.Description, Amount: m.Amount,
+			DueDate: m.DueDate, CustomerID: nonEmpty(m.CustomerID), Status: m.Status, ReleasedAt: m.ReleasedAt})
+	}
+	if e.Type() == escrow.VaultSettlement {
+		v.Participants = []ParticipantView{}
+		for _, p := range e.Participants {
+			pv := ParticipantView{CustomerID: p.CustomerID, Amount: p.Amount, Status: p.Status, StakedAt: unixString(p.StakedAt)}
+			if p.SettledAt != nil {
+				pv.SettledAt = nonEmpty(unixString(*p.SettledAt))
+			}
+			v.Participants = append(v.Participants, pv)
+		}
+		v.WinnerID = nonEmpty(e.WinnerID)
 	}
 	if !e.CompletedAt.IsZero() {
 		t := e.CompletedAt

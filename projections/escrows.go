@@ -100,7 +100,11 @@ CREATE TABLE IF NOT EXISTS rm_escrows (
 );
 CREATE INDEX IF NOT EXISTS rm_escrows_merchant ON rm_escrows (merchant_id, environment, created_at DESC, seq DESC);
 CREATE INDEX IF NOT EXISTS rm_escrows_seller ON rm_escrows (seller_id, created_at DESC) WHERE seller_id <> '';
-CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at DESC) WHERE buyer_id <> '';`
+CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at DESC) WHERE buyer_id <> '';
+ALTER TABLE rm_escrows ADD COLUMN IF NOT EXISTS disputed_at timestamptz;
+ALTER TABLE rm_escrows ADD COLUMN IF NOT EXISTS payment_id text NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS rm_escrows_disputes ON rm_escrows (merchant_id, environment, disputed_at DESC, seq DESC)
+    WHERE disputed_at IS NOT NULL;`
 }
 
 func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -185,9 +189,11 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 	var (
 		ids, tokens, merchants, envs, sellers, buyers, statuses, categories = make([]string, n), make([]string, n),
 			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		deleted = make([]bool, n)
-		docs    = make([]string, n)
-		created = make([]time.Time, n)
+		deleted  = make([]bool, n)
+		docs     = make([]string, n)
+		created  = make([]time.Time, n)
+		disputed = make([]*time.Time, n)
+		payments = make([]string, n)
 	)
 	for i, id := range order {
 		s := pending[id].state
@@ -197,14 +203,18 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		}
 		ids[i], tokens[i], merchants[i], envs[i], sellers[i], buyers[i] = s.ID, s.PaymentToken, s.MerchantID, string(s.Environment), s.SellerID, s.BuyerID
 		statuses[i], categories[i], deleted[i], docs[i], created[i] = string(s.Status), s.Terms.CategoryID, s.Deleted, string(doc), s.CreatedAt
+		if at := s.DisputedAt(); !at.IsZero() {
+			disputed[i] = &at
+		}
+		payments[i] = s.PaymentID
 	}
 	b.Queue(`INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
-		category_id, deleted, state, created_at)
+		category_id, deleted, state, created_at, disputed_at, payment_id)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-			$9::bool[], $10::json[], $11::timestamptz[])
+			$9::bool[], $10::json[], $11::timestamptz[], $12::timestamptz[], $13::text[])
 		ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
-		deleted = excluded.deleted, state = excluded.state`,
-		ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created)
+		deleted = excluded.deleted, state = excluded.state, disputed_at = excluded.disputed_at, payment_id = excluded.payment_id`,
+		ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments)
 	return func() {
 		for _, id := range order {
 			p.states.put(id, pending[id].rev, pending[id].state)
@@ -223,12 +233,22 @@ func (q *Queries) EscrowIDByToken(ctx context.Context, token string) (string, bo
 	return id, err == nil, err
 }
 
+// EscrowByID reads an escrow (any merchant's; deleted ones included) by id.
+func (q *Queries) EscrowByID(ctx context.Context, id string) (escrow.State, bool, error) {
+	return q.escrowWhere(ctx, `id`, id)
+}
+
 // EscrowByToken reads an escrow (any merchant's; deleted ones included) by
 // payment token.
 func (q *Queries) EscrowByToken(ctx context.Context, token string) (escrow.State, bool, error) {
+	return q.escrowWhere(ctx, `payment_token`, token)
+}
+
+// escrowWhere reads the escrow whose unique column col is v.
+func (q *Queries) escrowWhere(ctx context.Context, col, v string) (escrow.State, bool, error) {
 	var doc []byte
 	var s escrow.State
-	err := q.pool.QueryRow(ctx, `SELECT state FROM rm_escrows WHERE payment_token = $1`, token).Scan(&doc)
+	err := q.pool.QueryRow(ctx, `SELECT state FROM rm_escrows WHERE `+col+` = $1`, v).Scan(&doc)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return s, false, nil
 	}
@@ -284,12 +304,20 @@ func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow
 	if f.To != nil {
 		where += ` AND created_at < ` + arg(*f.To)
 	}
+	return q.pageEscrows(ctx, where, args, ` ORDER BY created_at DESC, seq DESC`, p)
+}
+
+// pageEscrows reads one page of the escrows where (with its args) selects,
+// in order, and their count.
+func (q *Queries) pageEscrows(ctx context.Context, where string, args []any, order string, p Page) ([]escrow.State, Pagination, error) {
 	var count int64
 	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_escrows`+where, args...).Scan(&count); err != nil {
 		return nil, Pagination{}, err
 	}
-	rows, err := q.pool.Query(ctx, `SELECT state FROM rm_escrows`+where+` ORDER BY created_at DESC, seq DESC LIMIT `+
-		arg(p.Limit)+` OFFSET `+arg((p.Page-1)*p.Limit), args...)
+	n := len(args)
+	args = append(args, p.Limit, (p.Page-1)*p.Limit)
+	rows, err := q.pool.Query(ctx, `SELECT state FROM rm_escrows`+where+order+` LIMIT $`+strconv.Itoa(n+1)+
+		` OFFSET $`+strconv.Itoa(n+2), args...)
 	if err != nil {
 		return nil, Pagination{}, err
 	}
@@ -307,4 +335,46 @@ func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow
 		out = append(out, s)
 	}
 	return out, NewPagination(p, count), rows.Err()
+}
+
+// DisputeFilter selects the escrows of a merchant and environment that
+// ever had a dispute (resolved ones included).
+type DisputeFilter struct {
+	MerchantID   string
+	Environment  domain.Environment
+	PartyID      string // a customer: escrows it buys or sells
+	PaymentID    string
+	PaymentToken string
+	Status       string
+	From, To     *time.Time // when the dispute was opened
+}
+
+// Disputes pages disputed escrows, newest dispute first.
+func (q *Queries) Disputes(ctx context.Context, f DisputeFilter, p Page) ([]escrow.State, Pagination, error) {
+	where := ` WHERE merchant_id = $1 AND environment = $2 AND disputed_at IS NOT NULL`
+	args := []any{f.MerchantID, string(f.Environment)}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	if f.PartyID != "" {
+		a := arg(f.PartyID)
+		where += ` AND (seller_id = ` + a + ` OR buyer_id = ` + a + `)`
+	}
+	if f.PaymentID != "" {
+		where += ` AND payment_id = ` + arg(f.PaymentID)
+	}
+	if f.PaymentToken != "" {
+		where += ` AND payment_token = ` + arg(f.PaymentToken)
+	}
+	if f.Status != "" {
+		where += ` AND status = ` + arg(f.Status)
+	}
+	if f.From != nil {
+		where += ` AND disputed_at >= ` + arg(*f.From)
+	}
+	if f.To != nil {
+		where += ` AND disputed_at < ` + arg(*f.To)
+	}
+	return q.pageEscrows(ctx, where, args, ` ORDER BY disputed_at DESC, seq DESC`, p)
 }

@@ -28,12 +28,16 @@ const MaxImageBytes = 5 << 20
 
 // The client-facing errors of an upload.
 var (
-	ErrNotImage   = &domain.Error{Code: domain.Invalid, Message: "imageUrl must be PNG, JPEG, WebP or GIF images"}
-	ErrTooLarge   = &domain.Error{Code: domain.TooLarge, Message: "Each image must be at most 5 MB"}
-	ErrNotFound   = &domain.Error{Code: domain.NotFound, Message: "File not found"}
-	imageExt      = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
-	extType       = map[string]string{"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "gif": "image/gif"}
-	storedName    = regexp.MustCompile(`^[0-9a-f]{32}\.(png|jpg|webp|gif)$`)
+	ErrNotImage     = &domain.Error{Code: domain.Invalid, Message: "imageUrl must be PNG, JPEG, WebP or GIF images"}
+	ErrTooLarge     = &domain.Error{Code: domain.TooLarge, Message: "Each image must be at most 5 MB"}
+	ErrNotFound     = &domain.Error{Code: domain.NotFound, Message: "File not found"}
+	imageExt        = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif"}
+	ErrNotEvidence  = &domain.Error{Code: domain.Invalid, Message: "file must be a PNG, JPEG, WebP or GIF image or a PDF"}
+	ErrEvidenceSize = &domain.Error{Code: domain.TooLarge, Message: "file must be at most 5 MB"}
+	// evidenceExt is what dispute evidence may be: an image or a PDF.
+	evidenceExt   = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif", "application/pdf": "pdf"}
+	extType       = map[string]string{"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "gif": "image/gif", "pdf": "application/pdf"}
+	storedName    = regexp.MustCompile(`^[0-9a-f]{32}\.(png|jpg|webp|gif|pdf)$`)
 	errReadFailed = errors.New("files: reading the upload failed")
 )
 
@@ -102,6 +106,27 @@ func (s *Store) SaveImages(headers []*multipart.FileHeader) (urls []string, err 
 		urls[i] = s.URL(n)
 	}
 	return urls, nil
+}
+
+// SaveEvidence stores one dispute evidence file (an image or a PDF, by its
+// content) and returns its public URL.
+func (s *Store) SaveEvidence(h *multipart.FileHeader) (string, error) {
+	data, err := readCapped(h)
+	if errors.Is(err, ErrTooLarge) {
+		return "", ErrEvidenceSize
+	}
+	if err != nil {
+		return "", err
+	}
+	ext, ok := evidenceExt[sniff(data)]
+	if !ok {
+		return "", ErrNotEvidence
+	}
+	name, err := s.write(data, ext)
+	if err != nil {
+		return "", err
+	}
+	return s.URL(name), nil
 }
 
 // readCapped reads at most MaxImageBytes+1 bytes whatever the header
