@@ -222,7 +222,7 @@ func Buy(s State, buyerID, paymentID, cloneID, cloneToken string, at time.Time) 
 	clone := Created{ID: cloneID, PaymentToken: cloneToken, MerchantID: s.MerchantID, Environment: s.Environment,
 		SellerID: s.SellerID, Terms: s.Terms, FeeTerms: s.FeeTerms, Fee: s.Fee, AdditionalFee: s.AdditionalFee,
 		AdditionalFeeRefundable: s.AdditionalFeeRefundable, ImageURLs: s.ImageURLs, TotalQuantity: 1, ParentID: s.ID,
-		Channel: s.Channel, At: at}
+		Channel: s.Channel, SettlementType: s.SettlementType, Milestones: s.Milestones, At: at}
 	sold := UnitSold{CloneID: cloneID, Remaining: s.TotalQuantity - 1, At: at}
 	return Purchase{Funded: Apply(Apply(State{}, clone), funded), Clone: &clone,
 		Link: []domain.Event{sold}, Events: []domain.Event{clone, funded}}, nil

@@ -266,10 +266,15 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &Released{} },
 	func() domain.Event { return &DisputeSubmitted{} },
 	func() domain.Event { return &DisputeResolved{} },
+	func() domain.Event { return &MilestonesSet{} },
+	func() domain.Event { return &MilestoneConfirmed{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.
 func Apply(s State, ev domain.Event) State {
+	if s, ok := applyMilestones(s, ev); ok {
+		return s
+	}
 	switch e := ev.(type) {
 	case Created:
 		s = State{ID: e.ID, PaymentToken: e.PaymentToken, MerchantID: e.MerchantID, Environment: e.Environment,

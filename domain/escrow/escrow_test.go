@@ -671,7 +671,7 @@ func TestBuyMultiUnit(t *testing.T) {
 	}
 	wantClone := Created{ID: "e2", PaymentToken: "PT_E2", MerchantID: "m1", Environment: domain.Test, SellerID: "s1",
 		Terms: l.Terms, FeeTerms: fees, Fee: money.Naira(250), AdditionalFee: money.Naira(400), AdditionalFeeRefundable: false,
-		ImageURLs: images(0, 3), TotalQuantity: 1, ParentID: "e1", Channel: "api", At: now}
+		ImageURLs: images(0, 3), TotalQuantity: 1, ParentID: "e1", Channel: "api", SettlementType: StandardSettlement, At: now}
 	due := money.Naira(10000 + 125 + 400)
 	wantFunded := Funded{BuyerID: "b1", PaymentID: "p1", Paid: due, At: now}
 	if got.Clone == nil || !reflect.DeepEqual(*got.Clone, wantClone) {

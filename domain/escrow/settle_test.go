@@ -350,9 +350,14 @@ func TestRegistryRoundTrip(t *testing.T) {
 		DisputeSubmitted{Entry: DisputeEntry{UserID: "b1", Name: "Ada Obi", Message: "never came", ProofURL: "http://x/f/1",
 			Type: EntryBuyer, CreatedAt: now}, Status: Disputed, At: now},
 		DisputeResolved{Status: Split, ResolvedBy: "m1", AdditionalFeeRefundable: false,
-			Split: &SplitResult{SellerAmount: 150, BuyerAmount: 50, Pool: 200, ResolvedAt: now},
-			Entry: &DisputeEntry{UserID: "m1", Name: "Shop", Message: "half", Type: EntryAdmin, CreatedAt: now},
+			Split:    &SplitResult{SellerAmount: 150, BuyerAmount: 50, Pool: 200, ResolvedAt: now},
+			Entry:    &DisputeEntry{UserID: "m1", Name: "Shop", Message: "half", Type: EntryAdmin, CreatedAt: now},
 			Movement: movement(post(buyerEscrow, sellerMain, 150)), Records: []ledger.Record{record("release", ledger.EscrowRelease, "s1", 150, 0)}, At: now},
+		MilestonesSet{Terms: link().Terms, Fee: money.Naira(250), Converted: true, At: now, Milestones: []Milestone{
+			{ID: "m1", Title: "a", Description: "d", Amount: money.Naira(4000), DueDate: &now, CustomerID: "c9", Status: MilestonePending},
+			{ID: "m2", Title: "b", Amount: money.Naira(6000), Status: MilestonePending}}},
+		MilestoneConfirmed{MilestoneID: "m1", Status: Completed, Movement: movement(post(buyerEscrow, sellerMain, 150)),
+			Records: []ledger.Record{record("release-m1", ledger.EscrowRelease, "s1", 150, 0)}, At: now},
 	}
 	for i, back := range domaintest.RoundTrip(t, Registry, events...) {
 		// Folding the decoded event is the same as folding the decided one.
@@ -360,8 +365,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 			t.Fatalf("%s: decoded event folds differently", back.EventType())
 		}
 	}
-	if len(Registry) != 9 {
-		t.Errorf("registry has %d types, want 9", len(Registry))
+	if len(Registry) != 11 {
+		t.Errorf("registry has %d types, want 11", len(Registry))
 	}
 }
 

@@ -47,6 +47,16 @@ type EscrowResult struct {
 // CreateEscrow creates a payment link sold by sellerID ("" = the merchant
 // itself, allowed for business merchants only).
 func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d escrow.Draft) (EscrowResult, error) {
+	return s.createEscrow(ctx, a, sellerID, d.CategoryID, func(_ *Tx, id, token string, fees escrow.FeeTerms) (escrow.Created, error) {
+		return escrow.Create(id, token, a.MerchantID, a.Environment, sellerID, fees, d, s.Engine.Now())
+	})
+}
+
+// createEscrow runs the checks every new escrow shares (the seller, the
+// category, the merchant's fees as they are now) and records what decide
+// makes of them.
+func (s *Service) createEscrow(ctx context.Context, a Actor, sellerID, categoryID string,
+	decide func(tx *Tx, id, token string, fees escrow.FeeTerms) (escrow.Created, error)) (EscrowResult, error) {
 	id := s.newID()
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
@@ -62,11 +72,10 @@ func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d 
 				return err
 			}
 		}
-		if err := s.checkCategory(tx, a, d.CategoryID); err != nil {
+		if err := s.checkCategory(tx, a, categoryID); err != nil {
 			return err
 		}
-		ev, err := escrow.Create(id, NewPaymentToken(), a.MerchantID, a.Environment, sellerID,
-			escrow.FeeTerms{EscrowFeeBps: m.Fees.EscrowFeeBps, CommissionBps: m.Fees.CommissionBps}, d, s.Engine.Now())
+		ev, err := decide(tx, id, NewPaymentToken(), escrow.FeeTerms{EscrowFeeBps: m.Fees.EscrowFeeBps, CommissionBps: m.Fees.CommissionBps})
 		if err != nil {
 			return err
 		}
