@@ -175,36 +175,46 @@ func deref(s *string) string {
 	return *s
 }
 
-func (s *Server) createEscrow(c echo.Context) error {
+// newEscrowDraft reads a create request (standard or milestone): its
+// fields, the draft of the escrow terms and the seller, checking what
+// every creation requires. whoPays is required unless whoPaysDefault.
+func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMessage, escrow.Draft, string, error) {
 	f, err := escrowFields(c)
 	if err != nil {
-		return err
+		return nil, escrow.Draft{}, "", err
 	}
 	p, err := escrowPatch(f)
 	if err != nil {
-		return err
+		return nil, escrow.Draft{}, "", err
 	}
 	switch {
 	case p.Amount == nil:
-		return domain.Invalidf("amount is required")
+		return nil, escrow.Draft{}, "", domain.Invalidf("amount is required")
 	case p.Purpose == nil || strings.TrimSpace(*p.Purpose) == "":
-		return domain.Invalidf("purpose is required")
-	case p.WhoPays == nil:
-		return domain.Invalidf("whoPays is required")
+		return nil, escrow.Draft{}, "", domain.Invalidf("purpose is required")
+	case p.WhoPays == nil && !whoPaysDefault:
+		return nil, escrow.Draft{}, "", domain.Invalidf("whoPays is required")
 	}
 	seller := sellerOf(c)
-	if p, _ := PrincipalFrom(c); seller == "" && !p.Business {
-		return app.ErrMerchantCannotSell
+	if pr, _ := PrincipalFrom(c); seller == "" && !pr.Business {
+		return nil, escrow.Draft{}, "", app.ErrMerchantCannotSell
 	}
-	urls, err := s.saveImages(c, escrow.MaxImagesAtCreation)
+	return f, escrow.Draft{Amount: *p.Amount, Purpose: *p.Purpose, Description: deref(p.Description), WhoPays: deref(p.WhoPays),
+		MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline), TotalQuantity: p.TotalQuantity,
+		CategoryID: deref(p.CategoryID)}, seller, nil
+}
+
+func (s *Server) createEscrow(c echo.Context) error {
+	_, d, seller, err := newEscrowDraft(c, false)
 	if err != nil {
 		return err
 	}
-	res, err := s.app.CreateEscrow(c.Request().Context(), actor(c), seller, escrow.Draft{Amount: *p.Amount, Purpose: *p.Purpose,
-		Description: deref(p.Description), WhoPays: *p.WhoPays, MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline),
-		TotalQuantity: p.TotalQuantity, CategoryID: deref(p.CategoryID), ImageURLs: urls})
+	if d.ImageURLs, err = s.saveImages(c, escrow.MaxImagesAtCreation); err != nil {
+		return err
+	}
+	res, err := s.app.CreateEscrow(c.Request().Context(), actor(c), seller, d)
 	if err != nil {
-		s.files.Remove(urls)
+		s.files.Remove(d.ImageURLs)
 		return err
 	}
 	return s.respondEscrow(c, res, http.StatusCreated, "Escrow created successfully")
@@ -236,16 +246,23 @@ func (s *Server) escrowByToken(c echo.Context) (string, error) {
 	return id, nil
 }
 
-func (s *Server) editEscrow(c echo.Context) error {
+// escrowChange reads an edit request of the escrow the path's payment
+// token names: its id, fields and patch.
+func (s *Server) escrowChange(c echo.Context) (string, map[string]json.RawMessage, escrow.Patch, error) {
 	id, err := s.escrowByToken(c)
 	if err != nil {
-		return err
+		return "", nil, escrow.Patch{}, err
 	}
 	f, err := escrowFields(c)
 	if err != nil {
-		return err
+		return "", nil, escrow.Patch{}, err
 	}
 	p, err := escrowPatch(f)
+	return id, f, p, err
+}
+
+func (s *Server) editEscrow(c echo.Context) error {
+	id, _, p, err := s.escrowChange(c)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/money"
-	"github.com/escrowd/escrowd/internal/app"
 )
 
 func (s *Server) milestoneRoutes() {
@@ -73,31 +72,15 @@ func milestoneDrafts(f map[string]json.RawMessage) ([]escrow.MilestoneDraft, err
 }
 
 func (s *Server) createMilestoneEscrow(c echo.Context) error {
-	f, err := escrowFields(c)
+	f, d, seller, err := newEscrowDraft(c, true)
 	if err != nil {
 		return err
-	}
-	p, err := escrowPatch(f)
-	if err != nil {
-		return err
-	}
-	switch {
-	case p.Amount == nil:
-		return domain.Invalidf("amount is required")
-	case p.Purpose == nil || strings.TrimSpace(*p.Purpose) == "":
-		return domain.Invalidf("purpose is required")
 	}
 	drafts, err := milestoneDrafts(f)
 	if err != nil {
 		return err
 	}
-	seller := sellerOf(c)
-	if pr, _ := PrincipalFrom(c); seller == "" && !pr.Business {
-		return app.ErrMerchantCannotSell
-	}
-	res, err := s.app.CreateMilestoneEscrow(c.Request().Context(), actor(c), seller, escrow.Draft{Amount: *p.Amount, Purpose: *p.Purpose,
-		Description: deref(p.Description), WhoPays: deref(p.WhoPays), MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline),
-		TotalQuantity: p.TotalQuantity, CategoryID: deref(p.CategoryID)}, drafts)
+	res, err := s.app.CreateMilestoneEscrow(c.Request().Context(), actor(c), seller, d, drafts)
 	if err != nil {
 		return err
 	}
@@ -105,15 +88,7 @@ func (s *Server) createMilestoneEscrow(c echo.Context) error {
 }
 
 func (s *Server) editMilestoneEscrow(c echo.Context) error {
-	id, err := s.escrowByToken(c)
-	if err != nil {
-		return err
-	}
-	f, err := escrowFields(c)
-	if err != nil {
-		return err
-	}
-	p, err := escrowPatch(f)
+	id, f, p, err := s.escrowChange(c)
 	if err != nil {
 		return err
 	}
@@ -129,18 +104,11 @@ func (s *Server) editMilestoneEscrow(c echo.Context) error {
 }
 
 func (s *Server) convertToMilestones(c echo.Context) error {
-	id, err := s.escrowByToken(c)
+	id, f, p, err := s.escrowChange(c)
 	if err != nil {
 		return err
 	}
-	f, err := escrowFields(c)
-	if err != nil {
-		return err
-	}
-	amount, err := fieldAmount(f, "amount")
-	if err != nil {
-		return err
-	}
+	amount := p.Amount
 	drafts, err := milestoneDrafts(f)
 	if err != nil {
 		return err

@@ -60,7 +60,11 @@ func TestCreateMilestones(t *testing.T) {
 		{name: "51 milestones", draft: func(d *Draft) { d.Amount = money.Naira(5100) }, ms: many, wantErr: ErrTooManyMilestones},
 		{name: "sum short", ms: drafts()[:2], wantErr: ErrMilestoneSum},
 		{name: "sum over", ms: with(func(ds []MilestoneDraft) []MilestoneDraft { ds[2].Amount++; return ds }), wantMsg: "milestones[2].amount must be a positive integer"},
-		{name: "zero amount", ms: with(func(ds []MilestoneDraft) []MilestoneDraft { ds[0].Amount = 0; ds[1].Amount += money.Naira(2000); return ds }),
+		{name: "zero amount", ms: with(func(ds []MilestoneDraft) []MilestoneDraft {
+			ds[0].Amount = 0
+			ds[1].Amount += money.Naira(2000)
+			return ds
+		}),
 			wantMsg: "milestones[0].amount must be a positive integer"},
 		{name: "past due date", ms: with(func(ds []MilestoneDraft) []MilestoneDraft { ds[1].DueDate = &past; return ds }), wantErr: ErrDueDatePast},
 		{name: "due now", ms: with(func(ds []MilestoneDraft) []MilestoneDraft { t := t0; ds[1].DueDate = &t; return ds }), wantErr: ErrDueDatePast},
