@@ -7,6 +7,7 @@ func (s *Server) routes() {
 	s.paymentRoutes()
 	s.escrowRoutes()
 	s.disputeRoutes()
+	s.vaultRoutes()
 	s.categoryRoutes()
 	s.fileRoutes()
 	s.webhookRoutes()
