@@ -2,6 +2,9 @@ package app
 
 import (
 	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
@@ -14,14 +17,20 @@ import (
 // wallet at the revision whose balance covered the stake, so a vault
 // racing a participant's withdrawal either locks every stake or, on a
 // conflict, decides again on the new balances: never a partial vault,
-// never an overdraft. The event store locks streams in one order, so
-// vaults and payments over the same wallets cannot deadlock, and a
-// conflict means another command committed (no livelock); a vault that
-// keeps losing gives up with ErrContended having moved nothing.
+// never an overdraft. The event store locks streams in one sorted order,
+// so vaults and payments over the same wallets cannot deadlock; a
+// conflict means another command committed; and vaults sharing wallets
+// queue for them in this process (walletLocks) rather than starve each
+// other of them.
 func (s *Service) CreateVault(ctx context.Context, a Actor, d escrow.VaultDraft) (EscrowResult, error) {
 	if err := d.Check(); err != nil { // before reading any participant
 		return EscrowResult{}, err
 	}
+	ids := make([]string, len(d.Participants))
+	for i, p := range d.Participants {
+		ids[i] = p.CustomerID
+	}
+	defer s.vaultLocks.lock(ids)()
 	id, token := s.newID(), NewPaymentToken()
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
@@ -66,6 +75,7 @@ func (s *Service) CreateVault(ctx context.Context, a Actor, d escrow.VaultDraft)
 // vault COMPLETED, exactly once: the escrow's expected revision makes a
 // racing winner or cancel lose and find the vault settled.
 func (s *Service) DeclareVaultWinner(ctx context.Context, a Actor, id, winnerID string) (EscrowResult, error) {
+	defer s.lockParticipants(ctx, id)()
 	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
 		return escrow.DeclareWinner(e, winnerID, s.Engine.Now())
 	})
@@ -74,7 +84,60 @@ func (s *Service) DeclareVaultWinner(ctx context.Context, a Actor, id, winnerID 
 // CancelVault returns each stake less its fee share and closes the vault
 // REFUNDED, exactly once.
 func (s *Service) CancelVault(ctx context.Context, a Actor, id string) (EscrowResult, error) {
+	defer s.lockParticipants(ctx, id)()
 	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
 		return escrow.CancelVault(e, a.MerchantID, s.Engine.Now())
 	})
+}
+
+// lockParticipants takes the wallet locks of vault id's participants (a
+// vault's participants never change, so the cached vault names them; a
+// command on anything else locks nothing and is refused by its decision).
+func (s *Service) lockParticipants(ctx context.Context, id string) (unlock func()) {
+	v, err := Peek(ctx, s.Engine, EscrowKind, id)
+	if err != nil {
+		return func() {}
+	}
+	ids := make([]string, len(v.Participants))
+	for i, p := range v.Participants {
+		ids[i] = p.CustomerID
+	}
+	return s.vaultLocks.lock(ids)
+}
+
+// walletLocks queue, within one process, the commands that write the
+// wallets of many customers at once (a vault's creation, its winner, its
+// cancel). Without them, vaults sharing a wallet all read it, all but one
+// lose the append and decide again, and a vault of ten wallets keeps
+// losing to whichever of the others committed meanwhile until it gives up
+// (ErrContended): optimistic retries starve a command of many streams. A
+// vault holding its wallets' locks, taken in one order (so never in a
+// cycle), waits its turn instead. The append's expected revisions still
+// decide: a payment or another process, which take no lock here, only
+// cost a retry. Stripes bound the memory; two wallets on one stripe only
+// queue a little more.
+type walletLocks struct {
+	seed    maphash.Seed
+	once    sync.Once
+	stripes [256]sync.Mutex
+}
+
+// lock locks the stripes of customerIDs in ascending order and returns
+// the function that unlocks them.
+func (l *walletLocks) lock(customerIDs []string) (unlock func()) {
+	l.once.Do(func() { l.seed = maphash.MakeSeed() })
+	idx := make([]int, 0, len(customerIDs))
+	for _, id := range customerIDs {
+		idx = append(idx, int(maphash.String(l.seed, id)%uint64(len(l.stripes))))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		l.stripes[i].Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			l.stripes[i].Unlock()
+		}
+	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/wallet"
+	"github.com/escrowd/escrowd/eventstore"
 )
 
 var phoneSeq atomic.Int64
@@ -247,6 +249,108 @@ func TestVaultPostingsNameEachParticipantsRecord(t *testing.T) {
 		}
 		if p := ev.(wallet.Posted); p.TransactionID != res.Escrow.ID+"-stake-"+cid || p.Reference != "ESC-"+res.Escrow.ID+"-stake-"+cid {
 			t.Fatalf("posting of %s: %+v", cid, p)
+		}
+	}
+}
+
+// Vaults over the same ten wallets at once on one instance queue for
+// their wallets (walletLocks) instead of losing appends to each other:
+// every create and every winner succeeds at its first or second attempt.
+// Without the locks most give up contended.
+func TestVaultsSharingWalletsQueueInOneProcess(t *testing.T) {
+	ctx := context.Background()
+	a, _, _, actor := twoInstances(t)
+	ids := fundedCustomers(t, a, actor, "q", 10, 20000)
+	a.Engine.MaxAttempts = 2
+	const n = 12
+	naira := []int64{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}
+	tokens := make([]string, n)
+	got := raceOnTwo(a, a, n, func(i int, svc *Service) error {
+		res, err := svc.CreateVault(ctx, actor, draftOf(ids, naira...))
+		tokens[i] = res.Escrow.ID
+		return err
+	})
+	if !reflect.DeepEqual(got, map[string]int{"ok": n}) {
+		t.Fatalf("creates: %v", got)
+	}
+	got = raceOnTwo(a, a, n, func(i int, svc *Service) error {
+		_, err := svc.DeclareVaultWinner(ctx, actor, tokens[i], ids[i%10])
+		return err
+	})
+	if !reflect.DeepEqual(got, map[string]int{"ok": n}) {
+		t.Fatalf("winners: %v", got)
+	}
+	var sum money.Amount
+	for _, id := range ids {
+		w := walletOf(t, a, id)
+		if w.Escrow != 0 {
+			t.Fatalf("wallet %s %+v", id, w)
+		}
+		sum += w.Main
+	}
+	if sum != money.Naira(200000-n*25) {
+		t.Fatalf("participants hold %s", sum)
+	}
+}
+
+// readHook runs before and after each read of one stream (n counts them,
+// from 1).
+type readHook struct {
+	eventstore.Store
+	stream        string
+	n             int
+	before, after func(n int)
+}
+
+func (s *readHook) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	if stream != s.stream {
+		return s.Store.ReadStream(ctx, stream, from, limit)
+	}
+	s.n++
+	s.before(s.n)
+	defer s.after(s.n)
+	return s.Store.ReadStream(ctx, stream, from, limit)
+}
+
+// A winner that read the vault open and then a participant's wallet
+// after another instance cancelled the vault in between: its wallet check
+// refuses the payout, and the winner decides again on fresh state and
+// answers that the vault is settled, not "Insufficient balance".
+func TestVaultWinnerReadingAcrossACancel(t *testing.T) {
+	ctx := context.Background()
+	a, _, store, actor := twoInstances(t)
+	ids := fundedCustomers(t, a, actor, "x", 2, 5000)
+	res, err := a.CreateVault(ctx, actor, draftOf(ids, 600, 400))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Escrow.ID
+	hook := &readHook{Store: store, stream: WalletKind.StreamName(ids[0])}
+	b := NewService(NewEngine(hook, 100))
+	hook.after = func(n int) {
+		if n == 1 { // the first attempt read the wallet: make its append conflict
+			if _, err := a.Engine.Do(ctx, actor.meta(), func(tx *Tx) error {
+				Append(tx, WalletKind, ids[0], wallet.Posted{TransactionID: "bump", Reference: "bump", At: time.Now()})
+				return nil
+			}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	hook.before = func(n int) {
+		if n == 2 { // the second read the vault open; it is cancelled before the wallet is read
+			if _, err := a.CancelVault(ctx, actor, id); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	_, err = b.DeclareVaultWinner(ctx, actor, id, ids[0])
+	if !errors.Is(err, escrow.ErrVaultSettled) || hook.n != 2 {
+		t.Fatalf("winner after a cancel: %v (wallet read %d times)", err, hook.n)
+	}
+	for i, want := range []money.Amount{money.Naira(5000) - 1500, money.Naira(5000) - 1000} { // fee 25: shares 15, 10
+		if w := walletOf(t, a, ids[i]); w.Main != want || w.Escrow != 0 {
+			t.Fatalf("wallet %d %+v, want main %s", i, w, want)
 		}
 	}
 }
