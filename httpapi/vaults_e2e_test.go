@@ -39,7 +39,7 @@ func (h *harness) vaultCancel(token string) resp {
 
 func (h *harness) getVault(token string) map[string]any {
 	h.t.Helper()
-	return h.do(req{path: "/v1/escrow/vault/" + token, key: h.std()}).expect(h.t, 200, "Vault fetched successfully").obj()
+	return h.do(req{path: "/v1/escrow/vault/" + token, key: h.std()}).expect(h.t, 200, "Escrow fetched successfully").obj()
 }
 
 // expectParticipants checks a vault's participants: ids and stakes in
