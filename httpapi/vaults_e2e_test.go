@@ -382,3 +382,32 @@ func TestWebhooksVault(t *testing.T) {
 		t.Fatalf("payment events\n got %v\nwant %v", got, want)
 	}
 }
+
+// TestVaultSettleAndTheReadModels: a winner or cancel finds its vault by
+// token in the read model without waiting for the read models to include
+// every other write (a token names one escrow forever); a vault the read
+// model does not know yet is waited for.
+func TestVaultSettleAndTheReadModels(t *testing.T) {
+	h := newHarness(t) // reads give up after the default 5 s
+	var ids []string
+	for i := 0; i < 2; i++ {
+		ids = append(ids, h.funded(fmt.Sprintf("m%d@x.com", i), fmt.Sprintf("0803555840%d", i), 5000))
+	}
+	known := h.createVault(stakesOf(ids[0], 500, ids[1], 500)).expect(t, 201, "").obj()["paymentToken"].(string)
+	h.caughtUp() // the read model has it
+
+	// The projectors stop: a read now waits in vain (503), a settlement of
+	// a known vault does not wait.
+	h.projecting.stop()
+	fresh := h.createVault(stakesOf(ids[0], 600, ids[1], 400)).expect(t, 201, "").obj()["paymentToken"].(string)
+	h.do(req{path: "/v1/escrow/vault/" + known, key: h.std()}).expect(t, 503, "The service is busy; retry shortly")
+	h.vaultWinner(known, ids[0]).expect(t, 200, "Vault winner declared successfully")
+	// A vault the read model has not seen: the settlement waits for it.
+	h.vaultCancel(fresh).expect(t, 503, "The service is busy; retry shortly")
+	h.projecting.start()
+	h.caughtUp()
+	h.vaultCancel(fresh).expect(t, 200, "Vault cancelled successfully")
+	h.expectWallet(ids[0], 5000-500+1000-25-600+600-15, 0)
+	h.expectWallet(ids[1], 5000-500-400+400-10, 0)
+	h.assertZeroSum()
+}

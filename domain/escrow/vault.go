@@ -83,8 +83,8 @@ func (d VaultDraft) Check() error {
 	case len(d.Participants) > MaxVaultParticipants:
 		return ErrVaultTooMany
 	}
-	first := map[string]int{} // customer id → its first index
-	repeat := -1
+	seen := map[string]bool{}
+	repeat := -1 // the first participant naming a customer named before
 	var pot money.Amount
 	for i, p := range d.Participants {
 		switch {
@@ -93,20 +93,17 @@ func (d VaultDraft) Check() error {
 		case p.Amount < money.Naira(1) || p.Amount%100 != 0 || p.Amount > money.Max:
 			return domain.Invalidf("participants[%d].amount must be a positive integer", i)
 		}
-		if _, ok := first[p.CustomerID]; ok && repeat < 0 {
+		if seen[p.CustomerID] && repeat < 0 {
 			repeat = i
-		} else if !ok {
-			first[p.CustomerID] = i
 		}
+		seen[p.CustomerID] = true
 		pot += p.Amount
 	}
 	switch {
-	case len(first) < MinVaultParticipants:
+	case len(seen) < MinVaultParticipants:
 		return ErrVaultParticipants
 	case repeat >= 0:
 		return domain.Invalidf("participants[%d].customerId repeats a participant", repeat)
-	}
-	switch {
 	case pot < MinVaultPot:
 		return ErrVaultPot
 	case pot > money.Max:
