@@ -8,6 +8,7 @@ func (s *Server) routes() {
 	s.escrowRoutes()
 	s.disputeRoutes()
 	s.milestoneRoutes()
+	s.vaultRoutes()
 	s.categoryRoutes()
 	s.fileRoutes()
 	s.webhookRoutes()

@@ -105,6 +105,8 @@ func EscrowEvents(ev domain.Event, before, after escrow.State) []string {
 	switch ev.(type) {
 	case escrow.Created:
 		return []string{EventEscrowCreated}
+	case escrow.VaultCreated: // created funded: it is ongoing at once
+		return []string{EventEscrowCreated, EscrowStatusEvent(after.Status)}
 	case escrow.Deleted:
 		return []string{EventEscrowDeleted}
 	}

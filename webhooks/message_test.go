@@ -26,6 +26,13 @@ func created() escrow.Created {
 			DeliveryTimeline: "days"}, Fee: 25_000, Channel: "API", At: t0}
 }
 
+func vaultCreated() escrow.VaultCreated {
+	return escrow.VaultCreated{ID: "esc1", PaymentToken: "PT_ABCDEFGHIJKLMNOP", MerchantID: "m1", Environment: domain.Test,
+		Terms: escrow.Terms{Amount: 1_000_000, Purpose: "Pool"}, Fee: 25_000, Participants: []escrow.Participant{
+			{CustomerID: "a", Amount: 500_000, Status: escrow.ParticipantStaked, StakedAt: t0},
+			{CustomerID: "b", Amount: 500_000, Status: escrow.ParticipantStaked, StakedAt: t0}}, At: t0}
+}
+
 func decodeBody(t *testing.T, m Message) Envelope {
 	t.Helper()
 	var env Envelope
@@ -40,6 +47,7 @@ func TestEscrowMessages(t *testing.T) {
 	pending := escrow.Apply(escrow.State{}, created())
 	ongoing := escrow.Apply(pending, escrow.Funded{BuyerID: "buy", PaymentID: "p1", Paid: 1_025_000, At: t0})
 	release := func(st escrow.Status) escrow.Released { return escrow.Released{Status: st, At: t0} }
+	vault := escrow.Apply(escrow.State{}, vaultCreated())
 	for _, tc := range []struct {
 		name   string
 		before escrow.State
@@ -59,6 +67,10 @@ func TestEscrowMessages(t *testing.T) {
 		// Any status change is announced, whatever event makes it.
 		{"refunded", ongoing, release(escrow.Refunded), []string{"escrow.refunded"}, escrow.Refunded},
 		{"split", ongoing, release(escrow.Split), []string{"escrow.split"}, escrow.Split},
+		// A vault is created funded: created and ongoing at once.
+		{"vault created", escrow.State{}, vaultCreated(), []string{"escrow.created", "escrow.ongoing"}, escrow.Ongoing},
+		{"vault won", vault, escrow.VaultSettled{Status: escrow.Completed, WinnerID: "a", At: t0}, []string{"escrow.completed"}, escrow.Completed},
+		{"vault cancelled", vault, escrow.VaultSettled{Status: escrow.Refunded, At: t0}, []string{"escrow.refunded"}, escrow.Refunded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			after := escrow.Apply(tc.before, tc.ev)
@@ -68,7 +80,7 @@ func TestEscrowMessages(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []string
-			for _, m := range msgs {
+			for i, m := range msgs {
 				got = append(got, m.Event)
 				env := decodeBody(t, m)
 				data := env.Data.(map[string]any)
@@ -76,17 +88,17 @@ func TestEscrowMessages(t *testing.T) {
 					m.MerchantID != "m1" || m.Environment != domain.Test || m.OrderKey != "esc1" {
 					t.Fatalf("message %+v body %s", m, m.Body)
 				}
-				if data["id"] != "esc1" || data["status"] != string(tc.status) || data["isSeller"] != false ||
+				if data["id"] != "esc1" || data["status"] != string(tc.status) || data["isSeller"] != after.IsMerchantSale() ||
 					data["merchantId"] != "m1" || data["amount"] != 10000.0 {
 					t.Fatalf("data %v", data)
 				}
 				// Deterministic: the same event maps to the same id.
 				again, _ := EscrowMessages(evID, tc.ev, tc.before, after, nil, t0)
-				if again[0].ID != m.ID || string(again[0].Body) != string(m.Body) {
+				if again[i].ID != m.ID || string(again[i].Body) != string(m.Body) {
 					t.Fatal("mapping is not deterministic")
 				}
 				other, _ := EscrowMessages(uuid.New(), tc.ev, tc.before, after, nil, t0)
-				if other[0].ID == m.ID {
+				if other[i].ID == m.ID {
 					t.Fatal("two events share a message id")
 				}
 			}

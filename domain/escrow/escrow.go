@@ -257,6 +257,7 @@ func newReleased(s State, st Settlement, at time.Time) (Released, error) {
 
 // Registry decodes escrow events.
 var Registry = domain.NewRegistry(
+	func() domain.Event { return &VaultCreated{} }, func() domain.Event { return &VaultSettled{} },
 	func() domain.Event { return &Created{} },
 	func() domain.Event { return &Edited{} },
 	func() domain.Event { return &AdditionalFeeSet{} },
@@ -273,6 +274,9 @@ var Registry = domain.NewRegistry(
 // Apply folds an escrow event. It copies slices before changing them.
 func Apply(s State, ev domain.Event) State {
 	if s, ok := applyMilestones(s, ev); ok {
+		return s
+	}
+	if s, ok := applyVault(s, ev); ok {
 		return s
 	}
 	switch e := ev.(type) {

@@ -333,6 +333,13 @@ func TestRegistryRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	events := []domain.Event{
+		VaultCreated{ID: "e1", PaymentToken: "PT_E1", MerchantID: "m1", Environment: domain.Test, Terms: Terms{Amount: 1000, Purpose: "p"},
+			FeeTerms: fees, Fee: 25, Participants: []Participant{{CustomerID: "a", Amount: 1000, Status: ParticipantStaked, StakedAt: now}},
+			Movement: movement(post(ledger.CustomerMain("a"), ledger.CustomerEscrow("a"), 1000)),
+			Records: []ledger.Record{record("stake-a", ledger.VaultStake, "a", 1000, 0)}, At: now},
+		VaultSettled{Status: Refunded, WinnerID: "a", RefundedBy: "m1",
+			Movement: movement(post(ledger.CustomerEscrow("a"), ledger.CustomerMain("a"), 975)),
+			Records: []ledger.Record{record("refund-a", ledger.VaultRefund, "a", 975, 25)}, At: now},
 		link(multi(3), whoPays(Both), func(c *Created) {
 			c.Terms.Description, c.Terms.CategoryID, c.AdditionalFee, c.AdditionalFeeRefundable = "d", "cat1", 4550, false
 		}),
@@ -365,8 +372,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 			t.Fatalf("%s: decoded event folds differently", back.EventType())
 		}
 	}
-	if len(Registry) != 11 {
-		t.Errorf("registry has %d types, want 11", len(Registry))
+	if len(Registry) != 13 {
+		t.Errorf("registry has %d types, want 13", len(Registry))
 	}
 }
 

@@ -101,7 +101,7 @@ func (s *Service) changeEscrow(ctx context.Context, a Actor, id string, decide f
 		if err != nil {
 			return err
 		}
-		if err := recordEntry(s, tx, EscrowKind, id, ev); err != nil {
+		if err := refusedOnMovedWallet(tx, recordEntry(s, tx, EscrowKind, id, ev)); err != nil {
 			return err
 		}
 		out.Escrow = escrow.Apply(e, ev)

@@ -542,6 +542,19 @@ func recordEntry[S any](s *Service, tx *Tx, k Kind[S], id string, ev domain.Even
 	return nil
 }
 
+// refusedOnMovedWallet marks the attempt to be decided again when a
+// wallet check (postEffect) refused a movement the decision allowed: the
+// decision rested on a balance, or on an escrow holding it, that another
+// command has moved since this one read it (a vault's settlement racing
+// another; a participant's payment between two reads of their wallet).
+// Only a decision on state read afresh may refuse.
+func refusedOnMovedWallet(tx *Tx, err error) error {
+	if errors.Is(err, wallet.ErrInsufficient) {
+		tx.stale = true
+	}
+	return err
+}
+
 // postEffect mirrors an entry's movement into every customer wallet it
 // touches, in the same append: a debit is checked against the wallet's
 // revision-proven balance; a pure credit is appended unchecked, so payments
@@ -571,7 +584,7 @@ func (s *Service) postEffect(tx *Tx, e ledger.Entry, topUp bool) error {
 				return err
 			}
 		}
-		posted, err := wallet.Post(w, cid, m, p)
+		posted, err := wallet.Post(w, cid, m, postingOf(p, eff.Records, cid))
 		if err != nil {
 			return err
 		}
@@ -584,4 +597,17 @@ func (s *Service) postEffect(tx *Tx, e ledger.Entry, topUp bool) error {
 		}
 	}
 	return nil
+}
+
+// postingOf is p for customerID's wallet: named after the customer's own
+// record when the entry writes one (each participant's stake of a vault),
+// else after the entry's first record.
+func postingOf(p wallet.Posting, records []ledger.Record, customerID string) wallet.Posting {
+	for _, r := range records {
+		if r.CustomerID == customerID {
+			p.TransactionID, p.Reference = r.ID, r.Reference
+			break
+		}
+	}
+	return p
 }

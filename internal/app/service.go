@@ -14,6 +14,8 @@ type Service struct {
 	// CryptoMaster is the BSC master wallet address per environment; crypto
 	// payouts are configured only where it is set.
 	CryptoMaster map[domain.Environment]string
+	// vaultLocks queue the commands of vaults sharing a wallet (vaults.go).
+	vaultLocks walletLocks
 }
 
 // NewService returns the application over engine.
