@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -25,7 +26,7 @@ var (
 	duration = flag.Duration("chaos.duration", 40*time.Second, "how long the workload runs (make chaos: 10m)")
 	workers  = flag.Int("chaos.workers", 6, "concurrent operations")
 	seed     = flag.Uint64("chaos.seed", 0, "random seed (0: from the clock; printed)")
-	every    = flag.Duration("chaos.fault-every", 0, "time between faults (0: the duration / 6, at most 20 s)")
+	every    = flag.Duration("chaos.fault-every", 0, "time between faults (0: a quarter of the faulty part of the run, at most 20 s)")
 )
 
 // TestChaos runs the workload against three escrowd instances on a
@@ -48,8 +49,19 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	bin := buildEscrowd(t, root)
+	// The build (seconds on a busy machine) and initdb overlap.
+	built := make(chan string, 1)
+	var buildErr error
+	go func() {
+		bin, err := buildEscrowd(root)
+		buildErr = err
+		built <- bin
+	}()
 	pg := startCluster(t, root)
+	bin := <-built
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
 	f := newFleet(t, bin, root, pg.URL())
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -94,9 +106,14 @@ func TestChaos(t *testing.T) {
 	c := newClient(f.apiAddrs(), 3*time.Second, retryFor)
 	w := newWorkload(t, c, merchants)
 
-	faultEvery := *every
+	// Short runs put their faults in the first half: a dispatcher killed
+	// mid-attempt holds its lease for a minute, which the end must wait out.
+	faultEvery, faultsFor := *every, *duration/2
+	if *duration >= 5*time.Minute {
+		faultsFor = *duration * 3 / 4
+	}
 	if faultEvery == 0 {
-		faultEvery = min(*duration/6, 20*time.Second)
+		faultEvery = min(faultsFor/4, 20*time.Second)
 	}
 	inj := &injector{f: f, pg: pg, rng: rand.New(rand.NewPCG(s, 2))}
 	stop := make(chan struct{})
@@ -104,7 +121,7 @@ func TestChaos(t *testing.T) {
 	faults.Add(1)
 	go func() {
 		defer faults.Done()
-		inj.run(stop, faultEvery, time.Now().Add(*duration*3/4))
+		inj.run(stop, faultEvery, time.Now().Add(faultsFor))
 	}()
 	w.run(*workers, s, *duration)
 	close(stop)
@@ -134,13 +151,21 @@ func TestChaos(t *testing.T) {
 		for i, r := range rows {
 			names[i] = r.Name
 		}
-		v.say("projectors: %s all at the head %s, none behind", strings.Join(names, ", "), rows[0].Head)
+		var head bytes.Buffer
+		_ = json.Compact(&head, rows[0].Head)
+		v.say("projectors: %s all at the head %s, none behind", strings.Join(names, ", "), head.String())
 	}
 	k.balances(v)
 	k.records(ctx, v)
 	k.ledgerSums(ctx, v)
-	k.audits(v)
+	// The audits replay the log while the webhook check waits for retries.
+	audited := &verdict{}
+	auditsDone := make(chan struct{})
+	go func() { defer close(auditsDone); k.audits(audited) }()
 	k.webhookMessages(ctx, v, 90*time.Second)
+	<-auditsDone
+	v.lines = append(v.lines, audited.lines...)
+	v.violations = append(v.violations, audited.violations...)
 
 	var counts []string
 	unknown, anomalies := 0, 0
@@ -219,8 +244,8 @@ type injector struct {
 }
 
 // run injects a fault every interval until stop or until faultsEnd (the
-// last quarter of the workload runs without new faults, so what they
-// left behind settles while traffic goes on). The first four are fixed,
+// rest of the workload runs without new faults, so what they left behind
+// settles while traffic goes on). The first four are fixed,
 // kill, kill, database, kill, so even a short run has the minimum; then
 // seven in ten are kills.
 func (in *injector) run(stop <-chan struct{}, every time.Duration, faultsEnd time.Time) {

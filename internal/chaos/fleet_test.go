@@ -16,14 +16,13 @@ import (
 )
 
 // buildEscrowd builds the service binary once into dir.
-func buildEscrowd(t testing.TB, dir string) string {
-	t.Helper()
+func buildEscrowd(dir string) (string, error) {
 	bin := filepath.Join(dir, "escrowd")
 	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/escrowd")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	return bin
+	return bin, nil
 }
 
 // fleet is the escrowd processes of a run: instances serving the roles
