@@ -125,7 +125,12 @@ func (c *client) do(rng *rand.Rand, cl call) result {
 		case st >= 500 && replayed:
 			// A 5xx stored after the write: it happened.
 			return result{outcome: happened, status: st, message: msg}
-		case st >= 500, st == http.StatusTooManyRequests, st == http.StatusConflict && msg == msgInProgress:
+		case st == http.StatusConflict && msg == msgInProgress:
+			// The first attempt still holds the key (or died holding it:
+			// a takeover needs 2 minutes); no point asking often.
+			final = false
+			time.Sleep(time.Second)
+		case st >= 500, st == http.StatusTooManyRequests:
 			final = false
 		default:
 			if cl.method == http.MethodGet && retried {

@@ -101,8 +101,9 @@ type workload struct {
 	merchants []*merchantKeys
 	until     time.Time
 	phones    atomic.Int64
-	good      string // a NUBAN that pays out
-	failing   string // a NUBAN ending in 0000: the test payout fails
+	claiming  atomic.Bool // a claim is waiting out its delivery window
+	good      string      // a NUBAN that pays out
+	failing   string      // a NUBAN ending in 0000: the test payout fails
 	mu        sync.Mutex
 	ops       []*op
 	counts    map[string]int
@@ -132,12 +133,21 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 				if i == 0 && n == 0 {
 					o = operationNamed("escrow claim") // one claim at least, whatever the duration
 				} else {
-					for o = pick(rng, total); o.name == "escrow claim" && time.Until(w.until) < claimWait; {
+					// A claim holds its worker for claimWait: one at a time,
+					// and none that would outlast the workload.
+					for o = pick(rng, total); o.name == "escrow claim" && (time.Until(w.until) < claimWait || w.claiming.Load()); {
 						o = pick(rng, total)
 					}
 				}
 				p := &op{name: o.name, w: w, rng: rng, m: w.merchants[rng.IntN(len(w.merchants))], base: delta{}}
+				claim := o.name == "escrow claim"
+				if claim {
+					w.claiming.Store(true)
+				}
 				o.run(p)
+				if claim {
+					w.claiming.Store(false)
+				}
 				w.mu.Lock()
 				w.ops = append(w.ops, p)
 				w.counts[o.name]++
