@@ -62,6 +62,7 @@ func TestChaos(t *testing.T) {
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
+	t.Logf("chaos: escrowd built and PostgreSQL up in %s", time.Since(began).Round(time.Second))
 	f := newFleet(t, bin, root, pg.URL())
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -76,14 +77,28 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rcv.close)
-	var merchants []*merchantKeys
-	for i := 0; i < 2; i++ {
-		m := createMerchant(t, f, fmt.Sprintf("chaos-%d", i))
-		if _, err := f.cli("merchant", "set-webhook", "--merchant", m.id, "--env", "test", "--url", rcv.url+"/hook/"+m.id); err != nil {
+	merchants := make([]*merchantKeys, 2)
+	var setup sync.WaitGroup
+	setupErrs := make([]error, len(merchants))
+	for i := range merchants {
+		setup.Add(1)
+		go func() {
+			defer setup.Done()
+			m, err := createMerchant(f, fmt.Sprintf("chaos-%d", i))
+			if err == nil {
+				_, err = f.cli("merchant", "set-webhook", "--merchant", m.id, "--env", "test", "--url", rcv.url+"/hook/"+m.id)
+			}
+			if err == nil {
+				rcv.addMerchant(m.id, m.secret)
+			}
+			merchants[i], setupErrs[i] = m, err
+		}()
+	}
+	setup.Wait()
+	for _, err := range setupErrs {
+		if err != nil {
 			t.Fatal(err)
 		}
-		rcv.addMerchant(m.id, m.secret)
-		merchants = append(merchants, m)
 	}
 	// The roles spread over three processes: two run projectors, two run
 	// the webhook subscriber and dispatcher, all three the API.
@@ -143,6 +158,7 @@ func TestChaos(t *testing.T) {
 	k := &checker{f: f, c: newClient(f.apiAddrs(), 10*time.Second, 60*time.Second), pool: pool, w: w, rcv: rcv, rng: rng}
 	v := &verdict{}
 	ctx := context.Background()
+	checking := time.Now()
 	rows, err := k.caughtUp(90 * time.Second)
 	if err != nil {
 		v.fail("projectors not caught up: %v", err)
@@ -195,7 +211,7 @@ func TestChaos(t *testing.T) {
 		fmt.Println("VIOLATION:", msg)
 	}
 	fmt.Printf("chaos: %d requests, %d faults, %d lost, %d doubled, sum %s\n", c.sent.Load(), nFaults, v.lost, v.doubled, moneyAmount(v.sum))
-	t.Logf("chaos: finished after %s", time.Since(began).Round(time.Second))
+	t.Logf("chaos: checked in %s, finished after %s", time.Since(checking).Round(time.Second), time.Since(began).Round(time.Second))
 	if len(v.violations) > 0 {
 		t.Fatalf("%d violations", len(v.violations))
 	}
@@ -206,15 +222,14 @@ func TestChaos(t *testing.T) {
 
 // createMerchant runs `escrowd merchant create --json` and keeps its test
 // keys and signing secret.
-func createMerchant(t *testing.T, f *fleet, name string) *merchantKeys {
-	t.Helper()
+func createMerchant(f *fleet, name string) (*merchantKeys, error) {
 	out, err := f.cli("merchant", "create", "--name", name, "--json")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var cm app.CreatedMerchant
 	if err := json.Unmarshal(out, &cm); err != nil {
-		t.Fatalf("merchant create: %v: %s", err, out)
+		return nil, fmt.Errorf("merchant create: %v: %s", err, out)
 	}
 	m := &merchantKeys{id: cm.MerchantID, secret: cm.SigningSecrets[domain.Test]}
 	for _, k := range cm.Keys {
@@ -229,9 +244,9 @@ func createMerchant(t *testing.T, f *fleet, name string) *merchantKeys {
 		}
 	}
 	if m.std == "" || m.sa == "" || m.secret == "" {
-		t.Fatalf("merchant create: no test keys or secret in %s", out)
+		return nil, fmt.Errorf("merchant create: no test keys or secret in %s", out)
 	}
-	return m
+	return m, nil
 }
 
 // injector injects the process and database faults.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -57,8 +58,8 @@ type checker struct {
 
 // readBalances reads a wallet through the API (the read waits for every
 // projector to pass the newest committed event).
-func (k *checker) readBalances(cl call) (bal, error) {
-	r := k.c.do(k.rng, cl)
+func (k *checker) readBalances(rng *rand.Rand, cl call) (bal, error) {
+	r := k.c.do(rng, cl)
 	if r.outcome != acked {
 		return bal{}, fmt.Errorf("%s: %s %d %s", cl.path, r.outcome, r.status, r.message)
 	}
@@ -80,19 +81,45 @@ func (k *checker) readBalances(cl call) (bal, error) {
 // balances: every customer's wallet and every merchant's wallet equal
 // what the operations that happened predict.
 func (k *checker) balances(v *verdict) {
-	merchantWant := map[string]bal{}
-	wallets := 0
+	// Every wallet, read eight at a time.
+	type read struct {
+		p   *op
+		cid string
+		b   bal
+		err error
+	}
+	var reads []*read
 	for _, p := range k.w.ops {
-		got := map[string]bal{}
 		for _, cid := range p.customers {
-			b, err := k.readBalances(call{method: http.MethodGet, path: "/v1/wallet", key: p.m.std, cid: cid})
-			if err != nil {
-				v.fail("%s: %v", p.name, err)
-				continue
-			}
-			got[cust(cid)] = b
-			wallets++
+			reads = append(reads, &read{p: p, cid: cid})
 		}
+	}
+	next := make(chan *read)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(rng *rand.Rand) {
+			defer wg.Done()
+			for r := range next {
+				r.b, r.err = k.readBalances(rng, call{method: http.MethodGet, path: "/v1/wallet", key: r.p.m.std, cid: r.cid})
+			}
+		}(rand.New(rand.NewPCG(k.rng.Uint64(), uint64(i))))
+	}
+	for _, r := range reads {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+	observed := map[string]bal{}
+	for _, r := range reads {
+		if r.err != nil {
+			v.fail("%s: %v", r.p.name, r.err)
+		}
+		observed[cust(r.cid)] = r.b
+	}
+	merchantWant := map[string]bal{}
+	for _, p := range k.w.ops {
+		got := observed
 		matches := func(d delta) bool {
 			for _, cid := range p.customers {
 				if got[cust(cid)] != d[cust(cid)] {
@@ -111,7 +138,7 @@ func (k *checker) balances(v *verdict) {
 				}
 			}
 			if !found {
-				want = p.base.add(p.alts[1])
+				want = p.base.add(p.alts[len(p.alts)-1])
 			}
 		}
 		for _, cid := range p.customers {
@@ -126,7 +153,7 @@ func (k *checker) balances(v *verdict) {
 		}
 	}
 	for _, m := range k.w.merchants {
-		b, err := k.readBalances(call{method: http.MethodGet, path: "/v1/merchant/balance", key: m.sa})
+		b, err := k.readBalances(k.rng, call{method: http.MethodGet, path: "/v1/merchant/balance", key: m.sa})
 		if err != nil {
 			v.fail("merchant %s: %v", m.id, err)
 			continue
@@ -135,7 +162,7 @@ func (k *checker) balances(v *verdict) {
 			v.mismatch("merchant wallet "+m.id, merchantWant[m.id], b)
 		}
 	}
-	v.say("balances: %d customer wallets and %d merchant wallets equal the acknowledged operations", wallets, len(k.w.merchants))
+	v.say("balances: %d customer wallets and %d merchant wallets equal the acknowledged operations", len(reads), len(k.w.merchants))
 }
 
 // records: every step that happened wrote its transaction record exactly

@@ -20,6 +20,7 @@ import (
 // here.
 var operations = []operation{
 	{"transfer", 3, opTransfer},
+	{"contended transfers", 2, opContendedTransfers},
 	{"withdrawal", 2, opWithdrawal},
 	{"failing withdrawal", 2, opFailingWithdrawal},
 	{"escrow confirm", 3, opEscrowConfirm},
@@ -182,21 +183,35 @@ func pick(rng *rand.Rand, total int) operation {
 // whether the operation may go on.
 func (p *op) step(cl call, d delta, refs ...refCheck) (result, bool) {
 	r := p.w.c.do(p.rng, cl)
+	return r, p.account(r, cl, d, "", refs...)
+}
+
+// account books a request's result: what happened joins base, an unknown
+// one doubles the alternatives (with and without it), a refusal other
+// than mayRefuse is an anomaly.
+func (p *op) account(r result, cl call, d delta, mayRefuse string, refs ...refCheck) bool {
 	switch r.outcome {
 	case acked, happened:
 		p.base = p.base.add(d)
 		p.refs = append(p.refs, refs...)
-		return r, true
+		return true
 	case unknown:
-		p.alts = []delta{{}, d}
+		if p.alts == nil {
+			p.alts = []delta{{}}
+		}
+		for _, a := range p.alts {
+			p.alts = append(p.alts, a.add(d))
+		}
 		for _, rc := range refs {
 			rc.maybe = true
 			p.refs = append(p.refs, rc)
 		}
-		return r, false
+		return false
 	}
-	p.anomalies = append(p.anomalies, fmt.Sprintf("%s: %s %s refused %d %q", p.name, cl.method, cl.path, r.status, r.message))
-	return r, false
+	if mayRefuse == "" || r.message != mayRefuse {
+		p.anomalies = append(p.anomalies, fmt.Sprintf("%s: %s %s refused %d %q", p.name, cl.method, cl.path, r.status, r.message))
+	}
+	return false
 }
 
 // need is a step whose response the operation needs to go on (a created
@@ -257,6 +272,43 @@ func opTransfer(p *op) {
 			refCheck{merchant: p.m.id, customer: a, reference: ref}); !ok {
 			return
 		}
+	}
+}
+
+// opContendedTransfers verifies eight staged transfers of 2,000 from one
+// wallet of 10,000 at once, each its own request: at most five fit, and
+// only the wallet's expected revision keeps a sixth from overdrawing it.
+func opContendedTransfers(p *op) {
+	a, _ := p.customer(10000)
+	b, phone := p.customer(0)
+	if a == "" || b == "" {
+		return
+	}
+	const n, amount = 8, 2000
+	refs := make([]string, n)
+	for i := range refs {
+		refs[i] = p.ref()
+		if _, ok := p.need(p.std("POST", "/v1/payment/create-intent", a, map[string]any{"reference": refs[i], "amount": amount,
+			"transactionType": "wallet_transfer", "walletDetails": map[string]any{"phone": phone}}), nil); !ok {
+			return
+		}
+	}
+	calls := make([]call, n)
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range calls {
+		calls[i] = p.std("POST", "/v1/payment/verify", a, map[string]any{"reference": refs[i]})
+		rng := rand.New(rand.NewPCG(p.rng.Uint64(), uint64(i)))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = p.w.c.do(rng, calls[i])
+		}()
+	}
+	wg.Wait()
+	for i, r := range results {
+		p.account(r, calls[i], delta{cust(a): {-naira(amount), 0}, cust(b): {naira(amount), 0}}, "Insufficient balance",
+			refCheck{merchant: p.m.id, customer: a, reference: refs[i]})
 	}
 }
 
