@@ -222,6 +222,8 @@ func (k *checker) ledgerSums(ctx context.Context, v *verdict) {
 		v.fail("negative: %v", err)
 	}
 	if negative > 0 {
+		// Money spent that was not there: paid out twice, in effect.
+		v.doubled += negative
 		v.fail("%d accounts below zero", negative)
 	}
 	v.say("ledger: the accounts sum to %s, none negative", money.Amount(v.sum))

@@ -77,7 +77,7 @@ func (f *fleet) cli(args ...string) ([]byte, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if err != nil {
-		return out.Bytes(), fmt.Errorf("escrowd %s: %v: %s%s", strings.Join(args, " "), err, out.Bytes(), errb.Bytes())
+		return out.Bytes(), fmt.Errorf("escrowd %s: %v: %s%s", strings.Join(args, " "), err, out.Bytes(), notInfo(errb.String(), 20))
 	}
 	return out.Bytes(), nil
 }
@@ -219,11 +219,25 @@ func (f *fleet) logTails(lines int) string {
 	var b strings.Builder
 	for _, i := range f.insts {
 		data, _ := os.ReadFile(i.logPath)
-		ls := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(ls) > lines {
-			ls = ls[len(ls)-lines:]
-		}
-		fmt.Fprintf(&b, "--- %s (%s)\n%s\n", i.name, i.roles, strings.Join(ls, "\n"))
+		fmt.Fprintf(&b, "--- %s (%s)\n%s", i.name, i.roles, notInfo(string(data), lines))
 	}
 	return b.String()
+}
+
+// notInfo is the last n lines of a JSON log above info level (the
+// request log says nothing about a failure).
+func notInfo(log string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(log, "\n") {
+		if l != "" && !strings.Contains(l, `"level":"info"`) {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	if len(keep) == 0 {
+		return ""
+	}
+	return strings.Join(keep, "\n") + "\n"
 }
