@@ -24,7 +24,7 @@ var operations = []operation{
 	{"withdrawal", 2, opWithdrawal},
 	{"failing withdrawal", 2, opFailingWithdrawal},
 	{"escrow confirm", 3, opEscrowConfirm},
-	{"escrow claim", 1, opEscrowClaim},
+	{claimName, 1, opEscrowClaim},
 	{"dispute COMPLETED", 1, opDispute("COMPLETED")},
 	{"dispute REFUNDED", 1, opDispute("REFUNDED")},
 	{"dispute SPLIT", 1, opDispute("SPLIT")},
@@ -36,6 +36,8 @@ type operation struct {
 	weight int
 	run    func(*op)
 }
+
+const claimName = "escrow claim"
 
 // claimWait is how long after payment an escrow with a one-minute
 // delivery window can be claimed (with a margin).
@@ -131,20 +133,21 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
 			for n := 0; time.Now().Before(w.until); n++ {
 				var o operation
+				claim := false
 				if i == 0 && n == 0 {
-					o = operationNamed("escrow claim") // one claim at least, whatever the duration
+					o, claim = operationNamed(claimName), true // one claim at least, whatever the duration
+					w.claiming.Store(true)
 				} else {
 					// A claim holds its worker for claimWait: one at a time,
 					// and none that would outlast the workload.
-					for o = pick(rng, total); o.name == "escrow claim" && (time.Until(w.until) < claimWait || w.claiming.Load()); {
-						o = pick(rng, total)
+					for o = pick(rng, total); o.name == claimName; o = pick(rng, total) {
+						if time.Until(w.until) >= claimWait && w.claiming.CompareAndSwap(false, true) {
+							claim = true
+							break
+						}
 					}
 				}
 				p := &op{name: o.name, w: w, rng: rng, m: w.merchants[rng.IntN(len(w.merchants))], base: delta{}}
-				claim := o.name == "escrow claim"
-				if claim {
-					w.claiming.Store(true)
-				}
 				o.run(p)
 				if claim {
 					w.claiming.Store(false)
