@@ -174,10 +174,15 @@ func TestChaos(t *testing.T) {
 	k.balances(v)
 	k.records(ctx, v)
 	k.ledgerSums(ctx, v)
-	// The audits replay the log while the webhook check waits for retries.
+	// The rebuild and the audits replay the log while the webhook check
+	// waits for retries.
 	audited := &verdict{}
 	auditsDone := make(chan struct{})
-	go func() { defer close(auditsDone); k.audits(audited) }()
+	go func() {
+		defer close(auditsDone)
+		k.readModelsReplay(ctx, audited)
+		k.audits(audited)
+	}()
 	k.webhookMessages(ctx, v, 90*time.Second)
 	<-auditsDone
 	v.lines = append(v.lines, audited.lines...)
