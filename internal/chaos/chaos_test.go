@@ -190,6 +190,7 @@ func TestChaos(t *testing.T) {
 
 	var counts []string
 	unknown, anomalies := 0, 0
+	var retryRefusals []string
 	for _, p := range w.ops {
 		if len(p.alts) > 0 {
 			unknown++
@@ -197,6 +198,15 @@ func TestChaos(t *testing.T) {
 		for _, a := range p.anomalies {
 			anomalies++
 			v.fail("unexpected refusal: %s", a)
+		}
+		retryRefusals = append(retryRefusals, p.retryRefusals...)
+	}
+	if len(retryRefusals) > 0 {
+		// Not a money violation (the step is checked as unknown: at most
+		// once), but a retry should get the first execution's answer.
+		v.say("retries refused after an attempt without answer (the first may have run): %d", len(retryRefusals))
+		for _, r := range retryRefusals {
+			v.say("  %s", r)
 		}
 	}
 	for name, n := range w.counts {

@@ -51,6 +51,8 @@ type result struct {
 	status  int
 	message string
 	data    json.RawMessage
+	// refusedOnRetry: the final answer was a 4xx to a retry.
+	refusedOnRetry bool
 }
 
 func (r result) obj() map[string]any {
@@ -133,10 +135,12 @@ func (c *client) do(rng *rand.Rand, cl call) result {
 		case st >= 500, st == http.StatusTooManyRequests:
 			final = false
 		default:
-			if cl.method == http.MethodGet && retried {
-				// An unkeyed write (the claim) refused after an attempt
-				// without answer: that attempt may have run.
-				return result{outcome: unknown, status: st, message: msg, data: data}
+			if retried {
+				// Refused after an attempt without answer: that attempt
+				// may have run (an unkeyed claim; or a keyed request whose
+				// first attempt's commit outcome the server did not know,
+				// so it released the key and the retry ran again).
+				return result{outcome: unknown, status: st, message: msg, data: data, refusedOnRetry: true}
 			}
 			return result{outcome: refused, status: st, message: msg, data: data}
 		}

@@ -91,6 +91,9 @@ type op struct {
 	refs      []refCheck
 	// anomalies are requests refused that the workload expected to pass.
 	anomalies []string
+	// retryRefusals are requests refused only when retried after an
+	// attempt without answer; booked as unknown (at most once).
+	retryRefusals []string
 }
 
 type merchantKeys struct {
@@ -199,6 +202,10 @@ func (p *op) account(r result, cl call, d delta, mayRefuse string, refs ...refCh
 		p.refs = append(p.refs, refs...)
 		return true
 	case unknown:
+		if r.refusedOnRetry && r.message != mayRefuse {
+			p.retryRefusals = append(p.retryRefusals, fmt.Sprintf("%s: %s %s answered %d %q to a retry with its key",
+				p.name, cl.method, cl.path, r.status, r.message))
+		}
 		if p.alts == nil {
 			p.alts = []delta{{}}
 		}
