@@ -82,6 +82,7 @@ func (k *checker) readBalances(rng *rand.Rand, cl call) (bal, error) {
 // balances: every customer's wallet and every merchant's wallet equal
 // what the operations that happened predict.
 func (k *checker) balances(v *verdict) {
+	failed := len(v.violations)
 	// Every wallet, read eight at a time.
 	type read struct {
 		p   *op
@@ -163,13 +164,14 @@ func (k *checker) balances(v *verdict) {
 			v.mismatch("merchant wallet "+m.id, merchantWant[m.id], b)
 		}
 	}
-	v.say("balances: %d customer wallets and %d merchant wallets equal the acknowledged operations", len(reads), len(k.w.merchants))
+	v.say("balances: %d customer wallets and %d merchant wallets read, %d differ from the acknowledged operations",
+		len(reads), len(k.w.merchants), len(v.violations)-failed)
 }
 
 // records: every step that happened wrote its transaction record exactly
 // once; an unknown one at most once.
 func (k *checker) records(ctx context.Context, v *verdict) {
-	n := 0
+	n, failed := 0, len(v.violations)
 	for _, p := range k.w.ops {
 		for _, rc := range p.refs {
 			var count int
@@ -195,7 +197,7 @@ func (k *checker) records(ctx context.Context, v *verdict) {
 			}
 		}
 	}
-	v.say("records: %d acknowledged references each found exactly once", n)
+	v.say("records: %d references of acknowledged steps looked up, %d not found exactly once", n, len(v.violations)-failed)
 }
 
 // ledgerSums: the sum over every merchant's accounts is zero and no
@@ -227,7 +229,7 @@ func (k *checker) ledgerSums(ctx context.Context, v *verdict) {
 		v.doubled += negative
 		v.fail("%d accounts below zero", negative)
 	}
-	v.say("ledger: the accounts sum to %s, none negative", money.Amount(v.sum))
+	v.say("ledger: the accounts sum to %s, %d below zero", money.Amount(v.sum), negative)
 }
 
 // audits: `escrowd audit` of every merchant, a replay of the whole log
@@ -369,8 +371,8 @@ func (k *checker) webhookMessages(ctx context.Context, v *verdict, timeout time.
 		v.fail("webhooks: bad signature: %.200s", b)
 	}
 	k.rcv.mu.Unlock()
-	v.say("webhooks: %d settled records, one message each; %d messages delivered with a valid signature (%d first attempts failed on purpose)",
-		len(want), len(all)-len(missing), k.rcv.faults())
+	v.say("webhooks: %d settled records, %d payment messages; %d of %d messages delivered with a valid signature (%d first attempts failed on purpose)",
+		len(want), len(perRecord), len(all)-len(missing), len(all), k.rcv.faults())
 }
 
 // readModelDigests is, per read model table of the live schema, its row
@@ -446,7 +448,7 @@ func (k *checker) readModelsReplay(ctx context.Context, v *verdict) {
 				v.fail("read model %s: live %s, replayed from the log %s", t, d, replayed[t])
 			}
 		}
-		v.say("read models: %d tables equal a rebuild from the log", len(live))
+		v.say("read models: %d tables compared with a rebuild from the log", len(live))
 		return
 	}
 }
