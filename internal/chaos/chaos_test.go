@@ -33,6 +33,9 @@ var (
 // PostgreSQL of its own while it kills instances and restarts the
 // database, then checks that the money is exactly what was acknowledged.
 func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos run takes about two minutes")
+	}
 	s := *seed
 	if s == 0 {
 		s = uint64(time.Now().UnixNano())
