@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -170,9 +169,7 @@ func TestChaos(t *testing.T) {
 		for i, r := range rows {
 			names[i] = r.Name
 		}
-		var head bytes.Buffer
-		_ = json.Compact(&head, rows[0].Head)
-		v.say("projectors: %s all at the head %s, none behind", strings.Join(names, ", "), head.String())
+		v.say("projectors: %s all at the head %s, none behind", strings.Join(names, ", "), rows[0].Head)
 	}
 	k.balances(v)
 	k.records(ctx, v)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -248,11 +249,8 @@ func (k *checker) audits(v *verdict) {
 
 // statusRow is a row of `escrowd projections status --json`.
 type statusRow struct {
-	Name       string          `json:"name"`
-	Checkpoint json.RawMessage `json:"checkpoint"`
-	Head       json.RawMessage `json:"head"`
-	Lag        int64           `json:"lag"`
-	Installed  bool            `json:"installed"`
+	projections.ProjectorStatus
+	Installed bool `json:"installed"`
 }
 
 // caughtUp waits until every projector and the webhook subscriber have
@@ -440,7 +438,7 @@ func (k *checker) readModelsReplay(ctx context.Context, v *verdict) {
 			v.fail("read models: %v", err)
 			return
 		}
-		if string(before[0].Head) != string(after[0].Head) && attempt == 0 {
+		if before[0].Head != after[0].Head && attempt == 0 {
 			continue // something wrote meanwhile (the payout resumer): again
 		}
 		for t, d := range live {
