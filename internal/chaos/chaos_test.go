@@ -212,6 +212,11 @@ func TestChaos(t *testing.T) {
 	for name, n := range w.counts {
 		counts = append(counts, fmt.Sprintf("%s %d", name, n))
 	}
+	for _, o := range operations {
+		if w.counts[o.name] == 0 {
+			v.fail("the workload never ran %s", o.name)
+		}
+	}
 	sort.Strings(counts)
 	nFaults := inj.kills + inj.restarts + rcv.faults() + int(c.timeouts.Load())
 	for _, l := range append([]string{

@@ -137,9 +137,14 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 			for n := 0; time.Now().Before(w.until); n++ {
 				var o operation
 				claim := false
-				if i == 0 && n == 0 {
-					o, claim = operationNamed(claimName), true // one claim at least, whatever the duration
-					w.claiming.Store(true)
+				if idx := n*workers + i; idx < len(operations) {
+					// The first round runs every operation once, whatever
+					// the duration (the claim too).
+					o = operations[idx]
+					if o.name == claimName {
+						claim = true
+						w.claiming.Store(true)
+					}
 				} else {
 					// A claim holds its worker for claimWait: one at a time,
 					// and none that would outlast the workload.
@@ -163,15 +168,6 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 		}(i)
 	}
 	wg.Wait()
-}
-
-func operationNamed(name string) operation {
-	for _, o := range operations {
-		if o.name == name {
-			return o
-		}
-	}
-	panic("no operation " + name)
 }
 
 func pick(rng *rand.Rand, total int) operation {
