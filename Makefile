@@ -6,7 +6,7 @@ GO    ?= go
 BIN   := bin/escrowd
 DBURL  = $${DATABASE_URL:-$$(scripts/pg.sh start)}
 
-.PHONY: build run test test-short bench fuzz db-start db-stop clean
+.PHONY: build run test test-short bench fuzz chaos db-start db-stop clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/escrowd
@@ -36,6 +36,13 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz '^FuzzValidNUBAN$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
 	  $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./domain/money/ && \
 	  $(GO) test -run '^$$' -fuzz '^FuzzFingerprintStreaming$$' -fuzztime $(FUZZTIME) ./httpapi/
+
+# The chaos harness (internal/chaos) for CHAOS_DURATION of workload under
+# kills and database restarts; it starts a PostgreSQL of its own, so it
+# needs the server binaries but no DATABASE_URL. `make test` runs it for 40 s.
+CHAOS_DURATION ?= 10m
+chaos:
+	$(GO) test -count=1 -v -run '^TestChaos$$' -timeout 60m ./internal/chaos/ -chaos.duration=$(CHAOS_DURATION)
 
 db-start:
 	@scripts/pg.sh start
