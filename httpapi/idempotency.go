@@ -486,7 +486,7 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 		res.Writer = capture.ResponseWriter
 		// Panicking: the recover middleware answers 500. A request that
 		// wrote keeps its claim; a retry finds it abandoned and fenced.
-		if !done && !claim.Wrote() {
+		if !done && !claim.Wrote() && !claim.OutcomeUnknown() {
 			s.release(ctx, scope, key, owner)
 		}
 	}()
@@ -504,6 +504,14 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// so does one whose repeat resumes the request (domain.IsResumable);
 	// any other after a write (the read models lagging behind a saved
 	// change) is the outcome, stored and replayed like any other.
+	if status >= http.StatusInternalServerError && claim.OutcomeUnknown() {
+		// An append may have committed without our knowing: the key stays
+		// in flight, so a retry waits for the takeover, whose fence tells
+		// whether the request wrote, instead of running it again.
+		s.log.Warn("idempotency: a write's outcome is unknown; the key stays in flight until a retry takes it over",
+			zap.String("key_id", scope))
+		return nil
+	}
 	if status >= http.StatusInternalServerError && (!claim.Wrote() || domain.IsResumable(err)) {
 		s.release(ctx, scope, key, owner)
 		return nil

@@ -72,6 +72,24 @@ type idemEnv struct {
 	// afterFence, if set, runs once a takeover has fenced a claim, before
 	// it stores anything.
 	afterFence func()
+	// loseAnswer makes the engine's next append commit and then fail, as
+	// when the connection breaks during COMMIT.
+	loseAnswer atomic.Bool
+}
+
+// answerLosingStore commits an append and then, when its env says so,
+// reports an error that does not say whether it committed.
+type answerLosingStore struct {
+	eventstore.Store
+	env *idemEnv
+}
+
+func (s answerLosingStore) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	res, err := s.Store.Append(ctx, appends...)
+	if err == nil && s.env.loseAnswer.CompareAndSwap(true, false) {
+		return eventstore.AppendResult{}, errors.New("unexpected EOF during COMMIT")
+	}
+	return res, err
 }
 
 // hookedFencer is the engine's fence, then the env's afterFence.
@@ -100,7 +118,7 @@ func newIdemEnv(t *testing.T) *idemEnv {
 	env.now.Store(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
 	env.store = postgres.New(env.pool)
 	t.Cleanup(env.store.Close)
-	engine := app.NewEngine(env.store, 100)
+	engine := app.NewEngine(answerLosingStore{env.store, env}, 100)
 	store := NewIdempotencyStore(env.pool, WithIdempotencyFence(hookedFencer{engine, env}),
 		WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() }))
 
@@ -583,6 +601,20 @@ func TestIdempotencyWriteWithoutStoredResponseIsNotRunAgain(t *testing.T) {
 	go env.post("/v1/write", "key1", "w", `a`)
 	<-env.entered // the append has committed; no response is stored
 
+	env.wantLostOnceAbandoned(t)
+}
+
+// An append whose commit succeeded but whose answer was lost fails the
+// request with a 500, yet the key must not be released for a retry that
+// would run the request again: it stays in flight until a takeover, whose
+// fence finds that the request wrote.
+func TestIdempotencyUnknownOutcomeIsNotRunAgain(t *testing.T) {
+	env := newIdemEnv(t)
+	env.loseAnswer.Store(true)
+	idemWantStatus(t, env.post("/v1/write", "key1", "w", `a`), http.StatusInternalServerError)
+	if n := env.things("a"); n != 1 {
+		t.Fatalf("the lost append committed %d events", n)
+	}
 	env.wantLostOnceAbandoned(t)
 }
 

@@ -58,6 +58,9 @@ type Claim struct {
 	mu   sync.Mutex
 	rev  int64 // the claim stream's revision after our last write; -1 none
 	lost bool
+	// unknown: an append under the claim failed without a refusal (the
+	// connection broke during COMMIT, say), so it may have committed.
+	unknown bool
 }
 
 // NewClaim returns the claim of owner (the claim's random identity) on
@@ -73,6 +76,17 @@ func (c *Claim) Wrote() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.rev >= 0
+}
+
+// OutcomeUnknown reports whether an append under the claim failed in a way
+// that does not say whether it committed. Such a request must neither
+// release its key (a retry could run it twice) nor store its answer: the
+// claim stays in flight until a retry takes it over, and the takeover's
+// fence learns from the claim's stream whether it wrote.
+func (c *Claim) OutcomeUnknown() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unknown
 }
 
 type claimKey struct{}
@@ -114,9 +128,14 @@ func (c *Claim) settle(res eventstore.AppendResult, err error) error {
 		return nil
 	}
 	var ce *eventstore.ConcurrencyError
-	if errors.As(err, &ce) && ce.Stream == c.stream {
+	switch {
+	case errors.As(err, &ce) && ce.Stream == c.stream:
 		c.lost = true
 		return ErrClaimLost
+	case errors.As(err, &ce):
+		// Refused as a whole: nothing was written.
+	default:
+		c.unknown = true
 	}
 	return err
 }
