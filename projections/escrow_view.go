@@ -108,7 +108,7 @@ func RenderEscrow(e escrow.State, cat *Category, viewerID string) EscrowView {
 	v := EscrowView{ID: e.ID, Amount: e.Terms.Amount, Purpose: e.Terms.Purpose, Description: e.Terms.Description,
 		WhoPays: e.Terms.WhoPays, ImageURL: append([]string{}, e.ImageURLs...), Fee: e.Fee, AdditionalFee: e.AdditionalFee,
 		AdditionalFeeRefundable: e.AdditionalFeeRefundable, PaymentToken: e.PaymentToken, Status: e.Status, State: e.Status.Phase(),
-		Channel: e.Channel, IsSeller: e.SellerID == viewerID, Category: cat, CategoryID: nonEmpty(e.Terms.CategoryID),
+		Channel: e.Channel, IsSeller: e.Type() != escrow.VaultSettlement && e.SellerID == viewerID, Category: cat, CategoryID: nonEmpty(e.Terms.CategoryID),
 		MaxDelivery: e.Terms.MaxDelivery, DeliveryTimeline: e.Terms.DeliveryTimeline, TotalQuantity: e.TotalQuantity,
 		SettlementType: string(e.Type()), Milestones: []MilestoneView{}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 		SellerID: nonEmpty(e.SellerID), BuyerID: nonEmpty(e.BuyerID), Logs: append([]string{}, e.Logs...),
