@@ -313,7 +313,7 @@ func TestServeAcceptsSpacedRoles(t *testing.T) {
 	env := testEnv(t, db)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // start and stop at once: only the roles are under test
-	if err := cmdServe(ctx, mustConfig(t, db), env, []string{"--role", " api , projector ", "--addr", "127.0.0.1:0"}); err != nil {
+	if err := serve(ctx, mustConfig(t, db), env, " api , projector ", "127.0.0.1:0"); err != nil {
 		t.Fatalf("serve --role ' api , projector ': %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
@@ -14,12 +15,22 @@ import (
 	"github.com/escrowd/escrowd/projections"
 )
 
-func newLogger(cfg Config) (*zap.Logger, error) {
-	if cfg.LogFormat == "console" {
-		return zap.NewDevelopment()
-	}
+// Log levels: a server logs at info, a one-off command only warnings and
+// errors unless -v.
+const (
+	levelInfo  = zapcore.InfoLevel
+	levelQuiet = zapcore.WarnLevel
+)
+
+func newLogger(cfg Config, level zapcore.Level) (*zap.Logger, error) {
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil
+	if cfg.LogFormat == "console" {
+		zc = zap.NewDevelopmentConfig()
+	}
+	if level > zc.Level.Level() {
+		zc.Level = zap.NewAtomicLevelAt(level)
+	}
 	return zc.Build()
 }
 
