@@ -249,4 +249,30 @@ func TestTwoCheckoutsSideBySide(t *testing.T) {
 	if u, _, err := a.run("url"); err != nil || u != moved {
 		t.Fatalf("pg.sh url %q %v after the move to %s", u, err, moved)
 	}
+
+	// A cluster made before ./.data/pg-port existed (such as the one a
+	// machine's checkouts already share) keeps the port its configuration
+	// names.
+	if _, stderr, err := a.run("stop"); err != nil {
+		t.Fatalf("stop: %v %s", err, stderr)
+	}
+	squatter.Close()
+	if err := os.Remove(filepath.Join(a.dir, ".data", "pg-port")); err != nil {
+		t.Fatal(err)
+	}
+	conf, err := os.OpenFile(filepath.Join(a.dir, ".data", "pg", "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := port(t, urls[0]) // free again
+	if _, err := conf.WriteString("port = " + legacy + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	conf.Close()
+	if u, _, err := a.run("url"); err != nil || port(t, u) != legacy {
+		t.Fatalf("pg.sh url of a cluster without pg-port: %q %v, want port %s", u, err, legacy)
+	}
+	if again, said := a.start(t); port(t, again) != legacy || said != "" {
+		t.Fatalf("a cluster without pg-port started on %s (said %q), want its configured port %s", again, said, legacy)
+	}
 }
