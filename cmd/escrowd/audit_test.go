@@ -47,8 +47,15 @@ func TestEscrowdProcess(t *testing.T) {
 // runEscrowd runs `escrowd args...` in a child process against db.
 func runEscrowd(t *testing.T, db string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runEscrowdIn(t, append(os.Environ(), "DATABASE_URL="+db), args...)
+}
+
+// runEscrowdIn runs `escrowd args...` in a child process with the
+// environment env.
+func runEscrowdIn(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestEscrowdProcess$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), "ESCROWD_TEST_PROCESS=1", "DATABASE_URL="+db, "ESCROW_DATA_DIR="+t.TempDir())
+	cmd.Env = append(env, "ESCROWD_TEST_PROCESS=1", "ESCROW_DATA_DIR="+t.TempDir())
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"flag"
 	"os"
 	"os/exec"
@@ -19,24 +17,13 @@ import (
 // DATABASE_URL at all, as in a fresh second terminal.
 func runWithoutDatabase(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestEscrowdProcess$", "--"}, args...)...)
+	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "DATABASE_URL=") {
-			cmd.Env = append(cmd.Env, kv)
+			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "ESCROWD_TEST_PROCESS=1", "ESCROW_DATA_DIR="+t.TempDir())
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatal(err)
-	}
-	return out.String(), errOut.String(), code
+	return runEscrowdIn(t, env, args...)
 }
 
 // flagNames are the flags c defines.
