@@ -2,14 +2,17 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 )
 
 // notYetRegistered are routes the document describes (api-decisions §3
@@ -182,5 +185,50 @@ func TestOpenAPIAndDocsAreServed(t *testing.T) {
 	res, body = get("/docs/redoc.standalone.js")
 	if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/javascript") || !bytes.Equal(body, redocBundle) || len(body) < 100000 {
 		t.Fatalf("/docs/redoc.standalone.js: %d %s, %d bytes", res.StatusCode, res.Header.Get("Content-Type"), len(body))
+	}
+}
+
+// /docs renders in a headless Chromium, when the machine has one
+// (Debian's chromium package): the page built by the embedded renderer
+// shows every route group of the document.
+func TestDocsRenderInChromium(t *testing.T) {
+	browser := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			browser = p
+			break
+		}
+	}
+	if browser == "" {
+		t.Skip("no Chromium on this machine (apt-get install chromium)")
+	}
+	h := newHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir="+t.TempDir(),
+		"--virtual-time-budget=20000", "--dump-dom", h.srv.URL+"/docs")
+	var dom, logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &dom, &logs
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, logs.String())
+	}
+	var doc struct {
+		Tags []struct {
+			Name string `json:"name"`
+		} `json:"tags"`
+	}
+	if err := json.Unmarshal(OpenAPIDocument, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Tags) < 10 {
+		t.Fatalf("only %d route groups in the document", len(doc.Tags))
+	}
+	for _, tag := range doc.Tags {
+		if !strings.Contains(dom.String(), ">"+tag.Name+"<") {
+			t.Errorf("the rendered page does not show the route group %q", tag.Name)
+		}
+	}
+	if t.Failed() {
+		t.Logf("rendered page (%d bytes):\n%.3000s", dom.Len(), dom.String())
 	}
 }

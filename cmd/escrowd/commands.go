@@ -139,7 +139,7 @@ func (c *command) flagSet() (*flag.FlagSet, runFunc, *bool) {
 	run := c.define(fs)
 	var verbose *bool
 	if c.database && c.name != "serve" {
-		verbose = fs.Bool("v", false, "verbose: log at info level (default: warnings and errors only)")
+		verbose = fs.Bool("v", false, "verbose: log as much as serve does (default: warnings and errors only)")
 	}
 	return fs, run, verbose
 }
@@ -290,11 +290,7 @@ func (c *command) execute(ctx context.Context, inv *invocation, runCmd runFunc, 
 	inv.cfg = cfg
 	// A server logs what it does; a one-off command only what went wrong,
 	// so its own output stays readable.
-	level := levelQuiet
-	if verbose || c.name == "serve" {
-		level = levelInfo
-	}
-	log, err := newLogger(cfg, level)
+	log, err := newLogger(cfg, !verbose && c.name != "serve")
 	if err != nil {
 		return err
 	}

@@ -15,21 +15,17 @@ import (
 	"github.com/escrowd/escrowd/projections"
 )
 
-// Log levels: a server logs at info, a one-off command only warnings and
-// errors unless -v.
-const (
-	levelInfo  = zapcore.InfoLevel
-	levelQuiet = zapcore.WarnLevel
-)
-
-func newLogger(cfg Config, level zapcore.Level) (*zap.Logger, error) {
+// newLogger is the process's logger in the configured format, at that
+// format's own level, or, quiet, at warn: a one-off command logs only what
+// went wrong unless -v, so what it prints is its answer.
+func newLogger(cfg Config, quiet bool) (*zap.Logger, error) {
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil
 	if cfg.LogFormat == "console" {
 		zc = zap.NewDevelopmentConfig()
 	}
-	if level > zc.Level.Level() {
-		zc.Level = zap.NewAtomicLevelAt(level)
+	if quiet {
+		zc.Level = zap.NewAtomicLevelAt(zapcore.WarnLevel)
 	}
 	return zc.Build()
 }
