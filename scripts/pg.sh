@@ -84,6 +84,19 @@ url_for() { echo "postgres://postgres@127.0.0.1:$1/postgres?sslmode=disable"; }
 
 running() { [ -s "$1/PG_VERSION" ] && as_pg "$BIN/pg_ctl" -D "$1" status >/dev/null 2>&1; }
 
+# claim makes $1, in the shared temporary directory, the postgres user's
+# own folder, refusing one that someone else made or that is a link (root
+# would otherwise hand over whatever it points to).
+claim() {
+  if [ -L "$1" ] || { [ -e "$1" ] && [ "$(stat -c %U "$1")" != postgres ]; }; then
+    say "$1 is a link or does not belong to postgres; remove it or set DATABASE_URL"
+    exit 1
+  fi
+  mkdir -p "$1"
+  chown postgres "$1"
+  chmod 700 "$1"
+}
+
 need_bin() {
   if [ -z "$BIN" ] || [ ! -x "$BIN/initdb" ]; then
     say "PostgreSQL server binaries not found (install postgresql, or set DATABASE_URL)"
@@ -95,7 +108,7 @@ start() {
   need_bin
   mkdir -p "$DATA"
   # Checkouts choosing ports at once would otherwise choose the same one.
-  exec 9>"${TMPDIR:-/tmp}/escrowd-pg-ports-$(id -u).lock"
+  exec 9>>"${TMPDIR:-/tmp}/escrowd-pg-ports-$(id -u).lock"
   flock 9
   local b
   b=$(base)
@@ -103,13 +116,7 @@ start() {
     chown postgres "$DATA"
     if ! runuser -u postgres -- test -w "$DATA" -a -x "$DATA"; then
       b=$(relocated_base)
-      if [ -e "$b" ] && [ "$(stat -c %U "$b")" != postgres ]; then
-        say "$b exists and does not belong to postgres; remove it or set DATABASE_URL"
-        exit 1
-      fi
-      mkdir -p "$b"
-      chown postgres "$b"
-      chmod 700 "$b"
+      claim "$b"
       if ! runuser -u postgres -- test -w "$b"; then
         say "the postgres user can reach neither $DATA nor $b; set TMPDIR to a folder it can reach, or set DATABASE_URL"
         exit 1
@@ -119,6 +126,9 @@ start() {
       say "so this checkout's throwaway PostgreSQL lives in $b (scripts/pg.sh clean removes it)"
     fi
   fi
+  # A relocated folder found again (or re-made after the temporary
+  # directory was emptied) is checked the same way.
+  if [ "$b" != "$DATA" ] && [ "$(id -u)" = 0 ]; then claim "$b"; fi
   local pgdata="$b/pg" sock="$b/pgsock"
   mkdir -p "$sock"
   if [ "$(id -u)" = 0 ]; then chown postgres "$b" "$sock"; fi

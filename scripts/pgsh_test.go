@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,6 +182,26 @@ func TestClusterOfACheckoutUnderAClosedDirectory(t *testing.T) {
 	}
 	if _, _, err := c.run("url"); err == nil {
 		t.Fatal("pg.sh url printed a URL after clean")
+	}
+
+	// The temporary directory is shared: a link planted where the cluster
+	// would go is refused, not followed (root would hand its target over
+	// to postgres).
+	target := t.TempDir()
+	before, err := os.Stat(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, where); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(where)
+	if _, stderr, err := c.run("start"); err == nil || !strings.Contains(stderr, "is a link") {
+		t.Fatalf("start with a link at %s: %v %s", where, err, stderr)
+	}
+	after, err := os.Stat(target)
+	if err != nil || after.Mode() != before.Mode() || after.Sys().(*syscall.Stat_t).Uid != before.Sys().(*syscall.Stat_t).Uid {
+		t.Fatalf("the link's target changed: %v -> %v (%v)", before.Mode(), after.Mode(), err)
 	}
 }
 
