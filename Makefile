@@ -1,32 +1,33 @@
 # escrowd: `make run` and `make test` work on a fresh machine with nothing
-# running. Without DATABASE_URL they start a throwaway PostgreSQL under
-# ./.data/pg from the system's PostgreSQL binaries (scripts/pg.sh).
+# running. Without DATABASE_URL they start this checkout's throwaway
+# PostgreSQL from the system's PostgreSQL binaries (scripts/pg.sh: under
+# ./.data/pg, on a port of its own; `scripts/pg.sh url` prints its URL).
 SHELL := /bin/bash
 GO    ?= go
 BIN   := bin/escrowd
 DBURL  = $${DATABASE_URL:-$$(scripts/pg.sh start)}
 
-.PHONY: build run test test-short bench fuzz chaos db-start db-stop clean
+.PHONY: build run test test-short bench fuzz chaos db-start db-stop db-url clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/escrowd
 
 run: build
-	@export DATABASE_URL="$(DBURL)" && \
+	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
 	  ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) demo && \
 	  exec env ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) serve
 
 # The whole suite: vet, unit, conformance, concurrency and end-to-end HTTP
 # tests, all under the race detector, against a real PostgreSQL.
 test:
-	@export DATABASE_URL="$(DBURL)" && \
+	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
 	  $(GO) vet ./... && \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
 # BENCH selects benchmarks (default all); the pgbench baseline needs the
 # pgbench binary (postgresql-client) and is skipped without it.
 bench:
-	@export DATABASE_URL="$(DBURL)" && \
+	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
 	  $(GO) test -run '^$$' -bench "$${BENCH:-.}" $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 30m ./bench/
 
 # Go fuzzes one target per invocation, so each runs for $(FUZZTIME) in turn.
@@ -50,5 +51,8 @@ db-start:
 db-stop:
 	@scripts/pg.sh stop
 
+db-url:
+	@scripts/pg.sh url
+
 clean:
-	scripts/pg.sh stop; rm -rf bin .data
+	scripts/pg.sh clean; rm -rf bin .data

@@ -12,4 +12,5 @@ func (s *Server) routes() {
 	s.categoryRoutes()
 	s.fileRoutes()
 	s.webhookRoutes()
+	s.docRoutes()
 }

@@ -14,38 +14,44 @@ import (
 	"github.com/escrowd/escrowd/internal/audit"
 )
 
-// cmdAudit implements `escrowd audit --merchant M [--json]`: it replays the
-// log, checks the merchant's money and compares it with the read models.
-// It returns an error (exit code 1) when there is any difference; the
-// report is printed either way.
-func cmdAudit(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	id := fs.String("merchant", "", "merchant id")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := fs.Parse(args); err != nil {
-		return usageError(err.Error())
-	}
-	if fs.NArg() > 0 {
-		return usageError("audit: unexpected argument " + fs.Arg(0))
-	}
-	if *id == "" {
-		return usageError("audit: --merchant is required")
-	}
+var auditCommand = &command{
+	name: "audit", args: "--merchant M [--json]",
+	summary: "replay the whole log and check a merchant's money (exit 1 on any difference)",
+	detail: `Checks: balanced movements, no negative balance (except external clearing),
+records settle once, commission once per escrow; the read models (balances,
+transaction records) and the customers' wallets must equal the replay.
+Exit 0: clean; 1: a difference (each printed on one line) or the audit could
+not run; 2: a mistake in the command line. A progress bar is drawn on stderr
+when it is a terminal.`,
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		asJSON := fs.Bool("json", false, "print the report as JSON")
+		return func(ctx context.Context, inv *invocation) error {
+			return runAudit(ctx, inv.env, *id, *asJSON)
+		}
+	},
+}
+
+// runAudit replays the log, checks the merchant's money and compares it
+// with the read models. It returns an error (exit code 1) when there is any
+// difference; the report is printed either way.
+func runAudit(ctx context.Context, env *cliEnv, id string, asJSON bool) error {
 	opts := audit.Options{Log: env.Log}
 	var progress *eventProgress
 	if isTerminal(env.Stderr) {
 		progress = newEventProgress(env.Stderr, "audit replay")
 		opts.Progress = progress.update
 	}
-	rep, err := audit.RunWith(ctx, env.Store, env.Pool, *id, opts)
+	rep, err := audit.RunWith(ctx, env.Store, env.Pool, id, opts)
 	if progress != nil {
 		progress.finish(err)
 	}
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {

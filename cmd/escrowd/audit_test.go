@@ -47,8 +47,15 @@ func TestEscrowdProcess(t *testing.T) {
 // runEscrowd runs `escrowd args...` in a child process against db.
 func runEscrowd(t *testing.T, db string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	return runEscrowdIn(t, append(os.Environ(), "DATABASE_URL="+db), args...)
+}
+
+// runEscrowdIn runs `escrowd args...` in a child process with the
+// environment env.
+func runEscrowdIn(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestEscrowdProcess$", "--"}, args...)...)
-	cmd.Env = append(os.Environ(), "ESCROWD_TEST_PROCESS=1", "DATABASE_URL="+db, "ESCROW_DATA_DIR="+t.TempDir())
+	cmd.Env = append(env, "ESCROWD_TEST_PROCESS=1", "ESCROW_DATA_DIR="+t.TempDir())
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -313,7 +320,7 @@ func TestServeAcceptsSpacedRoles(t *testing.T) {
 	env := testEnv(t, db)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // start and stop at once: only the roles are under test
-	if err := cmdServe(ctx, mustConfig(t, db), env, []string{"--role", " api , projector ", "--addr", "127.0.0.1:0"}); err != nil {
+	if err := serve(ctx, mustConfig(t, db), env, " api , projector ", "127.0.0.1:0"); err != nil {
 		t.Fatalf("serve --role ' api , projector ': %v", err)
 	}
 }

@@ -57,7 +57,7 @@ func LoadConfig() (Config, error) {
 		LogFormat:          getenv("ESCROW_LOG_FORMAT", "json"),
 	}
 	if c.DatabaseURL == "" {
-		return c, fmt.Errorf("DATABASE_URL is not set (make run starts a throwaway database and sets it)")
+		return c, fmt.Errorf("DATABASE_URL is not set (in a checkout, for its throwaway database: export DATABASE_URL=$(scripts/pg.sh url))")
 	}
 	if !c.DefaultEnvironment.Valid() {
 		return c, fmt.Errorf("ESCROW_DEFAULT_ENVIRONMENT must be test or live")

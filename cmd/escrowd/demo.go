@@ -3,19 +3,31 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 )
 
-// cmdDemo creates a demo merchant on first use (remembered in
+var demoCommand = &command{
+	name: "demo", summary: "create (once) and print a demo merchant, with its keys and requests to try",
+	detail:   "The merchant is remembered in ESCROW_DATA_DIR/demo-merchant.json, since keys are shown only once.",
+	database: true,
+	define: func(fs *flag.FlagSet) runFunc {
+		return func(ctx context.Context, inv *invocation) error { return demo(ctx, inv.cfg, inv.env) }
+	},
+}
+
+// demo creates a demo merchant on first use (remembered in
 // ESCROW_DATA_DIR/demo-merchant.json, since keys are shown only once) and
 // prints its keys and a first request to try.
-func cmdDemo(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
+func demo(ctx context.Context, cfg Config, env *cliEnv) error {
 	path := filepath.Join(cfg.DataDir, "demo-merchant.json")
 	var out app.CreatedMerchant
 	if b, err := os.ReadFile(path); err == nil {
@@ -55,11 +67,16 @@ Demo merchant %s (business, NG), keys kept in %s
   test standard key:    %s
   test signing secret:  %s
 
-Try it:
-  curl -s -X POST %s/v1/customer/create \
-    -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \
-    -d '{"firstname":"Ada","lastname":"Obi","email":"ada@example.com","phone":"08031234567"}'
-  curl -s %s/v1/customers -H 'Authorization: Bearer %s'
+To try it, paste into a second terminal, in this checkout:
+
+  export DATABASE_URL=%s
+  SA=%s
+  STD=%s
+  curl -s %s/v1/customers -H "Authorization: Bearer $STD"
+  ./bin/escrowd projections status
+
+The operator commands (./bin/escrowd help) read DATABASE_URL.
+The API allows each key %s.
 
 Webhooks: run a local receiver in another terminal, then point the demo merchant at it:
   ./bin/escrowd webhooks listen --port 9000 --secret %s
@@ -69,7 +86,28 @@ Webhooks: run a local receiver in another terminal, then point the demo merchant
   (or: ./bin/escrowd merchant set-webhook --merchant %s --env test --url http://127.0.0.1:9000/)
   Deliveries and retries: curl -s %s/v1/merchant/webhook/deliveries -H 'Authorization: Bearer %s'
 
-`, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test], base, sa, base, std,
+`, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test],
+		shellQuote(pasteableURL(cfg.DatabaseURL)), sa, std, base, rateLimit(cfg.RateLimitPerMinute),
 		out.SigningSecrets[domain.Test], base, sa, out.MerchantID, base, sa)
 	return nil
+}
+
+// pasteableURL is the database URL to print: with its password hidden, if
+// it has one (the throwaway database has none).
+func pasteableURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "<DATABASE_URL>"
+	}
+	return u.Redacted()
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func rateLimit(perMinute int) string {
+	if perMinute == 0 {
+		return "any number of requests (ESCROW_RATE_LIMIT_PER_MINUTE=0)"
+	}
+	return fmt.Sprintf("%d requests a minute (ESCROW_RATE_LIMIT_PER_MINUTE)", perMinute)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -135,5 +136,71 @@ func TestDemoShowsWebhookSetupOnce(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || !strings.Contains(printed.String(), "signature ok") {
 		t.Fatalf("listener answered %d:\n%s", res.StatusCode, printed.String())
+	}
+}
+
+// TestDemoPrintsAPasteableBlock: what `make run` prints for a second
+// terminal works as pasted there, in the checkout, in a shell that has no
+// DATABASE_URL: the keys, the database's URL for the operator commands, a
+// request to the running API and an operator command (the test binary
+// stands in for ./bin/escrowd).
+func TestDemoPrintsAPasteableBlock(t *testing.T) {
+	db := pgtest.NewURL(t)
+	base := startAPI(t, db)
+	t.Setenv("DATABASE_URL", db)
+	t.Setenv("ESCROW_DATA_DIR", t.TempDir())
+	t.Setenv("ESCROW_PUBLIC_URL", base)
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"demo"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	var block []string
+	lines := strings.Split(out.String(), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "To try it, paste into a second terminal") {
+			for _, b := range lines[i+2:] {
+				if strings.TrimSpace(b) == "" {
+					break
+				}
+				block = append(block, strings.TrimPrefix(b, "  "))
+			}
+		}
+	}
+	if len(block) == 0 || block[0] != "export DATABASE_URL='"+db+"'" {
+		t.Fatalf("no block starting with the database's URL:\n%s", out.String())
+	}
+
+	checkout := t.TempDir()
+	if err := os.Mkdir(filepath.Join(checkout, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stand := fmt.Sprintf("#!/bin/sh\nESCROWD_TEST_PROCESS=1 exec %s -test.run='^TestEscrowdProcess$' -- \"$@\"\n", shellQuote(os.Args[0]))
+	if err := os.WriteFile(filepath.Join(checkout, "bin", "escrowd"), []byte(stand), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sh := exec.Command("bash", "-e", "-c", strings.Join(block, "\n"))
+	sh.Dir = checkout
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DATABASE_URL=") {
+			sh.Env = append(sh.Env, kv)
+		}
+	}
+	pasted, err := sh.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the pasted block failed: %v\n%s\n---\n%s", err, strings.Join(block, "\n"), pasted)
+	}
+	for _, want := range []string{`"status":200`, `"message":"Customers fetched successfully"`, "merchants ", "up to date"} {
+		if !strings.Contains(string(pasted), want) {
+			t.Fatalf("pasted block's output lacks %q:\n%s", want, pasted)
+		}
+	}
+}
+
+func TestPasteableURLHidesThePassword(t *testing.T) {
+	if got := pasteableURL("postgres://app:s3cret@db:5432/escrow?sslmode=require"); strings.Contains(got, "s3cret") {
+		t.Fatalf("password printed: %s", got)
+	}
+	if got := shellQuote(pasteableURL("postgres://postgres@127.0.0.1:5/postgres?sslmode=disable")); got != "'postgres://postgres@127.0.0.1:5/postgres?sslmode=disable'" {
+		t.Fatalf("throwaway URL printed as %s", got)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
@@ -14,12 +15,18 @@ import (
 	"github.com/escrowd/escrowd/projections"
 )
 
-func newLogger(cfg Config) (*zap.Logger, error) {
-	if cfg.LogFormat == "console" {
-		return zap.NewDevelopment()
-	}
+// newLogger is the process's logger in the configured format, at that
+// format's own level, or, quiet, at warn: a one-off command logs only what
+// went wrong unless -v, so what it prints is its answer.
+func newLogger(cfg Config, quiet bool) (*zap.Logger, error) {
 	zc := zap.NewProductionConfig()
 	zc.Sampling = nil
+	if cfg.LogFormat == "console" {
+		zc = zap.NewDevelopmentConfig()
+	}
+	if quiet {
+		zc.Level = zap.NewAtomicLevelAt(zapcore.WarnLevel)
+	}
 	return zc.Build()
 }
 

@@ -14,22 +14,6 @@ import (
 	"github.com/escrowd/escrowd/internal/app"
 )
 
-// cmdEvents implements `escrowd events export --merchant M [--from T]
-// [--to T] [--type T1,T2] [--secrets]`: the merchant's events (those whose
-// metadata names it) in commit order, one JSON object a line, for auditors
-// to replay. Credentials and BVNs are redacted unless --secrets.
-func cmdEvents(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usageError("events: want a subcommand: export")
-	}
-	switch args[0] {
-	case "export":
-		return eventsExport(ctx, env, args[1:])
-	default:
-		return usageError("events: unknown subcommand " + args[0])
-	}
-}
-
 // exportedEvent is one line of the export.
 type exportedEvent struct {
 	Position   eventstore.Position `json:"position"`
@@ -42,43 +26,49 @@ type exportedEvent struct {
 	RecordedAt time.Time           `json:"recordedAt"`
 }
 
-func eventsExport(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("events export", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	id := fs.String("merchant", "", "merchant id")
-	fromFlag := fs.String("from", "", "only events recorded at or after this time (RFC 3339 or YYYY-MM-DD)")
-	toFlag := fs.String("to", "", "only events recorded before this time (RFC 3339; YYYY-MM-DD includes that day)")
-	types := fs.String("type", "", "only events of these types (comma-separated, e.g. payment.settled)")
-	secrets := fs.Bool("secrets", false, "export signing secrets, key digests and full BVNs instead of redacting them")
-	if err := fs.Parse(args); err != nil {
-		return usageError(err.Error())
-	}
-	if fs.NArg() > 0 {
-		return usageError("events export: unexpected argument " + fs.Arg(0))
-	}
-	if *id == "" {
-		return usageError("events export: --merchant is required")
-	}
-	from, err := parseExportTime("--from", *fromFlag, false)
+var eventsExportCommand = &command{
+	name: "events export", args: "--merchant M [--from T] [--to T] [--type T1,T2] [--secrets]",
+	summary: "the merchant's events in commit order as JSON lines, for auditors to replay",
+	detail: `Each line: {position, id, stream, revision, type, data, metadata, recordedAt}.
+Signing secrets and API key digests read [redacted] and BVNs show their last
+4 digits, unless --secrets.`,
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		fromFlag := fs.String("from", "", "only events recorded at or after this time (RFC 3339 or YYYY-MM-DD)")
+		toFlag := fs.String("to", "", "only events recorded before this time (RFC 3339; YYYY-MM-DD includes that day)")
+		types := fs.String("type", "", "only events of these types (comma-separated, e.g. payment.settled)")
+		secrets := fs.Bool("secrets", false, "export signing secrets, key digests and full BVNs instead of redacting them")
+		return func(ctx context.Context, inv *invocation) error {
+			return eventsExport(ctx, inv.env, *id, *fromFlag, *toFlag, *types, *secrets)
+		}
+	},
+}
+
+// eventsExport writes the merchant's events (those whose metadata names
+// it) in commit order, one JSON object a line.
+func eventsExport(ctx context.Context, env *cliEnv, merchantID, fromFlag, toFlag, types string, secrets bool) error {
+	from, err := parseExportTime("--from", fromFlag, false)
 	if err != nil {
 		return err
 	}
-	to, err := parseExportTime("--to", *toFlag, true)
+	to, err := parseExportTime("--to", toFlag, true)
 	if err != nil {
 		return err
 	}
 	wanted := map[string]bool{}
-	for _, t := range strings.Split(*types, ",") {
+	for _, t := range strings.Split(types, ",") {
 		if t = strings.TrimSpace(t); t != "" {
 			wanted[t] = true
 		}
 	}
-	known, err := env.Store.ReadStream(ctx, app.MerchantKind.StreamName(*id), 0, 1)
+	known, err := env.Store.ReadStream(ctx, app.MerchantKind.StreamName(merchantID), 0, 1)
 	if err != nil {
 		return err
 	}
 	if len(known) == 0 {
-		return fmt.Errorf("events export: merchant %s not found", *id)
+		return fmt.Errorf("events export: merchant %s not found", merchantID)
 	}
 	// The export is the log as of now: events committed while it runs are
 	// left to the next export.
@@ -108,11 +98,11 @@ func eventsExport(ctx context.Context, env *cliEnv, args []string) error {
 				continue
 			}
 			var meta domain.Meta
-			if len(re.Metadata) == 0 || json.Unmarshal(re.Metadata, &meta) != nil || meta.MerchantID != *id {
+			if len(re.Metadata) == 0 || json.Unmarshal(re.Metadata, &meta) != nil || meta.MerchantID != merchantID {
 				continue
 			}
 			data := rawJSON(re.Data)
-			if !*secrets {
+			if !secrets {
 				if data, err = redactData(re.Type, data); err != nil {
 					return fmt.Errorf("events export: event %s: %w", re.ID, err)
 				}

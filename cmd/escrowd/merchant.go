@@ -36,117 +36,138 @@ func parseEnv(s string) (domain.Environment, error) {
 	return e, nil
 }
 
-func cmdMerchant(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usageError("merchant: missing subcommand")
-	}
-	fs := flag.NewFlagSet("merchant "+args[0], flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	svc := service(env)
-	switch args[0] {
-	case "create":
-		name := fs.String("name", "", "merchant name")
+var merchantCreateCommand = &command{
+	name: "merchant create", args: "--name N [--business] [--country NG] [--json]",
+	summary:  "a new merchant: a standard and a super-admin key per environment, and signing secrets",
+	detail:   "Keys and secrets are printed once: only a digest of each key is stored.",
+	database: true,
+	required: []string{"name"},
+	define: func(fs *flag.FlagSet) runFunc {
+		name := fs.String("name", "", "merchant name (required)")
 		business := fs.Bool("business", false, "merchant may sell as itself")
 		country := fs.String("country", "NG", "default customer country (id or ISO code)")
 		asJSON := fs.Bool("json", false, "print JSON")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
+		return func(ctx context.Context, inv *invocation) error {
+			out, err := service(inv.env).CreateMerchant(ctx, *name, *business, *country, httpapi.KeyDigest)
+			if err != nil {
+				return err
+			}
+			if err := publish(ctx, inv.env, out.Position); err != nil {
+				return err
+			}
+			return printMerchant(inv.env, out, *asJSON)
 		}
-		if *name == "" {
-			return usageError("merchant create: --name is required")
-		}
-		out, err := svc.CreateMerchant(ctx, *name, *business, *country, httpapi.KeyDigest)
-		if err != nil {
-			return err
-		}
-		if err := publish(ctx, env, out.Position); err != nil {
-			return err
-		}
-		return printMerchant(env, out, *asJSON)
-	case "set-webhook":
-		id := fs.String("merchant", "", "merchant id")
-		e := fs.String("env", "test", "environment")
+	},
+}
+
+var merchantSetWebhookCommand = &command{
+	name: "merchant set-webhook", args: "--merchant M --env test|live --url URL",
+	summary:  "the merchant's webhook callback URL (live: https, no private addresses unless ESCROW_WEBHOOK_ALLOW_PRIVATE)",
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		e := fs.String("env", "test", "environment: test or live")
 		u := fs.String("url", "", "callback URL (empty clears)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
+		return func(ctx context.Context, inv *invocation) error {
+			environment, err := parseEnv(*e)
+			if err != nil {
+				return err
+			}
+			if err := webhooks.ValidateCallbackURL(ctx, *u, environment, inv.cfg.WebhookAllowPriv, nil); err != nil {
+				return err
+			}
+			return operatorUpdate(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
+				return []domain.Event{merchant.WebhookURLSet{Environment: environment, URL: *u}}, nil
+			})
 		}
-		environment, err := parseEnv(*e)
-		if err != nil {
-			return err
+	},
+}
+
+var merchantRotateSecretCommand = &command{
+	name: "merchant rotate-secret", args: "--merchant M --env test|live",
+	summary:  "a new webhook signing secret for one environment, printed once",
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		e := fs.String("env", "test", "environment: test or live")
+		return func(ctx context.Context, inv *invocation) error {
+			environment, err := parseEnv(*e)
+			if err != nil {
+				return err
+			}
+			secret := app.NewSigningSecret()
+			if err := operatorChange(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
+				return []domain.Event{merchant.SigningSecretRotated{Environment: environment, Secret: secret}}, nil
+			}); err != nil {
+				return err
+			}
+			fmt.Fprintln(inv.stdout, secret)
+			return nil
 		}
-		if err := webhooks.ValidateCallbackURL(ctx, *u, environment, cfg.WebhookAllowPriv, nil); err != nil {
-			return err
-		}
-		return operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
-			return []domain.Event{merchant.WebhookURLSet{Environment: environment, URL: *u}}, nil
-		})
-	case "rotate-secret":
-		id := fs.String("merchant", "", "merchant id")
-		e := fs.String("env", "test", "environment")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
-		}
-		environment, err := parseEnv(*e)
-		if err != nil {
-			return err
-		}
-		secret := app.NewSigningSecret()
-		if err := operatorChange(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
-			return []domain.Event{merchant.SigningSecretRotated{Environment: environment, Secret: secret}}, nil
-		}); err != nil {
-			return err
-		}
-		fmt.Fprintln(env.Stdout, secret)
-		return nil
-	case "set-allowlist":
-		id := fs.String("merchant", "", "merchant id")
+	},
+}
+
+var merchantSetAllowlistCommand = &command{
+	name: "merchant set-allowlist", args: "--merchant M --ips 1.2.3.4,10.0.0.0/8",
+	summary:  "the addresses live keys may call from (empty clears)",
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
 		ips := fs.String("ips", "", "comma-separated addresses or CIDRs (empty clears)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
-		}
-		var entries []string
-		for _, s := range strings.Split(*ips, ",") {
-			s = strings.TrimSpace(s)
-			if s == "" {
-				continue
+		return func(ctx context.Context, inv *invocation) error {
+			var entries []string
+			for _, s := range strings.Split(*ips, ",") {
+				s = strings.TrimSpace(s)
+				if s == "" {
+					continue
+				}
+				if _, _, err := net.ParseCIDR(s); err != nil && net.ParseIP(s) == nil {
+					return fmt.Errorf("set-allowlist: %q is not an IP address or CIDR", s)
+				}
+				entries = append(entries, s)
 			}
-			if _, _, err := net.ParseCIDR(s); err != nil && net.ParseIP(s) == nil {
-				return fmt.Errorf("set-allowlist: %q is not an IP address or CIDR", s)
-			}
-			entries = append(entries, s)
+			return operatorUpdate(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
+				return []domain.Event{merchant.AllowlistSet{Entries: entries}}, nil
+			})
 		}
-		return operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
-			return []domain.Event{merchant.AllowlistSet{Entries: entries}}, nil
-		})
-	case "set-fees":
-		id := fs.String("merchant", "", "merchant id")
+	},
+}
+
+var merchantSetFeesCommand = &command{
+	name: "merchant set-fees", args: "--merchant M [--escrow-fee-bps 250] [--commission-bps 5000] ...",
+	summary:  "the merchant's fee policy; flags not given keep their value",
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
 		escrowFee := fs.Int64("escrow-fee-bps", -1, "escrow fee in basis points (250 = 2.5%)")
 		commission := fs.Int64("commission-bps", -1, "merchant share of the escrow fee in basis points")
 		vaultFee := fs.Int64("vault-fee-bps", -1, "vault platform fee in basis points")
 		vaultCommission := fs.Int64("vault-commission-bps", -1, "merchant share of the vault fee in basis points")
 		bankFee := fs.Int64("bank-withdrawal-fee-kobo", -1, "fee per bank payout, in kobo")
 		cryptoFee := fs.Int64("crypto-withdrawal-fee-kobo", -1, "fee per crypto payout, in kobo")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
-		}
-		return operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
-			f := m.Fees
-			for _, o := range []struct {
-				v   int64
-				dst *int64
-			}{{*escrowFee, &f.EscrowFeeBps}, {*commission, &f.CommissionBps}, {*vaultFee, &f.VaultFeeBps},
-				{*vaultCommission, &f.VaultCommissionBps}, {*bankFee, &f.BankWithdrawalFee}, {*cryptoFee, &f.CryptoWithdrawalFee}} {
-				if o.v >= 0 {
-					*o.dst = o.v
+		return func(ctx context.Context, inv *invocation) error {
+			return operatorUpdate(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
+				f := m.Fees
+				for _, o := range []struct {
+					v   int64
+					dst *int64
+				}{{*escrowFee, &f.EscrowFeeBps}, {*commission, &f.CommissionBps}, {*vaultFee, &f.VaultFeeBps},
+					{*vaultCommission, &f.VaultCommissionBps}, {*bankFee, &f.BankWithdrawalFee}, {*cryptoFee, &f.CryptoWithdrawalFee}} {
+					if o.v >= 0 {
+						*o.dst = o.v
+					}
 				}
-			}
-			if err := merchant.ValidateFees(f); err != nil {
-				return nil, err
-			}
-			return []domain.Event{merchant.FeesSet{Fees: f}}, nil
-		})
-	}
-	return usageError("merchant: unknown subcommand " + args[0])
+				if err := merchant.ValidateFees(f); err != nil {
+					return nil, err
+				}
+				return []domain.Event{merchant.FeesSet{Fees: f}}, nil
+			})
+		}
+	},
 }
 
 // operatorUpdate applies a merchant change and prints "ok".
@@ -184,41 +205,45 @@ func printMerchant(env *cliEnv, out app.CreatedMerchant, asJSON bool) error {
 	return nil
 }
 
-func cmdKey(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usageError("key: missing subcommand")
-	}
-	fs := flag.NewFlagSet("key "+args[0], flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	id := fs.String("merchant", "", "merchant id")
-	svc := service(env)
-	switch args[0] {
-	case "create":
-		e := fs.String("env", "test", "environment")
+var keyCreateCommand = &command{
+	name: "key create", args: "--merchant M --env test|live [--role standard|super_admin]",
+	summary:  "a new API key, printed once as JSON (only its digest is stored)",
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		e := fs.String("env", "test", "environment: test or live")
 		role := fs.String("role", "standard", "standard or super_admin")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
+		return func(ctx context.Context, inv *invocation) error {
+			environment, err := parseEnv(*e)
+			if err != nil {
+				return err
+			}
+			k, pos, err := service(inv.env).IssueKey(ctx, *id, environment, merchant.Role(*role), httpapi.KeyDigest)
+			if err != nil {
+				return err
+			}
+			if err := publish(ctx, inv.env, pos); err != nil {
+				return err
+			}
+			return json.NewEncoder(inv.stdout).Encode(k)
 		}
-		environment, err := parseEnv(*e)
-		if err != nil {
-			return err
+	},
+}
+
+var keyRevokeCommand = &command{
+	name: "key revoke", args: "--merchant M --key-id K",
+	summary:  "revoke an API key: requests with it are refused from then on",
+	database: true,
+	required: []string{"merchant", "key-id"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		keyID := fs.String("key-id", "", "key id (required)")
+		return func(ctx context.Context, inv *invocation) error {
+			svc := service(inv.env)
+			return operatorUpdate(ctx, inv.env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
+				return merchant.RevokeKey(m, *keyID, svc.Engine.Now())
+			})
 		}
-		k, pos, err := svc.IssueKey(ctx, *id, environment, merchant.Role(*role), httpapi.KeyDigest)
-		if err != nil {
-			return err
-		}
-		if err := publish(ctx, env, pos); err != nil {
-			return err
-		}
-		return json.NewEncoder(env.Stdout).Encode(k)
-	case "revoke":
-		keyID := fs.String("key-id", "", "key id")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError(err.Error())
-		}
-		return operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
-			return merchant.RevokeKey(m, *keyID, svc.Engine.Now())
-		})
-	}
-	return usageError("key: unknown subcommand " + args[0])
+	},
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,22 +14,6 @@ import (
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
-
-// cmdProjections implements `escrowd projections status [--json]` and
-// `escrowd projections rebuild [NAME]`. Both are safe while servers run.
-func cmdProjections(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usageError("projections: want a subcommand: status or rebuild")
-	}
-	switch args[0] {
-	case "status":
-		return projectionsStatus(ctx, env, args[1:])
-	case "rebuild":
-		return projectionsRebuild(ctx, env, args[1:])
-	default:
-		return usageError("projections: unknown subcommand " + args[0])
-	}
-}
 
 // Kinds of checkpoint `projections status` shows.
 const (
@@ -51,16 +34,24 @@ type statusRow struct {
 	Installed bool `json:"installed"`
 }
 
-func projectionsStatus(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("projections status", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		return usageError(err.Error())
-	}
-	if fs.NArg() > 0 {
-		return usageError("projections status: unexpected argument " + fs.Arg(0))
-	}
+var projectionsStatusCommand = &command{
+	name: "projections status", args: "[--json]",
+	summary: "how far behind the log each read model and the webhook subscriber are",
+	detail: `For each: how many events it has yet to apply, when it last applied one,
+whether a process is running it, and its last error. Below the table:
+committed events held back by a transaction left open on the server, and the
+session holding them. Safe while servers run.
+--json prints {"projectors": [...], "horizon": {...}} with the checkpoints.`,
+	database: true,
+	define: func(fs *flag.FlagSet) runFunc {
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(ctx context.Context, inv *invocation) error {
+			return projectionsStatus(ctx, inv.env, *asJSON, time.Now())
+		}
+	},
+}
+
+func projectionsStatus(ctx context.Context, env *cliEnv, asJSON bool, now time.Time) error {
 	ps := append(append([]projections.Projector(nil), env.Projectors...), webhooks.NewSubscriber(env.Store, env.Pool))
 	st, err := projections.Status(ctx, env.Pool, env.Store, ps...)
 	if err != nil {
@@ -81,12 +72,12 @@ func projectionsStatus(ctx context.Context, env *cliEnv, args []string) error {
 		}
 		horizon = &horizonStatus{Horizon: h, HeldForMs: h.HeldFor.Milliseconds()}
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(statusReport{Projectors: rows, Horizon: horizon})
 	}
-	if err := printStatusTable(env.Stdout, rows); err != nil {
+	if err := printStatusTable(env.Stdout, rows, now); err != nil {
 		return err
 	}
 	if horizon != nil {
@@ -134,17 +125,19 @@ func printHorizon(w io.Writer, h eventstore.Horizon) {
 	}
 }
 
-func printStatusTable(w io.Writer, st []statusRow) error {
+// printStatusTable shows each row in words: events behind, when it last
+// applied one (its checkpoint's positions are in --json).
+func printStatusTable(w io.Writer, st []statusRow, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tKIND\tCHECKPOINT\tHEAD\tLAG\tACTIVE\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "NAME\tKIND\tBEHIND\tLAST APPLIED\tRUNNING\tLAST ERROR")
 	for _, s := range st {
-		updated := "never"
+		applied := "never"
 		if s.UpdatedAt != nil {
-			updated = s.UpdatedAt.Local().Format(time.DateTime)
+			applied = s.UpdatedAt.Local().Format(time.DateTime) + " (" + ago(now.Sub(*s.UpdatedAt)) + ")"
 		}
-		active := "no"
+		running := "no"
 		if s.Active {
-			active = "yes"
+			running = "yes"
 		}
 		lastErr := "-"
 		if s.LastError != "" {
@@ -153,32 +146,81 @@ func printStatusTable(w io.Writer, st []statusRow) error {
 				lastErr = s.LastErrorAt.Local().Format(time.DateTime) + " " + lastErr
 			}
 		}
-		checkpoint, lag := s.Checkpoint.String(), strconv.FormatInt(s.Lag, 10)
-		if !s.Installed && s.Kind == kindSubscriber {
-			checkpoint, lag = "not installed", "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, checkpoint, s.Head, lag, active, updated, lastErr)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Kind, behind(s), applied, running, lastErr)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\nBEHIND: events in the log it has yet to apply. LAST APPLIED: when it last moved on.")
+	return err
+}
+
+// behind says how far s is behind the log.
+func behind(s statusRow) string {
+	switch {
+	case !s.Installed && s.Kind == kindSubscriber:
+		return "not installed"
+	case s.Lag == 0:
+		return "up to date"
+	case s.Lag == 1:
+		return "1 event behind"
+	default:
+		return fmt.Sprintf("%d events behind", s.Lag)
+	}
+}
+
+// ago is a duration as a person reads it: "4s ago", "3m ago", "2h ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	default:
+		return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+	}
+}
+
+var projectionsRebuildCommand = &command{
+	name: "projections rebuild", args: "[NAME]",
+	summary:  "rebuild read models from the log into a shadow schema and swap them in; the API keeps serving",
+	database: true, positional: 1,
+	define: func(fs *flag.FlagSet) runFunc {
+		return func(ctx context.Context, inv *invocation) error {
+			return projectionsRebuild(ctx, inv.env, inv.args)
+		}
+	},
+}
+
+func init() {
+	var names []string
+	for _, p := range projections.All() {
+		names = append(names, p.Name())
+	}
+	projectionsRebuildCommand.detail = "NAME is one read model: " + strings.Join(names, ", ") + `.
+Without NAME, every one of them in turn.
+Never ` + webhooks.SubscriberName + `: the webhook subscriber is not a read model, and
+replaying the log would send every webhook again.
+A progress bar is drawn on stderr when it is a terminal.`
 }
 
 func projectionsRebuild(ctx context.Context, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("projections rebuild", flag.ContinueOnError)
-	fs.SetOutput(env.Stderr)
-	if err := fs.Parse(args); err != nil {
-		return usageError(err.Error())
-	}
-	if fs.NArg() > 1 {
-		return usageError("projections rebuild: at most one projection name")
+	name := ""
+	if len(args) > 0 {
+		name = args[0]
 	}
 	targets := env.Projectors
-	if name := fs.Arg(0); name == webhooks.SubscriberName {
+	if name == webhooks.SubscriberName {
 		return fmt.Errorf("projections rebuild: %q is the webhook subscriber, not a read model, and cannot be rebuilt: "+
 			"replaying the event log would send every webhook again. Its checkpoint only moves forward; "+
 			"`projections status` shows its lag, and a merchant retries a single delivery with "+
 			"POST /v1/merchant/webhook/deliveries/{id}/retry", name)
 	}
-	if name := fs.Arg(0); name != "" {
+	if name != "" {
 		targets = nil
 		var names []string
 		for _, p := range env.Projectors {
@@ -193,9 +235,16 @@ func projectionsRebuild(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	for _, p := range targets {
 		began := time.Now()
-		progress := newEventProgress(env.Stderr, "rebuild "+p.Name())
-		err := projections.Rebuild(ctx, env.Pool, env.Store, p, env.Log, progress.update)
-		progress.finish(err)
+		var progress *eventProgress
+		var report func(done, total int64)
+		if isTerminal(env.Stderr) {
+			progress = newEventProgress(env.Stderr, "rebuild "+p.Name())
+			report = progress.update
+		}
+		err := projections.Rebuild(ctx, env.Pool, env.Store, p, env.Log, report)
+		if progress != nil {
+			progress.finish(err)
+		}
 		if err != nil {
 			return fmt.Errorf("rebuild %s: %w", p.Name(), err)
 		}

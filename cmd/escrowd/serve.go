@@ -50,15 +50,33 @@ func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus
 	return httpapi.NewStack(hc, env.Store, env.Pool, runner, env.Log, reg)
 }
 
-func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	roles := fs.String("role", "api,projector,webhooks", "comma-separated roles to run: api, projector, webhooks")
-	addr := fs.String("addr", cfg.Addr, "listen address (ESCROW_ADDR)")
-	if err := fs.Parse(args); err != nil {
-		return usageError(err.Error())
-	}
+var serveCommand = &command{
+	name: "serve", args: "[--role api,projector,webhooks] [--addr :8080]",
+	summary: "run the HTTP API, the projectors and the webhook subscriber and dispatcher",
+	detail: `Roles (default: all three):
+  api        the HTTP API (and the payout resumer)
+  projector  keeps the read models current
+  webhooks   the webhook subscriber (fills the outbox) and a dispatcher
+SIGINT or SIGTERM stops it: it logs the signal, stops taking requests, lets
+those in flight finish (up to 15 s) and logs when it has stopped.`,
+	database: true,
+	define: func(fs *flag.FlagSet) runFunc {
+		roles := fs.String("role", "api,projector,webhooks", "comma-separated roles to run: api, projector, webhooks")
+		addr := fs.String("addr", "", "listen address (default ESCROW_ADDR, or :8080)")
+		return func(ctx context.Context, inv *invocation) error {
+			listen := inv.cfg.Addr
+			if *addr != "" {
+				listen = *addr
+			}
+			return serve(ctx, inv.cfg, inv.env, *roles, listen)
+		}
+	},
+}
+
+// serve runs the roles until ctx ends (a signal), logging the shutdown.
+func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) error {
 	want := map[string]bool{}
-	for _, r := range strings.Split(*roles, ",") {
+	for _, r := range strings.Split(roles, ",") {
 		r = strings.TrimSpace(r)
 		if r != "api" && r != "projector" && r != "webhooks" {
 			// A typo ("--role projectors") used to start nothing and exit 0,
@@ -75,7 +93,15 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 	if as, ok := env.Store.(interface{ AppendStats() postgres.AppendStats }); ok {
 		reg.MustRegister(newAppendCollector(as))
 	}
+	signaled := ctx
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		<-ctx.Done()
+		if signaled.Err() != nil { // a signal, not a failed role
+			env.Log.Info("shutting down", zap.String("cause", context.Cause(signaled).Error()))
+		}
+		return nil
+	})
 	if want["projector"] {
 		g.Go(func() error {
 			err := runner.Run(ctx)
@@ -96,10 +122,10 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 		// from asking the provider twice at once).
 		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
-		srv := &http.Server{Addr: *addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
+		srv := &http.Server{Addr: addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 		g.Go(func() error {
-			env.Log.Info("listening", zap.String("addr", *addr))
+			env.Log.Info("listening", zap.String("addr", addr))
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -112,7 +138,16 @@ func cmdServe(ctx context.Context, cfg Config, env *cliEnv, args []string) error
 			return srv.Shutdown(sctx)
 		})
 	}
-	return g.Wait()
+	err := g.Wait()
+	if signaled.Err() != nil && errors.Is(err, context.Canceled) {
+		err = nil // a role cut short by the signal (still starting, say)
+	}
+	if err != nil {
+		env.Log.Error("stopped", zap.Error(err))
+		return err
+	}
+	env.Log.Info("stopped")
+	return nil
 }
 
 // payoutsInFlight lists withdrawals paying out from the ledger read model.
