@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -24,8 +25,11 @@ type cliEnv struct {
 	Store      eventstore.Store
 	Log        *zap.Logger
 	Projectors []projections.Projector
-	Stdout     io.Writer
-	Stderr     io.Writer
+	// Stdin gives secrets to commands that must not take them as
+	// arguments (visible in ps and shell history).
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
 }
 
 const usage = `escrowd: self-hostable merchant escrow and payments service
@@ -38,6 +42,7 @@ Usage:
   escrowd merchant set-allowlist --merchant M --ips 1.2.3.4,10.0.0.0/8   (live only; empty clears)
   escrowd merchant set-fees --merchant M [--escrow-fee-bps 250] [--commission-bps 5000] ...
   escrowd merchant rotate-secret --merchant M --env test|live
+  escrowd merchant set-signing-secret --merchant M --env test|live   the secret (32+ characters) from standard input
   escrowd key create --merchant M --env test|live [--role standard|super_admin]
   escrowd key revoke --merchant M --key-id K
   escrowd projections status [--json]              read models and the webhook subscriber: checkpoint, lag
@@ -55,7 +60,7 @@ ESCROW_ADDR, ESCROW_HOSTS, ESCROW_DEFAULT_ENVIRONMENT, ESCROW_RATE_LIMIT_PER_MIN
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := runIO(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		var ue usageError
 		if errors.As(err, &ue) {
 			fmt.Fprintln(os.Stderr, err)
@@ -71,7 +76,12 @@ type usageError string
 
 func (u usageError) Error() string { return string(u) }
 
+// run is runIO with nothing on standard input.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runIO(ctx, args, strings.NewReader(""), stdout, stderr)
+}
+
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -101,6 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer closeEnv()
+	env.Stdin = stdin
 	switch args[0] {
 	case "serve":
 		return cmdServe(ctx, cfg, env, args[1:])

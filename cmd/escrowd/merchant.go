@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strings"
+
+	"golang.org/x/term"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -98,6 +102,26 @@ func cmdMerchant(ctx context.Context, cfg Config, env *cliEnv, args []string) er
 		}
 		fmt.Fprintln(env.Stdout, secret)
 		return nil
+	case "set-signing-secret":
+		id := fs.String("merchant", "", "merchant id")
+		e := fs.String("env", "", "environment: test or live")
+		if err := fs.Parse(args[1:]); err != nil {
+			return usageError(err.Error())
+		}
+		if fs.NArg() > 0 {
+			return usageError("merchant set-signing-secret: the secret is read from standard input, not taken as an argument")
+		}
+		environment, err := parseEnv(*e)
+		if err != nil {
+			return err
+		}
+		secret, err := readSecret(env.Stdin, env.Stderr)
+		if err != nil {
+			return err
+		}
+		return operatorUpdate(ctx, env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
+			return merchant.SetSigningSecret(m, environment, secret)
+		})
 	case "set-allowlist":
 		id := fs.String("merchant", "", "merchant id")
 		ips := fs.String("ips", "", "comma-separated addresses or CIDRs (empty clears)")
@@ -147,6 +171,37 @@ func cmdMerchant(ctx context.Context, cfg Config, env *cliEnv, args []string) er
 		})
 	}
 	return usageError("merchant: unknown subcommand " + args[0])
+}
+
+// maxSecretInput bounds what set-signing-secret reads: a secret is a line.
+const maxSecretInput = 4096
+
+// readSecret reads a secret from standard input: from a terminal without
+// echoing it, otherwise everything piped in. One line ending (\n or \r\n)
+// is dropped; anything else is the secret as given and the domain checks it.
+// The secret is never printed or logged.
+func readSecret(in io.Reader, prompt io.Writer) (string, error) {
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(prompt, "Signing secret (not echoed): ")
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(prompt)
+		if err != nil {
+			return "", fmt.Errorf("reading the secret: %w", err)
+		}
+		return string(b), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(in, maxSecretInput+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the secret: %w", err)
+	}
+	if len(b) > maxSecretInput {
+		return "", fmt.Errorf("the signing secret must be one line of at most %d bytes", maxSecretInput)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", usageError("merchant set-signing-secret: pipe the secret on standard input")
+	}
+	return s, nil
 }
 
 // operatorUpdate applies a merchant change and prints "ok".
