@@ -119,7 +119,7 @@ func (b intentBody) request() (app.IntentRequest, error) {
 	if strings.TrimSpace(b.TransactionType) == "" {
 		return r, domain.Invalidf("transactionType is required")
 	}
-	r.Type = ledger.Type(b.TransactionType)
+	r.Type = ledger.Type(transactionTypeEnum.canonical(b.TransactionType))
 	switch r.Type {
 	case ledger.Deposit, ledger.Withdrawal, ledger.WalletTransfer:
 	case ledger.EscrowPayment:
@@ -298,7 +298,7 @@ func transactionFilter(c echo.Context, f projections.TransactionFilter) (project
 	if t := strings.TrimSpace(c.QueryParam("type")); t != "" {
 		for _, v := range strings.Split(t, ",") {
 			if v = strings.TrimSpace(v); v != "" {
-				f.Types = append(f.Types, v)
+				f.Types = append(f.Types, transactionTypeEnum.canonical(v))
 			}
 		}
 	}
