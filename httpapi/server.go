@@ -101,7 +101,9 @@ type Server struct {
 	ping    func(context.Context) error
 	files   *fileStore
 	hooks   *webhooks.Outbox
-	closers []func()
+	// masterQR holds the master wallet addresses' QR codes.
+	masterQR qrCache
+	closers  []func()
 }
 
 // Deps are the server's collaborators.
