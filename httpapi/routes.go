@@ -9,4 +9,5 @@ func (s *Server) routes() {
 	s.categoryRoutes()
 	s.fileRoutes()
 	s.webhookRoutes()
+	s.eventRoutes()
 }

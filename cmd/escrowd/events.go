@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/redact"
 )
 
 // cmdEvents implements `escrowd events export --merchant M [--from T]
@@ -113,7 +114,7 @@ func eventsExport(ctx context.Context, env *cliEnv, args []string) error {
 			}
 			data := rawJSON(re.Data)
 			if !*secrets {
-				if data, err = redactData(re.Type, data); err != nil {
+				if data, err = redact.Data(re.Type, data); err != nil {
 					return fmt.Errorf("events export: event %s: %w", re.ID, err)
 				}
 			}
