@@ -84,11 +84,14 @@ func (s *Server) topUp(c echo.Context) error {
 		return err
 	}
 	cu, _ := CustomerFrom(c)
-	rec, _, err := s.app.TopUp(c.Request().Context(), actor(c), cu.ID, amount)
+	res, err := s.app.TopUpWallet(c.Request().Context(), actor(c), cu.ID, amount)
 	if err != nil {
 		return err
 	}
-	return respond(c, http.StatusOK, "Wallet topped up successfully", rec)
+	return respond(c, http.StatusOK, "Wallet topped up successfully", struct {
+		ledger.Record
+		MainBalance money.Amount `json:"mainBalance"`
+	}{res.Record, res.MainBalance})
 }
 
 type intentBody struct {
