@@ -12,9 +12,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/customer"
-	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
@@ -102,32 +99,7 @@ func TestSetSigningSecretVerifiesADelivery(t *testing.T) {
 	}
 	t.Setenv("ESCROW_WEBHOOK_SIGNATURE_HEADERS", "x-service-signature, X-Payluk-Signature")
 	t.Setenv("ESCROW_WEBHOOK_USER_AGENT", "Payluk-Webhooks/2.0")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := run(ctx, []string{"serve", "--role", "webhooks"}, io.Discard, io.Discard); err != nil {
-			t.Error(err)
-		}
-	}()
-	env := testEnv(t, db)
-	waitUntil(t, "the webhook subscriber", func() bool {
-		var n int
-		_ = env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM projection_checkpoints WHERE name = 'webhooks'`).Scan(&n)
-		return n == 1
-	})
-	svc := service(env)
-	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test}
-	cid, _, err := svc.CreateCustomer(context.Background(), a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
-		Email: "ada@example.com", Phone: "08031234567"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := svc.TopUp(context.Background(), a, cid, money.Naira(5000)); err != nil {
-		t.Fatal(err)
-	}
+	serveWebhooksThenTopUp(t, db, m.MerchantID)
 	waitUntil(t, "the deposit webhook", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
