@@ -112,3 +112,16 @@ func TestCategoriesMultipartAndPosition(t *testing.T) {
 	h.do(req{method: "PUT", path: "/v1/escrow/category/position/" + id, key: key(other, "test", "super_admin"),
 		body: map[string]any{"newPosition": 1}}).expect(t, 404, "Category not found")
 }
+
+// withoutPosition is a category record as an escrow carries it: position
+// is the category's place in listings, which an escrow's copy does not
+// carry.
+func withoutPosition(c map[string]any) map[string]any {
+	out := make(map[string]any, len(c))
+	for k, v := range c {
+		if k != "position" {
+			out[k] = v
+		}
+	}
+	return out
+}
