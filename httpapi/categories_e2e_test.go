@@ -93,7 +93,8 @@ func TestCategoryLifecycle(t *testing.T) {
 	rec := std.create(catBody("  Electronics ", "description", " Phones and laptops ")).expect(t, 201, catCreated).obj()
 	id, _ := rec["id"].(string)
 	if len(id) != 36 || rec["name"] != "Electronics" || rec["description"] != "Phones and laptops" ||
-		rec["merchantId"] != h.m.MerchantID || rec["environment"] != "test" || rec["createdAt"] != rec["updatedAt"] || len(rec) != 7 {
+		rec["merchantId"] != h.m.MerchantID || rec["environment"] != "test" || rec["createdAt"] != rec["updatedAt"] || len(rec) != 9 ||
+		rec["imageUrl"] != "" || rec["position"] != 1.0 {
 		t.Fatalf("record %v", rec)
 	}
 	if ts, _ := rec["createdAt"].(string); !strings.HasSuffix(ts, "Z") {
@@ -335,7 +336,7 @@ func TestCategoryPaging(t *testing.T) {
 		last eventstore.Position
 	)
 	for i := 0; i < 105; i++ {
-		id, pos, err := h.svc.CreateCategory(context.Background(), actor, category.New{Name: fmt.Sprintf("Category %03d", i)})
+		id, pos, err := h.svc.CreateCategory(context.Background(), actor, category.New{Name: fmt.Sprintf("Category %03d", i)}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

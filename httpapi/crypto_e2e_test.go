@@ -184,12 +184,14 @@ func TestMasterWalletAddress(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			// CID is ignored, even one naming no customer.
 			r := testOnly.do(req{path: path, key: testOnly.std(), cid: "whoever"}).expect(t, 200, "Master wallet address fetched successfully").obj()
+			expectMasterExtras(t, r, masterTest)
 			want := map[string]any{"address": masterTest, "network": "BSC", "networkId": 97.0,
 				"explorerUrl": "https://testnet.bscscan.com/address/" + masterTest}
 			if fmt.Sprint(r) != fmt.Sprint(want) {
 				t.Fatalf("test: %v, want %v", r, want)
 			}
 			r = liveOnly.do(req{path: path, key: key(liveOnly.m, domain.Live, merchant.Standard), host: liveHost}).expect(t, 200, "").obj()
+			expectMasterExtras(t, r, masterLive)
 			want = map[string]any{"address": masterLive, "network": "BSC", "networkId": 56.0,
 				"explorerUrl": "https://bscscan.com/address/" + masterLive}
 			if fmt.Sprint(r) != fmt.Sprint(want) {

@@ -223,8 +223,25 @@ func (s *Server) blockCustomer(block bool) echo.HandlerFunc {
 	}
 }
 
+// countryView is a country as listed: with code, the ISO code again, which
+// clients of the public API read (api-decisions §7).
+type countryView struct {
+	reference.Country
+	Code string `json:"code"`
+}
+
+// countryViews is the listing, built once: the countries never change
+// while the server runs.
+var countryViews = func() []countryView {
+	out := make([]countryView, len(reference.Countries))
+	for i, c := range reference.Countries {
+		out[i] = countryView{Country: c, Code: c.ISOCode}
+	}
+	return out
+}()
+
 func (s *Server) countries(c echo.Context) error {
-	return respond(c, http.StatusOK, "Countries fetched successfully", reference.Countries)
+	return respond(c, http.StatusOK, "Countries fetched successfully", countryViews)
 }
 
 func (s *Server) bankList(c echo.Context) error {

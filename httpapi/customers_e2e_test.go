@@ -258,13 +258,16 @@ func TestReferenceData(t *testing.T) {
 	ids := map[string]bool{}
 	for _, raw := range cs {
 		c := raw.(map[string]any)
-		if len(c) != 5 {
-			t.Errorf("country fields %v, want exactly id, name, isoCode, dialCode, currency", c)
+		if len(c) != 6 {
+			t.Errorf("country fields %v, want exactly id, name, isoCode, dialCode, currency, code", c)
 		}
-		for _, f := range []string{"id", "name", "isoCode", "dialCode", "currency"} {
+		for _, f := range []string{"id", "name", "isoCode", "dialCode", "currency", "code"} {
 			if v, _ := c[f].(string); v == "" {
 				t.Errorf("country %v: %s missing", c, f)
 			}
+		}
+		if c["code"] != c["isoCode"] { // §7: code is the ISO code again
+			t.Errorf("country %v: code is not the ISO code", c)
 		}
 		if ids[c["id"].(string)] {
 			t.Errorf("country id %v twice", c["id"])
@@ -295,8 +298,9 @@ func TestReferenceData(t *testing.T) {
 		b := raw.(map[string]any)
 		name, _ := b["name"].(string)
 		code, _ := b["code"].(string)
-		if len(b) != 2 || name == "" || code == "" {
-			t.Errorf("bank %v, want exactly a name and a code", b)
+		nip, _ := b["nipCode"].(string)
+		if len(b) != 3 || name == "" || code == "" || len(nip) != 6 {
+			t.Errorf("bank %v, want exactly a name, a code and a 6-digit nipCode", b)
 		}
 		if _, dup := codes[code]; dup {
 			t.Errorf("bank code %s twice", code)

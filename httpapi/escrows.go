@@ -150,6 +150,7 @@ func escrowPatch(f map[string]json.RawMessage) (escrow.Patch, error) {
 			return p, err
 		}
 	}
+	p.WhoPays, p.DeliveryTimeline = whoPaysEnum.canonicalPtr(p.WhoPays), deliveryTimelineEnum.canonicalPtr(p.DeliveryTimeline)
 	if p.MaxDelivery, err = fieldInt(f, "maxDelivery", "maxDelivery must be an integer between 1 and 365"); err != nil {
 		return p, err
 	}
@@ -373,6 +374,7 @@ func (s *Server) payEscrow(c echo.Context) error {
 	if err := decodeJSON(c, &body); err != nil {
 		return err
 	}
+	body.TransactionType, body.Gateway = transactionTypeEnum.canonical(body.TransactionType), gatewayEnum.canonical(body.Gateway)
 	if body.TransactionType != "" && body.TransactionType != string(ledger.EscrowPayment) {
 		return domain.Invalidf("transactionType must be escrow")
 	}
@@ -415,7 +417,7 @@ func (s *Server) escrowTransactions(c echo.Context) error {
 	f := projections.EscrowFilter{MerchantID: p.MerchantID, Environment: p.Environment,
 		Status: strings.ToUpper(c.QueryParam("status")), CategoryID: c.QueryParam("categoryId")}
 	party := sellerOf(c)
-	switch c.QueryParam("type") {
+	switch escrowListingEnum.canonical(c.QueryParam("type")) {
 	case "sales":
 		f.SellerID = &party
 	case "buy":

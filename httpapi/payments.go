@@ -84,11 +84,14 @@ func (s *Server) topUp(c echo.Context) error {
 		return err
 	}
 	cu, _ := CustomerFrom(c)
-	rec, _, err := s.app.TopUp(c.Request().Context(), actor(c), cu.ID, amount)
+	res, err := s.app.TopUpWallet(c.Request().Context(), actor(c), cu.ID, amount)
 	if err != nil {
 		return err
 	}
-	return respond(c, http.StatusOK, "Wallet topped up successfully", rec)
+	return respond(c, http.StatusOK, "Wallet topped up successfully", struct {
+		ledger.Record
+		MainBalance money.Amount `json:"mainBalance"`
+	}{res.Record, res.MainBalance})
 }
 
 type intentBody struct {
@@ -119,7 +122,7 @@ func (b intentBody) request() (app.IntentRequest, error) {
 	if strings.TrimSpace(b.TransactionType) == "" {
 		return r, domain.Invalidf("transactionType is required")
 	}
-	r.Type = ledger.Type(b.TransactionType)
+	r.Type = ledger.Type(transactionTypeEnum.canonical(b.TransactionType))
 	switch r.Type {
 	case ledger.Deposit, ledger.Withdrawal, ledger.WalletTransfer:
 	case ledger.EscrowPayment:
@@ -298,7 +301,7 @@ func transactionFilter(c echo.Context, f projections.TransactionFilter) (project
 	if t := strings.TrimSpace(c.QueryParam("type")); t != "" {
 		for _, v := range strings.Split(t, ",") {
 			if v = strings.TrimSpace(v); v != "" {
-				f.Types = append(f.Types, v)
+				f.Types = append(f.Types, transactionTypeEnum.canonical(v))
 			}
 		}
 	}

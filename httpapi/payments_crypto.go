@@ -1,9 +1,13 @@
 package httpapi
 
 import (
+	"encoding/base64"
+	"fmt"
 	"net/http"
+	"sync"
 
 	"github.com/labstack/echo/v4"
+	"github.com/skip2/go-qrcode"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
@@ -34,6 +38,24 @@ var bscNetworks = map[domain.Environment]struct {
 	domain.Live: {56, "https://bscscan.com/address/"},
 }
 
+// masterWalletInstructions tell a depositor what the address accepts (§7).
+const masterWalletInstructions = "Send only BEP-20 tokens on BNB Smart Chain (BSC) to this address; " +
+	"tokens sent on any other network are lost. The sending address must first be whitelisted " +
+	"(POST /v1/whitelist-address), or the deposit cannot be credited."
+
+// masterWalletQRSize is the QR code's width and height in pixels.
+const masterWalletQRSize = 256
+
+// masterWalletQR is the master address as a data:image/png;base64 QR code,
+// made once per address (the addresses are configuration).
+func masterWalletQR(addr string) (string, error) {
+	png, err := qrcode.Encode(addr, qrcode.Medium, masterWalletQRSize)
+	if err != nil {
+		return "", fmt.Errorf("master wallet QR code: %w", err)
+	}
+	return "data:image/png;base64," + base64.StdEncoding.EncodeToString(png), nil
+}
+
 func (s *Server) masterWallet(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	addr := s.cfg.BSCMasterAddress[p.Environment]
@@ -41,8 +63,30 @@ func (s *Server) masterWallet(c echo.Context) error {
 	if addr == "" || !ok {
 		return errCryptoNotConfigured
 	}
+	qr, err := s.masterQR.get(addr)
+	if err != nil {
+		return err
+	}
 	return respond(c, http.StatusOK, "Master wallet address fetched successfully", map[string]any{
-		"address": addr, "network": whitelist.NetworkBSC, "networkId": nw.id, "explorerUrl": nw.explorer + addr})
+		"address": addr, "walletAddress": addr, "network": whitelist.NetworkBSC, "networkId": nw.id,
+		"explorerUrl": nw.explorer + addr, "qrCode": qr, "instructions": masterWalletInstructions})
+}
+
+// qrCache keeps each address's QR code: encoding one costs about a
+// millisecond of CPU, which an unauthenticated-cost route should not pay
+// per request.
+type qrCache struct{ m sync.Map }
+
+func (q *qrCache) get(addr string) (string, error) {
+	if v, ok := q.m.Load(addr); ok {
+		return v.(string), nil
+	}
+	qr, err := masterWalletQR(addr)
+	if err != nil {
+		return "", err
+	}
+	q.m.Store(addr, qr)
+	return qr, nil
 }
 
 func (s *Server) virtualAccount(c echo.Context) error {

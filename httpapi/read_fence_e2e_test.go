@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"regexp"
 	"testing"
 	"time"
 
@@ -115,7 +116,9 @@ func TestEscrowCategoryAsTheCategoryReadShowsIt(t *testing.T) {
 	read := func() json.RawMessage {
 		t.Helper()
 		r := h.do(req{path: "/v1/escrow/category/get/" + catID, key: h.sa()}).expect(t, 200, "Category fetched successfully")
-		return dataOf(t, r)
+		// position is the category's place in listings, which an
+		// escrow's copy does not carry.
+		return regexp.MustCompile(`,"position":\d+`).ReplaceAll(dataOf(t, r), nil)
 	}
 	e := h.createEscrow(seller, map[string]string{"amount": "10000", "purpose": "Phone", "whoPays": "buyer", "categoryId": catID}, 0).
 		expect(t, 201, "Escrow created successfully")

@@ -13,4 +13,5 @@ func (s *Server) routes() {
 	s.fileRoutes()
 	s.webhookRoutes()
 	s.docRoutes()
+	s.eventRoutes()
 }

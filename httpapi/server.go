@@ -94,14 +94,18 @@ type Server struct {
 	// queries are the read models; read them through readModels.
 	queries *projections.Queries
 	last    func(context.Context) (eventstore.Position, error)
-	waiter  Waiter
-	limiter RateLimiter
-	idem    *IdempotencyStore
-	metrics *Metrics
-	ping    func(context.Context) error
-	files   *fileStore
-	hooks   *webhooks.Outbox
-	closers []func()
+	// eventLog is the event store, read by the audit trail (GET /v1/events).
+	eventLog eventstore.Store
+	waiter   Waiter
+	limiter  RateLimiter
+	idem     *IdempotencyStore
+	metrics  *Metrics
+	ping     func(context.Context) error
+	files    *fileStore
+	hooks    *webhooks.Outbox
+	// masterQR holds the master wallet addresses' QR codes.
+	masterQR qrCache
+	closers  []func()
 }
 
 // Deps are the server's collaborators.
@@ -112,7 +116,9 @@ type Deps struct {
 	// Last is the event store's Last: the position a read waits for, so
 	// that it sees every write acknowledged before it (readModels). Nil
 	// with a nil Waiter: reads do not wait.
-	Last      func(context.Context) (eventstore.Position, error)
+	Last func(context.Context) (eventstore.Position, error)
+	// EventLog is the event store the audit trail reads.
+	EventLog  eventstore.Store
 	Waiter    Waiter
 	Limiter   RateLimiter
 	Idem      *IdempotencyStore
@@ -148,7 +154,7 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.DataDir == "" {
 		cfg.DataDir = "./.data"
 	}
-	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, waiter: d.Waiter,
+	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
 		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
 	if s.log == nil {

@@ -34,6 +34,7 @@ func NewStack(cfg Config, store eventstore.Store, pool *pgxpool.Pool, waiter Wai
 		App:       svc,
 		Queries:   q,
 		Last:      store.Last,
+		EventLog:  store,
 		Waiter:    waiter,
 		Limiter:   NewPGRateLimiter(pool, cfg.RateLimitPerMinute),
 		Idem:      NewIdempotencyStore(pool, WithIdempotencyLogger(orNop(log)), WithIdempotencyFence(engine)),

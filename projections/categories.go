@@ -14,7 +14,7 @@ import (
 // marks the row, so a replayed create never brings it back.
 type Categories struct{}
 
-func (Categories) StreamPrefixes() []string { return []string{"category-"} }
+func (Categories) StreamPrefixes() []string { return []string{"category-", "categoryorder-"} }
 func (Categories) Name() string             { return "categories" }
 func (Categories) Tables() []string         { return []string{"rm_categories"} }
 func (Categories) Schema() string {
@@ -25,17 +25,29 @@ CREATE TABLE IF NOT EXISTS rm_categories (
     environment  text NOT NULL,
     name         text NOT NULL,
     description  text NOT NULL DEFAULT '',
+    image_url    text NOT NULL DEFAULT '',
+    position     int,
     seq          bigserial,
     created_at   timestamptz NOT NULL,
     updated_at   timestamptz NOT NULL,
     deleted_at   timestamptz
 );
+-- Tables made before categories had images and positions (api-decisions
+-- §7) get the columns; their rows keep no position (see category.Order).
+ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS image_url text NOT NULL DEFAULT '';
+ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS position int;
 CREATE INDEX IF NOT EXISTS rm_categories_list
     ON rm_categories (merchant_id, environment, created_at DESC, seq DESC) WHERE deleted_at IS NULL;`
 }
 
 func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	for _, re := range events {
+		if strings.HasPrefix(re.Stream, "categoryorder-") {
+			if err := applyCategoryOrder(ctx, tx, re); err != nil {
+				return err
+			}
+			continue
+		}
 		if !strings.HasPrefix(re.Stream, "category-") {
 			continue
 		}
@@ -47,11 +59,12 @@ func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Reco
 		switch e := ev.(type) {
 		case category.Created:
 			_, err = tx.Exec(ctx, `INSERT INTO rm_categories (category_id, merchant_id, environment, name, description,
-				created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$6) ON CONFLICT (category_id) DO NOTHING`,
-				id, e.MerchantID, string(e.Environment), e.Name, e.Description, e.CreatedAt)
+				image_url, created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$7) ON CONFLICT (category_id) DO NOTHING`,
+				id, e.MerchantID, string(e.Environment), e.Name, e.Description, e.ImageURL, e.CreatedAt)
 		case category.Updated:
 			_, err = tx.Exec(ctx, `UPDATE rm_categories SET name = coalesce($2, name), description = coalesce($3, description),
-				updated_at = $4 WHERE category_id = $1 AND deleted_at IS NULL`, id, e.Name, e.Description, e.UpdatedAt)
+				image_url = coalesce($5, image_url), updated_at = $4 WHERE category_id = $1 AND deleted_at IS NULL`,
+				id, e.Name, e.Description, e.UpdatedAt, e.ImageURL)
 		case category.Deleted:
 			_, err = tx.Exec(ctx, `UPDATE rm_categories SET deleted_at = $2, updated_at = $2
 				WHERE category_id = $1 AND deleted_at IS NULL`, id, e.DeletedAt)
@@ -61,4 +74,24 @@ func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Reco
 		}
 	}
 	return nil
+}
+
+// applyCategoryOrder numbers a merchant environment's categories as the
+// order lists them; one it no longer lists has no position.
+func applyCategoryOrder(ctx context.Context, tx pgx.Tx, re eventstore.RecordedEvent) error {
+	ev, err := category.OrderRegistry.Decode(re.Type, re.Data)
+	if err != nil {
+		return err
+	}
+	o, ok := ev.(category.OrderSet)
+	if !ok {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE rm_categories SET position = NULL WHERE merchant_id = $1 AND environment = $2
+		AND position IS NOT NULL AND NOT (category_id = ANY ($3))`, o.MerchantID, string(o.Environment), o.IDs); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE rm_categories c SET position = o.ord
+		FROM unnest($1::text[]) WITH ORDINALITY AS o(id, ord) WHERE c.category_id = o.id AND c.position IS DISTINCT FROM o.ord`, o.IDs)
+	return err
 }

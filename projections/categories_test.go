@@ -23,25 +23,25 @@ func TestCategoriesProjection(t *testing.T) {
 	var ids []string
 	var last eventstore.Position
 	for i := 0; i < 5; i++ {
-		id, pos, err := svc.CreateCategory(ctx, actor, category.New{Name: fmt.Sprint("Cat ", i), Description: fmt.Sprint("about ", i)})
+		id, pos, err := svc.CreateCategory(ctx, actor, category.New{Name: fmt.Sprint("Cat ", i), Description: fmt.Sprint("about ", i)}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids, last = append(ids, id), pos
 	}
-	liveID, _, err := svc.CreateCategory(ctx, live, category.New{Name: "Cat 0"})
+	liveID, _, err := svc.CreateCategory(ctx, live, category.New{Name: "Cat 0"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	name, desc := "Renamed", ""
-	if _, err := svc.UpdateCategory(ctx, actor, ids[3], category.Edit{Name: &name, Description: &desc}); err != nil {
+	if _, err := svc.UpdateCategory(ctx, actor, ids[3], category.Edit{Name: &name, Description: &desc}, 0); err != nil {
 		t.Fatal(err)
 	}
 	// Edited then deleted: a replayed edit must not revive it.
-	if _, err := svc.UpdateCategory(ctx, actor, ids[1], category.Edit{Name: &name}); err == nil {
+	if _, err := svc.UpdateCategory(ctx, actor, ids[1], category.Edit{Name: &name}, 0); err == nil {
 		t.Fatal("duplicate name accepted")
 	}
-	if _, err := svc.UpdateCategory(ctx, actor, ids[1], category.Edit{Description: &name}); err != nil {
+	if _, err := svc.UpdateCategory(ctx, actor, ids[1], category.Edit{Description: &name}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if last, err = svc.DeleteCategory(ctx, actor, ids[1]); err != nil {

@@ -13,9 +13,13 @@ import (
 
 // Category is a merchant's escrow category record.
 type Category struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name"`
-	Description string    `json:"description"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	ImageURL    string `json:"imageUrl"`
+	// Position is the category's 1-based place in listings (api-decisions
+	// §7); 0 (omitted) where it is not known, as in an escrow's copy.
+	Position    int       `json:"position,omitempty"`
 	MerchantID  string    `json:"merchantId"`
 	Environment string    `json:"environment"`
 	CreatedAt   time.Time `json:"createdAt"`
@@ -25,7 +29,7 @@ type Category struct {
 // CategoryOf is the view of a category aggregate, as the read model holds
 // it: times in UTC, to the microsecond PostgreSQL stores.
 func CategoryOf(st category.State) Category {
-	return Category{ID: st.ID, Name: st.Name, Description: st.Description, MerchantID: st.MerchantID,
+	return Category{ID: st.ID, Name: st.Name, Description: st.Description, ImageURL: st.ImageURL, MerchantID: st.MerchantID,
 		Environment: string(st.Environment), CreatedAt: st.CreatedAt.UTC().Truncate(time.Microsecond),
 		UpdatedAt: st.UpdatedAt.UTC().Truncate(time.Microsecond)}
 }
@@ -33,24 +37,28 @@ func CategoryOf(st category.State) Category {
 // CategoryByID returns a live (not deleted) category of any merchant: the
 // caller decides ownership from MerchantID and Environment.
 func (q *Queries) CategoryByID(ctx context.Context, id string) (Category, bool, error) {
-	c, err := scanCategory(q.pool.QueryRow(ctx, `SELECT `+categoryColumns+`
-		FROM rm_categories WHERE category_id = $1 AND deleted_at IS NULL`, id))
+	c, err := scanCategory(q.pool.QueryRow(ctx, `SELECT `+categoryColumns+` FROM (
+		SELECT *, `+categoryRank+` AS rank FROM rm_categories
+		WHERE (merchant_id, environment) = (SELECT merchant_id, environment FROM rm_categories WHERE category_id = $1)
+		  AND deleted_at IS NULL) ranked WHERE category_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
 	return c, err == nil, err
 }
 
-// ListCategories pages a merchant's live categories of env, newest first.
+// ListCategories pages a merchant's live categories of env in position
+// order (categoryRank).
 func (q *Queries) ListCategories(ctx context.Context, merchantID string, env domain.Environment, p Page) ([]Category, Pagination, error) {
 	var count int64
 	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_categories
 		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL`, merchantID, string(env)).Scan(&count); err != nil {
 		return nil, Pagination{}, err
 	}
-	rows, err := q.pool.Query(ctx, `SELECT `+categoryColumns+` FROM rm_categories
-		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL
-		ORDER BY created_at DESC, seq DESC LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
+	rows, err := q.pool.Query(ctx, `SELECT `+categoryColumns+` FROM (
+		SELECT *, `+categoryRank+` AS rank FROM rm_categories
+		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL) ranked
+		ORDER BY rank LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
 	if err != nil {
 		return nil, Pagination{}, err
 	}
@@ -66,11 +74,18 @@ func (q *Queries) ListCategories(ctx context.Context, merchantID string, env dom
 	return out, NewPagination(p, count), rows.Err()
 }
 
-const categoryColumns = `category_id, name, description, merchant_id, environment, created_at, updated_at`
+// categoryRank numbers a merchant environment's live categories 1..n: the
+// ordered ones by their position, then those created before categories had
+// positions, newest first (as listings were).
+const categoryRank = `row_number() OVER (ORDER BY position IS NULL, position, created_at DESC, seq DESC)`
+
+const categoryColumns = `category_id, name, description, image_url, rank, merchant_id, environment, created_at, updated_at`
 
 func scanCategory(row pgx.Row) (Category, error) {
 	var c Category
-	err := row.Scan(&c.ID, &c.Name, &c.Description, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt)
+	var rank int64
+	err := row.Scan(&c.ID, &c.Name, &c.Description, &c.ImageURL, &rank, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt)
+	c.Position = int(rank)
 	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
 	return c, err
 }

@@ -82,6 +82,13 @@ type Dispatcher struct {
 	// DefaultSweepInterval). A negative Retention keeps everything.
 	Retention     time.Duration
 	SweepInterval time.Duration
+	// SignatureHeaders are the header names that each carry the signature
+	// (default SignatureHeader alone; ESCROW_WEBHOOK_SIGNATURE_HEADERS), so
+	// receivers written for another name verify unchanged (§7).
+	// UserAgent is the User-Agent header (default UserAgent;
+	// ESCROW_WEBHOOK_USER_AGENT).
+	SignatureHeaders []string
+	UserAgent        string
 	// Metrics, when set, get the outbox gauges, refreshed every
 	// MetricsInterval (default DefaultMetricsInterval) while Run runs.
 	Metrics         *Metrics
@@ -185,6 +192,12 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.MetricsInterval <= 0 {
 		d.MetricsInterval = DefaultMetricsInterval
+	}
+	if len(d.SignatureHeaders) == 0 {
+		d.SignatureHeaders = []string{SignatureHeader}
+	}
+	if d.UserAgent == "" {
+		d.UserAgent = UserAgent
 	}
 	d.busy = map[string]int{}
 	d.slow = map[string]bool{}
@@ -779,8 +792,11 @@ func (d *Dispatcher) send(ctx context.Context, c claimed, ep Endpoint) (int, err
 		return 0, errors.New("callback URL is invalid")
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", UserAgent)
-	req.Header.Set(SignatureHeader, Sign(ep.Secret, c.Body))
+	req.Header.Set("User-Agent", d.UserAgent)
+	sig := Sign(ep.Secret, c.Body)
+	for _, name := range d.SignatureHeaders {
+		req.Header.Set(name, sig)
+	}
 	req.Header.Set(AttemptHeader, strconv.Itoa(c.Attempt))
 	res, err := client.Do(req)
 	if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/audit"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/redact"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -186,7 +187,7 @@ func TestAuditAndEventsExportCommands(t *testing.T) {
 	types := map[string]bool{}
 	for i, l := range lines {
 		re := mine[i]
-		want, err := redactData(re.Type, re.Data)
+		want, err := redact.Data(re.Type, re.Data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,9 @@ type command struct {
 	poolOnly bool
 	// required names the flags that must be given a value.
 	required []string
+	// argsRefusal, when set, refuses a surplus argument without echoing
+	// it (a command reading a secret from standard input).
+	argsRefusal string
 	// positional is how many arguments may follow the flags.
 	positional int
 	// define adds the command's flags to fs and returns what runs it.
@@ -37,9 +40,12 @@ type runFunc func(ctx context.Context, inv *invocation) error
 
 // invocation is what a command runs with.
 type invocation struct {
-	cfg    Config
-	env    *cliEnv // nil for a command without a database
-	args   []string
+	cfg  Config
+	env  *cliEnv // nil for a command without a database
+	args []string
+	// stdin gives secrets to commands that must not take them as
+	// arguments (visible in ps and shell history).
+	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -74,6 +80,7 @@ var groups = map[string]string{
 func init() {
 	commands = []*command{serveCommand, migrateCommand,
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantRotateSecretCommand,
+		merchantSetSigningSecretCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand,
 		auditCommand, eventsExportCommand, demoCommand, webhooksListenCommand}
@@ -186,8 +193,13 @@ func resolve(args []string) (c *command, rest []string, group string) {
 	return findCommand(args[0]), args[1:], ""
 }
 
-// run is escrowd's entry point below main.
+// run is runIO with nothing on standard input.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runIO(ctx, args, strings.NewReader(""), stdout, stderr)
+}
+
+// runIO is escrowd's entry point below main.
+func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stdout, overview())
 		return nil
@@ -224,6 +236,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return commandUsage{usageError(c.name + ": " + err.Error()), c.usage()}
 	}
 	if len(positional) > c.positional {
+		if c.argsRefusal != "" { // the argument may be a secret: never echo it
+			return commandUsage{usageError(c.name + ": " + c.argsRefusal), c.usage()}
+		}
 		return commandUsage{usageError(c.name + ": unexpected argument " + positional[c.positional]), c.usage()}
 	}
 	for _, name := range c.required {
@@ -231,7 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return commandUsage{usageError(c.name + ": --" + name + " is required"), c.usage()}
 		}
 	}
-	inv := &invocation{args: positional, stdout: stdout, stderr: stderr}
+	inv := &invocation{args: positional, stdin: stdin, stdout: stdout, stderr: stderr}
 	err = c.execute(ctx, inv, runCmd, verbose != nil && *verbose)
 	if ue := usageError(""); errors.As(err, &ue) {
 		return commandUsage{err, c.usage()}

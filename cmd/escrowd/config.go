@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
 	"github.com/escrowd/escrowd/eventstore/postgres"
@@ -28,10 +30,14 @@ type Config struct {
 	DataDir            string
 	WebhookAllowPriv   bool
 	WebhookRetention   time.Duration
-	TrustedProxies     []*net.IPNet
-	BSCMasterTest      string
-	BSCMasterLive      string
-	LogFormat          string
+	// WebhookSignatureHeaders each carry a delivery's signature;
+	// WebhookUserAgent is its User-Agent (api-decisions §7).
+	WebhookSignatureHeaders []string
+	WebhookUserAgent        string
+	TrustedProxies          []*net.IPNet
+	BSCMasterTest           string
+	BSCMasterLive           string
+	LogFormat               string
 }
 
 func getenv(k, def string) string {
@@ -88,6 +94,13 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("ESCROW_WEBHOOK_RETENTION must be a positive duration such as 720h")
 	}
 	c.WebhookRetention = ret
+	if c.WebhookSignatureHeaders, err = webhooks.ParseSignatureHeaders(os.Getenv("ESCROW_WEBHOOK_SIGNATURE_HEADERS")); err != nil {
+		return c, fmt.Errorf("ESCROW_WEBHOOK_SIGNATURE_HEADERS: %v", err)
+	}
+	c.WebhookUserAgent = strings.TrimSpace(getenv("ESCROW_WEBHOOK_USER_AGENT", webhooks.UserAgent))
+	if !httpguts.ValidHeaderFieldValue(c.WebhookUserAgent) {
+		return c, fmt.Errorf("ESCROW_WEBHOOK_USER_AGENT must be a valid header value")
+	}
 	if hosts := os.Getenv("ESCROW_HOSTS"); hosts != "" {
 		for _, pair := range strings.Split(hosts, ",") {
 			h, env, ok := strings.Cut(strings.TrimSpace(pair), "=")

@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/redact"
 )
 
 // exportedEvent is one line of the export.
@@ -103,7 +104,7 @@ func eventsExport(ctx context.Context, env *cliEnv, merchantID, fromFlag, toFlag
 			}
 			data := rawJSON(re.Data)
 			if !secrets {
-				if data, err = redactData(re.Type, data); err != nil {
+				if data, err = redact.Data(re.Type, data); err != nil {
 					return fmt.Errorf("events export: event %s: %w", re.ID, err)
 				}
 			}

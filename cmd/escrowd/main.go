@@ -32,7 +32,7 @@ type cliEnv struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	if err := runIO(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		var cu commandUsage
 		if errors.As(err, &cu) {
 			fmt.Fprintf(os.Stderr, "escrowd: %v\n\n%s", err, cu.usage)

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strings"
+
+	"golang.org/x/term"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -107,6 +111,68 @@ var merchantRotateSecretCommand = &command{
 			return nil
 		}
 	},
+}
+
+var merchantSetSigningSecretCommand = &command{
+	name: "merchant set-signing-secret", args: "--merchant M --env test|live",
+	summary: "make a secret read from standard input (32+ characters) the webhook signing secret",
+	detail: "The secret is read from standard input (not echoed on a terminal), never from the command line,\n" +
+		"and is never printed or logged: receivers that already verify with it keep working.",
+	database:    true,
+	required:    []string{"merchant", "env"},
+	argsRefusal: "the secret is read from standard input, not taken as an argument",
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		e := fs.String("env", "", "environment: test or live (required)")
+		return func(ctx context.Context, inv *invocation) error {
+			environment, err := parseEnv(*e)
+			if err != nil {
+				return err
+			}
+			secret, err := readSecret(inv.stdin, inv.stderr)
+			if err != nil {
+				return err
+			}
+			if err := operatorChange(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
+				return merchant.SetSigningSecret(m, environment, secret)
+			}); err != nil {
+				return err
+			}
+			fmt.Fprintln(inv.stdout, "ok")
+			return nil
+		}
+	},
+}
+
+// maxSecretInput bounds what set-signing-secret reads: a secret is a line.
+const maxSecretInput = 4096
+
+// readSecret reads a secret from standard input: from a terminal without
+// echoing it, otherwise everything piped in. One line ending (\n or \r\n)
+// is dropped; anything else is the secret as given and the domain checks it.
+// The secret is never printed or logged.
+func readSecret(in io.Reader, prompt io.Writer) (string, error) {
+	if f, ok := in.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		fmt.Fprint(prompt, "Signing secret (not echoed): ")
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(prompt)
+		if err != nil {
+			return "", fmt.Errorf("reading the secret: %w", err)
+		}
+		return string(b), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(in, maxSecretInput+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the secret: %w", err)
+	}
+	if len(b) > maxSecretInput {
+		return "", fmt.Errorf("the signing secret must be one line of at most %d bytes", maxSecretInput)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", usageError("merchant set-signing-secret: pipe the secret on standard input")
+	}
+	return s, nil
 }
 
 var merchantSetAllowlistCommand = &command{

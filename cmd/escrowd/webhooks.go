@@ -27,7 +27,8 @@ import (
 // (ESCROW_WEBHOOK_RETENTION) and keeps the outbox gauges on reg.
 func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Registerer) error {
 	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: &webhooks.StoreEndpoints{Store: env.Store}, Log: env.Log,
-		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg)}
+		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg),
+		SignatureHeaders: cfg.WebhookSignatureHeaders, UserAgent: cfg.WebhookUserAgent}
 	// While this process's subscriber is the active one, it hands this
 	// dispatcher the first attempts it has room for directly.
 	sub := webhooks.NewSubscriber(env.Store, env.Pool)

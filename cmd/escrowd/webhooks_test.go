@@ -121,7 +121,7 @@ func TestServeWebhooksRole(t *testing.T) {
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	var listened syncBuffer
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := run(ctx, []string{"webhooks", "listen", "--port", fmt.Sprint(port), "--secret", secret}, &listened, io.Discard); err != nil {
@@ -129,12 +129,29 @@ func TestServeWebhooksRole(t *testing.T) {
 		}
 	}()
 	t.Setenv("ESCROW_LOG_FORMAT", "console")
+	serveWebhooksThenTopUp(t, db, m.MerchantID)
+	waitUntil(t, "the listener to print the deposit", func() bool {
+		return strings.Contains(listened.String(), "payment.deposit.success")
+	})
+	if s := listened.String(); !strings.Contains(s, "signature ok") || strings.Contains(s, "BAD") {
+		t.Fatalf("listener output:\n%s", s)
+	}
+}
+
+// serveWebhooksThenTopUp runs `serve --role webhooks` on db until the test
+// ends and, once its subscriber is installed, tops up a new customer of
+// the merchant: a payment.deposit.success webhook follows.
+func serveWebhooksThenTopUp(t *testing.T, db, merchantID string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		if err := run(ctx, []string{"serve", "--role", "webhooks"}, io.Discard, io.Discard); err != nil {
 			t.Error(err)
 		}
 	}()
+	t.Cleanup(func() { cancel(); <-done })
 	env := testEnv(t, db)
 	// The subscriber starts at the head of the log when first installed:
 	// write only once it is.
@@ -144,7 +161,7 @@ func TestServeWebhooksRole(t *testing.T) {
 		return n == 1
 	})
 	svc := service(env)
-	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test}
+	a := app.Actor{MerchantID: merchantID, Environment: domain.Test}
 	cid, _, err := svc.CreateCustomer(context.Background(), a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
 		Email: "ada@example.com", Phone: "08031234567"})
 	if err != nil {
@@ -152,12 +169,6 @@ func TestServeWebhooksRole(t *testing.T) {
 	}
 	if _, _, err := svc.TopUp(context.Background(), a, cid, money.Naira(5000)); err != nil {
 		t.Fatal(err)
-	}
-	waitUntil(t, "the listener to print the deposit", func() bool {
-		return strings.Contains(listened.String(), "payment.deposit.success")
-	})
-	if s := listened.String(); !strings.Contains(s, "signature ok") || strings.Contains(s, "BAD") {
-		t.Fatalf("listener output:\n%s", s)
 	}
 }
 

@@ -30,9 +30,11 @@ type State struct {
 	Environment domain.Environment
 	Name        string
 	Description string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	Deleted     bool
+	// ImageURL is the category's image, when one was uploaded.
+	ImageURL  string
+	CreatedAt time.Time
+	UpdatedAt time.Time
+	Deleted   bool
 }
 
 // Exists reports whether the category was created and not deleted.
@@ -46,12 +48,14 @@ type (
 		Environment domain.Environment `json:"environment"`
 		Name        string             `json:"name"`
 		Description string             `json:"description"`
+		ImageURL    string             `json:"imageUrl,omitempty"`
 		CreatedAt   time.Time          `json:"createdAt"`
 	}
 	// Updated sets the fields that are not nil.
 	Updated struct {
 		Name        *string   `json:"name,omitempty"`
 		Description *string   `json:"description,omitempty"`
+		ImageURL    *string   `json:"imageUrl,omitempty"`
 		UpdatedAt   time.Time `json:"updatedAt"`
 	}
 	Deleted struct {
@@ -75,13 +79,16 @@ func Apply(s State, ev domain.Event) State {
 	switch e := ev.(type) {
 	case Created:
 		s = State{ID: e.CategoryID, MerchantID: e.MerchantID, Environment: e.Environment, Name: e.Name,
-			Description: e.Description, CreatedAt: e.CreatedAt, UpdatedAt: e.CreatedAt}
+			Description: e.Description, ImageURL: e.ImageURL, CreatedAt: e.CreatedAt, UpdatedAt: e.CreatedAt}
 	case Updated:
 		if e.Name != nil {
 			s.Name = *e.Name
 		}
 		if e.Description != nil {
 			s.Description = *e.Description
+		}
+		if e.ImageURL != nil {
+			s.ImageURL = *e.ImageURL
 		}
 		s.UpdatedAt = e.UpdatedAt
 	case Deleted:
@@ -121,6 +128,7 @@ func validDescription(raw string) (string, error) {
 // New is the input of Create.
 type New struct {
 	Name, Description string
+	ImageURL          string
 }
 
 // Create decides a new category id of merchantID in env. Uniqueness of the
@@ -134,12 +142,15 @@ func Create(id, merchantID string, env domain.Environment, in New, now time.Time
 	if err != nil {
 		return Created{}, err
 	}
-	return Created{CategoryID: id, MerchantID: merchantID, Environment: env, Name: name, Description: desc, CreatedAt: now}, nil
+	return Created{CategoryID: id, MerchantID: merchantID, Environment: env, Name: name, Description: desc,
+		ImageURL: in.ImageURL, CreatedAt: now}, nil
 }
 
 // Edit is the input of Update: nil fields are unchanged.
 type Edit struct {
 	Name, Description *string
+	// ImageURL replaces the image (an upload of the edit).
+	ImageURL *string
 }
 
 // Update decides an edit. The event sets only what differs from s; when
@@ -148,7 +159,7 @@ func Update(s State, in Edit, now time.Time) (ev Updated, changed bool, err erro
 	if !s.Exists() {
 		return Updated{}, false, ErrNotFound
 	}
-	if in.Name == nil && in.Description == nil {
+	if in.Name == nil && in.Description == nil && in.ImageURL == nil {
 		return Updated{}, false, domain.Invalidf("Provide name or description")
 	}
 	ev.UpdatedAt = now
@@ -170,7 +181,10 @@ func Update(s State, in Edit, now time.Time) (ev Updated, changed bool, err erro
 			ev.Description = &v
 		}
 	}
-	return ev, ev.Name != nil || ev.Description != nil, nil
+	if in.ImageURL != nil && *in.ImageURL != s.ImageURL {
+		ev.ImageURL = in.ImageURL
+	}
+	return ev, ev.Name != nil || ev.Description != nil || ev.ImageURL != nil, nil
 }
 
 // Delete decides deleting the category; the caller releases its name.

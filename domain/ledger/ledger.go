@@ -217,10 +217,44 @@ type WalletDetails struct {
 	CustomerName string `json:"customerName,omitempty"` // the counterparty's name
 }
 
-// EscrowDetails names the escrows a record pays or settles.
+// EscrowDetails names the escrows a record pays or settles. A payment
+// that funds escrows also describes them (api-decisions §7): one escrow in
+// the flat fields, several in Escrows, one object each.
 type EscrowDetails struct {
 	EscrowIDs     []string `json:"escrowIds"`
 	PaymentTokens []string `json:"paymentTokens,omitempty"`
+	EscrowSummary
+	Escrows []EscrowSummary `json:"escrows,omitempty"`
+}
+
+// EscrowSummary describes a funded escrow as clients of the public API
+// read it: its token, purpose, amount, fee and who is paid when it
+// settles.
+type EscrowSummary struct {
+	PaymentToken string        `json:"paymentToken,omitempty"`
+	Purpose      string        `json:"purpose,omitempty"`
+	Amount       *money.Amount `json:"amount,omitempty"`
+	Fee          *money.Amount `json:"fee,omitempty"`
+	Beneficiary  *Beneficiary  `json:"beneficiary,omitempty"`
+}
+
+// Beneficiary is who an escrow pays: the seller (a customer, or the
+// merchant selling as itself, which has no phone).
+type Beneficiary struct {
+	Name  string `json:"name"`
+	Phone string `json:"phone"`
+}
+
+// FundedEscrowDetails are the escrow details of a payment that funded the
+// escrows ids, with their tokens and summaries in the same order.
+func FundedEscrowDetails(ids, tokens []string, summaries []EscrowSummary) *EscrowDetails {
+	d := &EscrowDetails{EscrowIDs: ids, PaymentTokens: tokens}
+	if len(summaries) == 1 {
+		d.EscrowSummary = summaries[0]
+	} else {
+		d.Escrows = summaries
+	}
+	return d
 }
 
 // Record is a transaction record: one line of a customer's history or of

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"reflect"
@@ -283,5 +284,33 @@ func TestStatusSettled(t *testing.T) {
 		if got := tt.s.Settled(); got != tt.want {
 			t.Errorf("%q.Settled() = %v, want %v", tt.s, got, tt.want)
 		}
+	}
+}
+
+func TestFundedEscrowDetails(t *testing.T) {
+	a, b := money.Naira(10000), money.Naira(250)
+	one := EscrowSummary{PaymentToken: "PT_A", Purpose: "Phone", Amount: &a, Fee: &b, Beneficiary: &Beneficiary{Name: "Ada Obi", Phone: "0803"}}
+	two := EscrowSummary{PaymentToken: "PT_B", Purpose: "Case", Amount: &a, Fee: &b, Beneficiary: &Beneficiary{Name: "Shop"}}
+	for _, tc := range []struct {
+		name      string
+		summaries []EscrowSummary
+		want      string
+	}{
+		{"one escrow: flat", []EscrowSummary{one},
+			`{"escrowIds":["e1"],"paymentTokens":["PT_A"],"paymentToken":"PT_A","purpose":"Phone","amount":10000,"fee":250,"beneficiary":{"name":"Ada Obi","phone":"0803"}}`},
+		{"several: escrows", []EscrowSummary{one, two},
+			`{"escrowIds":["e1","e2"],"paymentTokens":["PT_A","PT_B"],"escrows":[` +
+				`{"paymentToken":"PT_A","purpose":"Phone","amount":10000,"fee":250,"beneficiary":{"name":"Ada Obi","phone":"0803"}},` +
+				`{"paymentToken":"PT_B","purpose":"Case","amount":10000,"fee":250,"beneficiary":{"name":"Shop","phone":""}}]}`},
+	} {
+		ids, tokens := []string{"e1", "e2"}[:len(tc.summaries)], []string{"PT_A", "PT_B"}[:len(tc.summaries)]
+		got, err := json.Marshal(FundedEscrowDetails(ids, tokens, tc.summaries))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%s: %s %v\nwant %s", tc.name, got, err, tc.want)
+		}
+	}
+	// Details written before (ids and tokens only) read as they were.
+	if got, _ := json.Marshal(EscrowDetails{EscrowIDs: []string{"e1"}}); string(got) != `{"escrowIds":["e1"]}` {
+		t.Errorf("old details %s", got)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/escrowd/escrowd/domain"
 )
@@ -183,6 +185,37 @@ func RevokeKey(s State, keyID string, at time.Time) ([]domain.Event, error) {
 		return nil, nil
 	}
 	return []domain.Event{KeyRevoked{KeyID: keyID, RevokedAt: at}}, nil
+}
+
+// MinSigningSecretLength is the shortest signing secret an operator may
+// set: 32 characters, as long as the shortest key's random part.
+const MinSigningSecretLength = 32
+
+// SetSigningSecret decides making secret the signing secret of env: an
+// operator keeps the secret a merchant's receivers already verify with
+// (api-decisions §7). The secret is an HMAC key sent in no header, so any
+// printable characters do; whitespace and control characters are refused
+// because they are lost or changed when pasted or read as a line. Setting
+// the secret in force records nothing.
+func SetSigningSecret(s State, env domain.Environment, secret string) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.Errorf(domain.NotFound, "Merchant not found")
+	}
+	if !env.Valid() {
+		return nil, domain.Invalidf("environment must be test or live")
+	}
+	if n := utf8.RuneCountInString(secret); n < MinSigningSecretLength {
+		return nil, domain.Invalidf("the signing secret must be at least %d characters, got %d", MinSigningSecretLength, n)
+	}
+	for _, r := range secret {
+		if r == utf8.RuneError || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return nil, domain.Invalidf("the signing secret must not contain whitespace or control characters")
+		}
+	}
+	if s.SigningSecrets[env] == secret {
+		return nil, nil
+	}
+	return []domain.Event{SigningSecretRotated{Environment: env, Secret: secret}}, nil
 }
 
 // ValidateFees checks a fee policy.

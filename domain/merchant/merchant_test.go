@@ -114,3 +114,45 @@ func TestValidateFees(t *testing.T) {
 		}
 	}
 }
+
+func TestSetSigningSecret(t *testing.T) {
+	m := fold(created())
+	long := "sk_live_0123456789abcdefghijklmnopqrstuv" // a key used as the secret
+	for _, tc := range []struct {
+		name, secret string
+		env          domain.Environment
+		state        State
+		want         []domain.Event
+		err          string
+	}{
+		{name: "a key as the secret", secret: long, env: domain.Live, state: m,
+			want: []domain.Event{SigningSecretRotated{Environment: domain.Live, Secret: long}}},
+		{name: "exactly 32", secret: "abcdefghijklmnopqrstuvwxyz012345", env: domain.Test, state: m,
+			want: []domain.Event{SigningSecretRotated{Environment: domain.Test, Secret: "abcdefghijklmnopqrstuvwxyz012345"}}},
+		{name: "31 characters", secret: "abcdefghijklmnopqrstuvwxyz01234", env: domain.Test, state: m,
+			err: "the signing secret must be at least 32 characters, got 31"},
+		{name: "32 characters of 33 bytes counted as runes", secret: "é" + "bcdefghijklmnopqrstuvwxyz01234", env: domain.Test, state: m,
+			err: "the signing secret must be at least 32 characters, got 31"},
+		{name: "inner space", secret: "abcdefghijklmnop qrstuvwxyz0123456", env: domain.Test, state: m,
+			err: "the signing secret must not contain whitespace or control characters"},
+		{name: "trailing newline", secret: long + "\n", env: domain.Test, state: m,
+			err: "the signing secret must not contain whitespace or control characters"},
+		{name: "unknown environment", secret: long, env: "prod", state: m, err: "environment must be test or live"},
+		{name: "no merchant", secret: long, env: domain.Test, err: "Merchant not found"},
+		{name: "the secret in force", secret: long, env: domain.Live,
+			state: Apply(m, SigningSecretRotated{Environment: domain.Live, Secret: long})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := SetSigningSecret(tc.state, tc.env, tc.secret)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %#v %v, want %#v", got, err, tc.want)
+			}
+		})
+	}
+}

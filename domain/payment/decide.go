@@ -165,15 +165,17 @@ func Execute(s State, deposit Outcome, receiverRecordID, receiverRef string, at 
 // PayEscrows settles a staged escrow payment with the funding movement the
 // escrows decided (the caller checked the amount against what they are
 // due) and buyerFee, the buyer's share of their escrow fees (the terms may
-// have changed since staging with the total unchanged). paymentTokens
-// completes the record's escrow details, clones included.
-func PayEscrows(s State, m ledger.Movement, buyerFee money.Amount, escrowIDs, paymentTokens []string, at time.Time) (Settled, error) {
+// have changed since staging with the total unchanged). paymentTokens and
+// summaries (one per escrow, in order) complete the record's escrow
+// details, clones included.
+func PayEscrows(s State, m ledger.Movement, buyerFee money.Amount, escrowIDs, paymentTokens []string,
+	summaries []ledger.EscrowSummary, at time.Time) (Settled, error) {
 	if s.Phase != Staged || s.Record.Type != ledger.EscrowPayment {
 		return Settled{}, domain.Errorf(domain.Internal, "payment: %s is not a staged escrow payment", s.Record.Reference)
 	}
 	r := s.Record
 	r.Status, r.Fee, r.UpdatedAt = ledger.Success, buyerFee, at
-	r.EscrowDetails = &ledger.EscrowDetails{EscrowIDs: escrowIDs, PaymentTokens: paymentTokens}
+	r.EscrowDetails = ledger.FundedEscrowDetails(escrowIDs, paymentTokens, summaries)
 	return Settled{Movement: &m, Records: []ledger.Record{r}}, nil
 }
 

@@ -70,7 +70,7 @@ func NUBANCheckDigit(bankCode, serial9 string) (byte, bool) {
 }
 
 // ValidNUBAN reports whether accountNumber is a well-formed NUBAN at the
-// bank with bankCode: exactly 10 ASCII digits, bankCode a bank in Banks,
+// bank with bankCode (its CBN or NIP code): exactly 10 ASCII digits, bankCode a bank in Banks,
 // and the last digit the NUBAN check digit of the first nine.
 //
 // Caution: some wallets (e.g. OPay, PalmPay) issue the customer's phone
@@ -80,10 +80,13 @@ func ValidNUBAN(bankCode, accountNumber string) bool {
 	if len(accountNumber) != 10 || !allASCIIDigits(accountNumber) {
 		return false
 	}
-	if _, ok := FindBank(bankCode); !ok {
+	bank, ok := FindBank(bankCode)
+	if !ok {
 		return false
 	}
-	d, ok := NUBANCheckDigit(bankCode, accountNumber[:9])
+	// The check digit is computed with the CBN code, whichever code was
+	// sent: 000013 (NIP) names GTBank, whose NUBANs use 058.
+	d, ok := NUBANCheckDigit(bank.Code, accountNumber[:9])
 	return ok && d == accountNumber[9]
 }
 
@@ -111,9 +114,13 @@ var (
 // TestAccountName returns a stable, realistic-looking upper-case account
 // name ("FIRSTNAME LASTNAME") for a test account: the same bankCode and
 // accountNumber always give the same name. It picks from fixed name lists
-// by the SHA-256 of bankCode+":"+accountNumber. It is for test and sandbox
-// name resolution only.
+// by the SHA-256 of bankCode+":"+accountNumber, with a bank's NIP code
+// read as its CBN code so that both name one account. It is for test and
+// sandbox name resolution only.
 func TestAccountName(bankCode, accountNumber string) string {
+	if b, ok := FindBank(bankCode); ok {
+		bankCode = b.Code
+	}
 	h := sha256.Sum256([]byte(bankCode + ":" + accountNumber))
 	first := binary.BigEndian.Uint64(h[0:8]) % uint64(len(testFirstNames))
 	last := binary.BigEndian.Uint64(h[8:16]) % uint64(len(testLastNames))

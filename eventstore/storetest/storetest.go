@@ -58,6 +58,7 @@ func RunWithLimits(t *testing.T, newStore func(t *testing.T) eventstore.Store, l
 	t.Run("SubscribeStops", func(t *testing.T) { testSubscribeStops(t, newStore(t)) })
 	t.Run("GapSafety", func(t *testing.T) { testGapSafety(t, newStore(t)) })
 	t.Run("LastCoversAcknowledgedAppends", func(t *testing.T) { testLastCoversAcknowledgedAppends(t, newStore(t)) })
+	t.Run("TenantRead", func(t *testing.T) { testTenantRead(t, newStore(t)) })
 }
 
 // ---- helpers ----------------------------------------------------------------

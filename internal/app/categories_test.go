@@ -26,7 +26,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 		if i%3 == 1 {
 			name = " FOOD "
 		}
-		id, _, err := svc.CreateCategory(ctx, actor, category.New{Name: name})
+		id, _, err := svc.CreateCategory(ctx, actor, category.New{Name: name}, 0)
 		if err == nil {
 			created[i] = id
 		}
@@ -47,7 +47,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 	}
 
 	// A change of case keeps the reservation.
-	if _, err := b.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("fOOD")}); err != nil {
+	if _, err := b.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("fOOD")}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamTypes(t, store, ReservationKind.StreamName(foodKey)); fmt.Sprint(got) != "[reservation.claimed]" {
@@ -55,24 +55,24 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 	}
 	// Both instances still refuse the name (a's cache saw only the claim).
 	for _, svc := range []*Service{a, b} {
-		if _, _, err := svc.CreateCategory(ctx, actor, category.New{Name: "food"}); domain.ErrorMessage(err) != "A category with this name already exists" {
+		if _, _, err := svc.CreateCategory(ctx, actor, category.New{Name: "food"}, 0); domain.ErrorMessage(err) != "A category with this name already exists" {
 			t.Fatalf("duplicate after a change of case: %v", err)
 		}
 	}
 
 	// Renamed on b: a takes the old name at once.
-	if _, err := b.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("Drinks"), Description: ptr("Cold")}); err != nil {
+	if _, err := b.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("Drinks"), Description: ptr("Cold")}, 0); err != nil {
 		t.Fatal(err)
 	}
-	food2, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food"})
+	food2, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food"}, 0)
 	if err != nil {
 		t.Fatalf("old name not freed by the rename: %v", err)
 	}
-	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: "DRINKS"}); domain.ErrorMessage(err) != "A category with this name already exists" {
+	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: "DRINKS"}, 0); domain.ErrorMessage(err) != "A category with this name already exists" {
 		t.Fatalf("new name not claimed: %v", err)
 	}
 	// Renaming onto a taken name is refused and changes nothing.
-	if _, err := a.UpdateCategory(ctx, actor, food2, category.Edit{Name: ptr("drinks"), Description: ptr("x")}); domain.ErrorMessage(err) != "A category with this name already exists" {
+	if _, err := a.UpdateCategory(ctx, actor, food2, category.Edit{Name: ptr("drinks"), Description: ptr("x")}, 0); domain.ErrorMessage(err) != "A category with this name already exists" {
 		t.Fatalf("rename onto a taken name: %v", err)
 	}
 	st, _, err := Load(ctx, b.Engine, CategoryKind, food)
@@ -84,7 +84,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 	}
 
 	// An edit that changes nothing appends nothing.
-	pos, err := a.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("Drinks ")})
+	pos, err := a.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("Drinks ")}, 0)
 	if err != nil || pos != (eventstore.Position{}) {
 		t.Fatalf("no-op edit: %v %v", pos, err)
 	}
@@ -93,7 +93,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 	if _, err := a.DeleteCategory(ctx, actor, food); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.CreateCategory(ctx, actor, category.New{Name: "drinks"}); err != nil {
+	if _, _, err := b.CreateCategory(ctx, actor, category.New{Name: "drinks"}, 0); err != nil {
 		t.Fatalf("name not freed by the delete: %v", err)
 	}
 	want := "[category.created category.updated category.updated category.deleted]"
@@ -104,7 +104,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 		if _, err := svc.DeleteCategory(ctx, actor, food); domain.ErrorCode(err) != domain.NotFound || domain.ErrorMessage(err) != "Category not found" {
 			t.Fatalf("delete twice: %v", err)
 		}
-		if _, err := svc.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("x")}); domain.ErrorCode(err) != domain.NotFound {
+		if _, err := svc.UpdateCategory(ctx, actor, food, category.Edit{Name: ptr("x")}, 0); domain.ErrorCode(err) != domain.NotFound {
 			t.Fatalf("edit deleted: %v", err)
 		}
 	}
@@ -115,7 +115,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 func TestCategoryOfForeignTenant(t *testing.T) {
 	ctx := context.Background()
 	a, _, store, actor := twoInstances(t)
-	id, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food"})
+	id, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCategoryOfForeignTenant(t *testing.T) {
 	live.Environment = domain.Live
 	other := Actor{MerchantID: "someone-else", Environment: domain.Test, KeyID: "k"}
 	for _, who := range []Actor{live, other} {
-		if _, err := a.UpdateCategory(ctx, who, id, category.Edit{Name: ptr("x")}); domain.ErrorCode(err) != domain.NotFound ||
+		if _, err := a.UpdateCategory(ctx, who, id, category.Edit{Name: ptr("x")}, 0); domain.ErrorCode(err) != domain.NotFound ||
 			domain.ErrorMessage(err) != "Category not found" {
 			t.Fatalf("%+v edit: %v", who, err)
 		}
@@ -138,7 +138,7 @@ func TestCategoryOfForeignTenant(t *testing.T) {
 			t.Fatalf("%+v OwnCategory: %v", who, err)
 		}
 		// The same name is free for them.
-		if _, _, err := a.CreateCategory(ctx, who, category.New{Name: "FOOD"}); err != nil {
+		if _, _, err := a.CreateCategory(ctx, who, category.New{Name: "FOOD"}, 0); err != nil {
 			t.Fatalf("%+v create: %v", who, err)
 		}
 	}
@@ -146,10 +146,10 @@ func TestCategoryOfForeignTenant(t *testing.T) {
 		t.Fatalf("stream %v", got)
 	}
 	// Validation comes before any read.
-	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: strings.Repeat("x", 101)}); domain.ErrorMessage(err) != "name must be at most 100 characters" {
+	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: strings.Repeat("x", 101)}, 0); domain.ErrorMessage(err) != "name must be at most 100 characters" {
 		t.Fatalf("long name: %v", err)
 	}
-	if _, err := a.UpdateCategory(ctx, actor, id, category.Edit{}); domain.ErrorMessage(err) != "Provide name or description" {
+	if _, err := a.UpdateCategory(ctx, actor, id, category.Edit{}, 0); domain.ErrorMessage(err) != "Provide name or description" {
 		t.Fatalf("empty edit: %v", err)
 	}
 }
@@ -159,7 +159,7 @@ func TestCategoryOfForeignTenant(t *testing.T) {
 func TestOwnCategoryGuardsTheCommand(t *testing.T) {
 	ctx := context.Background()
 	a, b, store, actor := twoInstances(t)
-	id, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food", Description: "Groceries"})
+	id, _, err := a.CreateCategory(ctx, actor, category.New{Name: "Food", Description: "Groceries"}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

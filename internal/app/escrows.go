@@ -211,6 +211,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 	now := s.Engine.Now()
 	var funded []escrow.State
 	var ids, tokens []string
+	var summaries []ledger.EscrowSummary
 	var due, buyerFee money.Amount
 	for _, id := range p.Record.EscrowDetails.EscrowIDs {
 		e, err := readEscrow(tx, a, id)
@@ -227,6 +228,11 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 		}
 		funded = append(funded, buy.Funded)
 		ids, tokens = append(ids, buy.Funded.ID), append(tokens, buy.Funded.PaymentToken)
+		summary, err := s.escrowSummary(tx, a, buy.Funded)
+		if err != nil {
+			return p, nil, err
+		}
+		summaries = append(summaries, summary)
 		due += buy.Funded.Due()
 		buyerFee += buy.Funded.BuyerFee()
 	}
@@ -234,7 +240,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 		// The terms changed since staging (an edit or a new additional fee).
 		return p, nil, escrow.ErrAmountMismatch
 	}
-	settled, err := payment.PayEscrows(p, escrow.FundingMovement(a.MerchantID, a.Environment, buyerID, funded), buyerFee, ids, tokens, now)
+	settled, err := payment.PayEscrows(p, escrow.FundingMovement(a.MerchantID, a.Environment, buyerID, funded), buyerFee, ids, tokens, summaries, now)
 	if err != nil {
 		return p, nil, err
 	}

@@ -20,4 +20,7 @@ var (
 	PaymentKind     = Kind[payment.State]{Name: "payment", Registry: payment.Registry, Apply: payment.Apply}
 	EscrowKind      = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply}
 	CategoryKind    = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
+	// CategoryOrderKind is one stream per merchant environment
+	// (category.OrderKey).
+	CategoryOrderKind = Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder}
 )

@@ -1,4 +1,8 @@
-package main
+// Package redact hides the credentials and personal data of stored events
+// from what is shown outside the service: the operator's event export and
+// the API's audit trail (GET /v1/events). The rules live here once, so
+// both show the same.
+package redact
 
 import (
 	"encoding/json"
@@ -7,22 +11,22 @@ import (
 	"github.com/escrowd/escrowd/domain/customer"
 )
 
-// redacted replaces a credential in an export.
-const redacted = "[redacted]"
+// Redacted replaces a credential in an export or the audit trail.
+const Redacted = "[redacted]"
 
-// exportRedactions says, per event type, which top-level fields of the
+// Rules says, per event type, which top-level fields of the
 // event's data hold credentials or personal data an export must not carry
 // by default, and what they become. A new event type with such a field
 // must be added here (TestExportRedactionsCoverTheDomain checks the known
 // ones by decoding real events).
-var exportRedactions = map[string]map[string]func(json.RawMessage) (any, error){
+var Rules = map[string]map[string]func(json.RawMessage) (any, error){
 	"merchant.created":                {"signingSecrets": redactValues},
 	"merchant.signing_secret_rotated": {"secret": redactString},
 	"merchant.key_issued":             {"digest": redactString},
 	"customer.created":                {"bvn": maskBVN},
 }
 
-func redactString(json.RawMessage) (any, error) { return redacted, nil }
+func redactString(json.RawMessage) (any, error) { return Redacted, nil }
 
 // redactValues keeps an object's keys (which environments have a secret)
 // and hides the values.
@@ -33,7 +37,7 @@ func redactValues(raw json.RawMessage) (any, error) {
 	}
 	out := make(map[string]string, len(m))
 	for k := range m {
-		out[k] = redacted
+		out[k] = Redacted
 	}
 	return out, nil
 }
@@ -47,10 +51,10 @@ func maskBVN(raw json.RawMessage) (any, error) {
 	return customer.MaskBVN(s), nil
 }
 
-// redactData returns an event's data with its credentials replaced; data
+// Data returns an event's data with its credentials replaced; data
 // of other event types is returned unchanged.
-func redactData(typ string, data json.RawMessage) (json.RawMessage, error) {
-	rules, ok := exportRedactions[typ]
+func Data(typ string, data json.RawMessage) (json.RawMessage, error) {
+	rules, ok := Rules[typ]
 	if !ok {
 		return data, nil
 	}

@@ -1,4 +1,4 @@
-package main
+package redact
 
 import (
 	"encoding/json"
@@ -23,16 +23,16 @@ func TestRedactData(t *testing.T) {
 	cases := []struct {
 		ev       domain.Event
 		secrets  []string // must not appear in the export
-		redacted map[string]any
+		Redacted map[string]any
 	}{
 		{merchant.Created{MerchantID: "m1", Name: "Shop", Country: "NG", CreatedAt: now,
 			SigningSecrets: map[domain.Environment]string{domain.Test: "whsec_test_abc", domain.Live: "whsec_live_xyz"}},
 			[]string{"whsec_test_abc", "whsec_live_xyz"},
-			map[string]any{"signingSecrets": map[string]any{"test": redacted, "live": redacted}}},
+			map[string]any{"signingSecrets": map[string]any{"test": Redacted, "live": Redacted}}},
 		{merchant.SigningSecretRotated{Environment: domain.Live, Secret: "whsec_new"}, []string{"whsec_new"},
-			map[string]any{"secret": redacted}},
+			map[string]any{"secret": Redacted}},
 		{merchant.KeyIssued{Key: merchant.Key{ID: "k1", Digest: "deadbeef", Hint: "sk_test_…abcd"}, IssuedAt: now}, []string{"deadbeef"},
-			map[string]any{"digest": redacted}},
+			map[string]any{"digest": Redacted}},
 		{customer.Created{CustomerID: "c1", Firstname: "Ada", BVN: "12345678901", CreatedAt: now}, []string{"12345678901"},
 			map[string]any{"bvn": customer.MaskBVN("12345678901")}},
 		{customer.Created{CustomerID: "c2", Firstname: "Ada", CreatedAt: now}, nil, nil}, // no BVN: nothing to mask
@@ -47,7 +47,7 @@ func TestRedactData(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := redactData(c.ev.EventType(), raw)
+			got, err := Data(c.ev.EventType(), raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,18 +60,18 @@ func TestRedactData(t *testing.T) {
 			if err := json.Unmarshal(raw, &want); err != nil {
 				t.Fatal(err)
 			}
-			for k, v := range c.redacted {
+			for k, v := range c.Redacted {
 				want[k] = v
 			}
 			if err := json.Unmarshal(got, &have); err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(have, want) {
-				t.Fatalf("redacted %s\nwant %v", got, want)
+				t.Fatalf("Redacted %s\nwant %v", got, want)
 			}
 			// An event type without rules is exported exactly as stored,
 			// not re-encoded (key order, spacing, number forms kept).
-			if _, ruled := exportRedactions[c.ev.EventType()]; !ruled && string(got) != string(raw) {
+			if _, ruled := Rules[c.ev.EventType()]; !ruled && string(got) != string(raw) {
 				t.Fatalf("data without rules changed: %s, stored %s", got, raw)
 			}
 		})
@@ -79,11 +79,11 @@ func TestRedactData(t *testing.T) {
 	// Stored data of other types passes through byte for byte, even where
 	// it is not an object.
 	for _, raw := range []string{`{"z":1, "a":2.50}`, `[1]`, `null`} {
-		if got, err := redactData("wallet.posted", json.RawMessage(raw)); err != nil || string(got) != raw {
+		if got, err := Data("wallet.posted", json.RawMessage(raw)); err != nil || string(got) != raw {
 			t.Fatalf("wallet.posted %s exported as %s (%v)", raw, got, err)
 		}
 	}
-	if _, err := redactData("merchant.created", json.RawMessage(`[1]`)); err == nil {
+	if _, err := Data("merchant.created", json.RawMessage(`[1]`)); err == nil {
 		t.Fatal("data that is not an object was passed through")
 	}
 }
@@ -100,7 +100,7 @@ func TestExportRedactionsCoverTheDomain(t *testing.T) {
 				if !sensitive.MatchString(name) || allowed[name] {
 					continue
 				}
-				if _, ok := exportRedactions[typ][name]; !ok {
+				if _, ok := Rules[typ][name]; !ok {
 					t.Errorf("%s.%s looks sensitive and has no export redaction", typ, name)
 				}
 			}

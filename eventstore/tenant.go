@@ -1,0 +1,134 @@
+package eventstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Events name their tenant in their metadata (domain.Meta): the merchant
+// under MetaMerchantKey and the environment under MetaEnvironmentKey. A
+// store may index these keys (PostgreSQL does, migration 0014).
+const (
+	MetaMerchantKey    = "merchantId"
+	MetaEnvironmentKey = "environment"
+)
+
+// TenantFilter selects one merchant environment's events: those whose
+// metadata names both. Type, when set, is an exact event type, or a prefix
+// when it ends in "." ("escrow." is every escrow event). From and To, when
+// set, bound the time the event was recorded: From inclusive, To exclusive.
+type TenantFilter struct {
+	MerchantID  string
+	Environment string
+	Type        string
+	From, To    time.Time
+}
+
+// TypePrefix reports whether Type is a prefix rather than an exact type.
+func (f TenantFilter) TypePrefix() bool { return strings.HasSuffix(f.Type, ".") }
+
+// Matches reports whether e passes f (the reference semantics of
+// TenantReader, used by stores that scan).
+func (f TenantFilter) Matches(e RecordedEvent) bool {
+	switch {
+	case f.Type != "" && f.TypePrefix() && !strings.HasPrefix(e.Type, f.Type),
+		f.Type != "" && !f.TypePrefix() && e.Type != f.Type,
+		!f.From.IsZero() && e.RecordedAt.Before(f.From),
+		!f.To.IsZero() && !e.RecordedAt.Before(f.To):
+		return false
+	}
+	var meta map[string]json.RawMessage
+	if len(e.Metadata) == 0 || json.Unmarshal(e.Metadata, &meta) != nil {
+		return false
+	}
+	var m, env string
+	if json.Unmarshal(meta[MetaMerchantKey], &m) != nil || json.Unmarshal(meta[MetaEnvironmentKey], &env) != nil {
+		return false
+	}
+	return m == f.MerchantID && env == f.Environment
+}
+
+// TenantReader is implemented by stores that read one tenant's events
+// without scanning every other tenant's.
+type TenantReader interface {
+	// ReadTenant returns up to limit events matching f strictly after
+	// position after, in global order, skipping the first skip of them.
+	// As ReadAll, it never returns an event while an earlier one may still
+	// commit, so a reader advancing after by the last event returned sees
+	// every matching event exactly once.
+	ReadTenant(ctx context.Context, f TenantFilter, after Position, skip, limit int) ([]RecordedEvent, error)
+	// CountTenant counts the events matching f that ReadTenant can return.
+	CountTenant(ctx context.Context, f TenantFilter) (int64, error)
+}
+
+// ReadTenant reads a tenant's events through the store's TenantReader, or,
+// for a store without one, by scanning ReadAll: correct, but it reads
+// every tenant's events up to the page.
+func ReadTenant(ctx context.Context, s Store, f TenantFilter, after Position, skip, limit int) ([]RecordedEvent, error) {
+	if tr, ok := s.(TenantReader); ok {
+		return tr.ReadTenant(ctx, f, after, skip, limit)
+	}
+	var out []RecordedEvent
+	err := scanTenant(ctx, s, f, after, func(e RecordedEvent) bool {
+		if skip > 0 {
+			skip--
+			return true
+		}
+		out = append(out, e)
+		return len(out) < limit
+	})
+	return out, err
+}
+
+// CountTenant counts a tenant's events as ReadTenant does.
+func CountTenant(ctx context.Context, s Store, f TenantFilter) (int64, error) {
+	if tr, ok := s.(TenantReader); ok {
+		return tr.CountTenant(ctx, f)
+	}
+	var n int64
+	err := scanTenant(ctx, s, f, Start, func(RecordedEvent) bool { n++; return true })
+	return n, err
+}
+
+// scanTenant calls each with the events matching f after position after,
+// in order, until it returns false or the log ends.
+func scanTenant(ctx context.Context, s Store, f TenantFilter, after Position, each func(RecordedEvent) bool) error {
+	const page = 1000
+	for {
+		events, err := s.ReadAll(ctx, after, page)
+		if err != nil {
+			return err
+		}
+		for _, e := range events {
+			if f.Matches(e) && !each(e) {
+				return nil
+			}
+		}
+		if len(events) < page {
+			return nil
+		}
+		after = events[len(events)-1].Position
+	}
+}
+
+// ParsePosition reads a position as String writes it ("commit/prepare");
+// "0" is Start.
+func ParsePosition(s string) (Position, error) {
+	if s == "0" {
+		return Start, nil
+	}
+	c, p, ok := strings.Cut(s, "/")
+	if !ok {
+		return Position{}, fmt.Errorf("position %q is not commit/prepare", s)
+	}
+	commit, err1 := strconv.ParseUint(c, 10, 64)
+	prepare, err2 := strconv.ParseUint(p, 10, 64)
+	if err1 != nil || err2 != nil {
+		return Position{}, fmt.Errorf("position %q is not commit/prepare", s)
+	}
+	return Position{Commit: commit, Prepare: prepare}, nil
+}
