@@ -124,6 +124,7 @@ var eventKinds = map[string]domain.Registry{
 	app.ReservationKind.Name: app.ReservationKind.Registry, app.WhitelistKind.Name: app.WhitelistKind.Registry,
 	app.WalletKind.Name: app.WalletKind.Registry, app.PaymentKind.Name: app.PaymentKind.Registry,
 	app.EscrowKind.Name: app.EscrowKind.Registry, app.CategoryKind.Name: app.CategoryKind.Registry,
+	app.CheckoutKind.Name: app.CheckoutKind.Registry,
 }
 
 // eventsDecodeAsEncodingJSONDoes: every aggregate event the test stored

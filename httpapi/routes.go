@@ -11,4 +11,5 @@ func (s *Server) routes() {
 	s.categoryRoutes()
 	s.fileRoutes()
 	s.webhookRoutes()
+	s.checkoutRoutes()
 }

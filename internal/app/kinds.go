@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/escrowd/escrowd/domain/category"
+	"github.com/escrowd/escrowd/domain/checkout"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -20,4 +21,5 @@ var (
 	PaymentKind     = Kind[payment.State]{Name: "payment", Registry: payment.Registry, Apply: payment.Apply}
 	EscrowKind      = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply}
 	CategoryKind    = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
+	CheckoutKind    = Kind[checkout.State]{Name: "checkout", Registry: checkout.Registry, Apply: checkout.Apply}
 )
