@@ -17,9 +17,12 @@ run: build
 	  exec env ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) serve
 
 # The whole suite: vet, unit, conformance, concurrency and end-to-end HTTP
-# tests, all under the race detector, against a real PostgreSQL.
+# tests, all under the race detector, against a real PostgreSQL. The
+# checkout page's browser tests need headless Chromium: scripts/chromium.sh
+# installs Debian's package when it is missing (as root; otherwise they skip).
 test:
-	@export DATABASE_URL="$(DBURL)" && \
+	@scripts/chromium.sh >/dev/null && \
+	  export DATABASE_URL="$(DBURL)" && \
 	  $(GO) vet ./... && \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 
