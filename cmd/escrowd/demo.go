@@ -49,6 +49,10 @@ func cmdDemo(ctx context.Context, cfg Config, env *cliEnv, args []string) error 
 		}
 	}
 	base := cfg.PublicURL
+	checkoutLink, err := demoCheckoutLink(ctx, cfg, env, out.MerchantID)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(env.Stdout, `
 Demo merchant %s (business, NG), keys kept in %s
   test super-admin key: %s
@@ -71,5 +75,6 @@ Webhooks: run a local receiver in another terminal, then point the demo merchant
 
 `, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test], base, sa, base, std,
 		out.SigningSecrets[domain.Test], base, sa, out.MerchantID, base, sa)
+	fmt.Fprintf(env.Stdout, "Hosted checkout: open this link in a browser and pay a demo escrow as a demo buyer:\n  %s\n\n", checkoutLink)
 	return nil
 }
