@@ -27,7 +27,11 @@ type checkoutFixture struct {
 
 func newCheckoutFixture(t *testing.T, funds float64) *checkoutFixture {
 	t.Helper()
-	h := newHarness(t)
+	return newCheckoutFixtureOn(t, newHarness(t), funds)
+}
+
+func newCheckoutFixtureOn(t *testing.T, h *harness, funds float64) *checkoutFixture {
+	t.Helper()
 	f := &checkoutFixture{h: h, clock: &atomic.Int64{}}
 	h.svc.Engine.Now = func() time.Time { return time.Now().UTC().Add(time.Duration(f.clock.Load())) }
 	f.seller = h.createCustomer(h.sa(), "seller@x.com", "08035550001")
@@ -338,4 +342,35 @@ func TestCheckoutRefusesChangedTotal(t *testing.T) {
 		t.Fatalf("pay with the old total: %d %s", p.status, p.body)
 	}
 	f.h.expectWallet(f.buyer, 20000, 0)
+}
+
+// Paying on the page is PayEscrows itself: the merchant hears of it by the
+// same webhooks as of a payment through the API, once each.
+func TestCheckoutSendsThePaymentsWebhooks(t *testing.T) {
+	h := newWebhookHarness(t)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL + "/hooks"}}).
+		expect(t, 200, "Webhook updated successfully")
+	f := newCheckoutFixtureOn(t, h, 20000)
+	f.open(t, nil)
+	if p := f.post(t, "pay", f.form(t)); p.status != 200 {
+		t.Fatalf("pay: %d %s", p.status, p.body)
+	}
+	counts := map[string]int{}
+	for _, hit := range h.allWebhooks(rc) {
+		switch hit.Event {
+		case "escrow.ongoing":
+			if hit.Data["paymentToken"] != f.token || hit.Data["buyerId"] != f.buyer {
+				t.Errorf("escrow.ongoing %v", hit.Data)
+			}
+		case "payment.escrow.success":
+			if hit.Data["reference"] != "checkout_"+f.sessionID || hit.Data["amount"] != 10750.0 {
+				t.Errorf("payment.escrow.success %v", hit.Data)
+			}
+		}
+		counts[hit.Event]++
+	}
+	if counts["escrow.ongoing"] != 1 || counts["payment.escrow.success"] != 1 {
+		t.Fatalf("webhooks %v: want escrow.ongoing and payment.escrow.success once each", counts)
+	}
 }
