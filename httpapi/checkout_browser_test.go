@@ -68,8 +68,7 @@ func screenshot(t *testing.T, tab context.Context, name string) {
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
-	path, _ := filepath.Abs(filepath.Join(dir, t.Name()+"-"+name+".png"))
-	path = strings.ReplaceAll(path, string(filepath.Separator)+"Test", string(filepath.Separator)+"Test") // keep subtests flat below
+	path, _ := filepath.Abs(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+name+".png"))
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}

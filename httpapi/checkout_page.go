@@ -111,23 +111,23 @@ func deliveryInWords(t escrow.Terms) string {
 
 // pageData is what the templates render.
 type pageData struct {
-	Title      string
-	ID         string
-	Token      string
-	View       app.CheckoutView
-	Delivery   string
-	BuyerFee   money.Amount
-	Total      money.Amount
-	CanPay     bool
-	Deposit    *payment.TestAccount
-	DepositRef string
-	Live       bool
-	Error      string
-	Receipt    *ledger.Record
-	ReturnURL  string // successUrl with the reference and payment token
-	CancelURL  string
-	Status     checkout.Status
-	ExpiresAt  time.Time
+	Title       string
+	ID          string
+	Token       string
+	View        app.CheckoutView
+	Delivery    string
+	Total       money.Amount
+	CanPay      bool
+	Deposit     *payment.TestAccount
+	DepositRef  string
+	Live        bool
+	Error       string
+	Receipt     *ledger.Record
+	AlreadyPaid bool   // the receipt of an earlier visit's payment
+	ReturnURL   string // successUrl with the reference and payment token
+	CancelURL   string
+	Status      checkout.Status
+	ExpiresAt   time.Time
 }
 
 func (s *Server) renderPage(c echo.Context, status int, name string, d pageData) error {
@@ -191,11 +191,11 @@ func (s *Server) checkoutPageFor(c echo.Context, id, problem string) error {
 	}
 	st := v.Session
 	d := pageData{ID: st.ID, Token: st.FormToken, View: v, Delivery: deliveryInWords(v.Escrow.Terms),
-		BuyerFee: v.Escrow.BuyerFee(), Total: v.Escrow.Due(), Status: st.StatusAt(s.app.Engine.Now()),
+		Total: v.Escrow.Due(), Status: st.StatusAt(s.app.Engine.Now()),
 		ExpiresAt: st.ExpiresAt, Live: st.Environment == domain.Live, Error: problem}
 	switch d.Status {
 	case checkout.Complete:
-		d.Title, d.Receipt = "Already paid", v.Payment
+		d.Title, d.Receipt, d.AlreadyPaid = "Already paid", v.Payment, true
 		if v.Payment != nil {
 			d.ReturnURL = successURL(st, v.Payment.Reference, paidToken(v.Payment, st))
 		}
@@ -208,11 +208,12 @@ func (s *Server) checkoutPageFor(c echo.Context, id, problem string) error {
 		return s.renderPage(c, http.StatusGone, "ended.html", d)
 	}
 	d.Title = "Pay " + naira(d.Total) + " to " + v.Merchant.Name
-	if v.Escrow.Status.Phase() != escrow.AwaitingPayment && problem == "" {
-		d.Error = "This escrow can no longer be paid."
+	payable := v.Escrow.Exists() && v.Escrow.Status.Phase() == escrow.AwaitingPayment
+	if !payable && problem == "" {
+		d.Error = "This escrow can no longer be paid. Nothing was charged; ask the merchant for a new checkout link."
 	}
-	d.CanPay = v.Shortfall == 0
-	if !d.CanPay && !d.Live {
+	d.CanPay = payable && v.Shortfall == 0
+	if payable && !d.CanPay && !d.Live {
 		res, err := s.app.CheckoutDeposit(ctx, id, v.Shortfall)
 		if err != nil {
 			return s.checkoutError(c, err)

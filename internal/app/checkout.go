@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
@@ -28,6 +29,8 @@ const MinCheckoutDeposit = money.Amount(100_00)
 // NewCheckoutID returns a session id: "cs_" and rand.Text's 26 base32
 // characters, 130 random bits, so the page's URL cannot be guessed.
 func NewCheckoutID() string { return "cs_" + rand.Text() }
+
+var checkoutID = regexp.MustCompile(`^cs_[A-Z2-7]{26}$`)
 
 // CheckoutRequest is a session to open, after decoding.
 type CheckoutRequest struct {
@@ -103,7 +106,7 @@ func (s *Service) OwnCheckout(ctx context.Context, a Actor, id string) (checkout
 // Checkout reads a session by its id alone (the page has no key: the
 // unguessable id is the buyer's access).
 func (s *Service) Checkout(ctx context.Context, id string) (checkout.State, error) {
-	if !strings.HasPrefix(id, "cs_") {
+	if !checkoutID.MatchString(id) {
 		return checkout.State{}, checkout.ErrNotFound // not a session id: no store read
 	}
 	st, _, err := Load(ctx, s.Engine, CheckoutKind, id)
