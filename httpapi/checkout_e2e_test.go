@@ -374,3 +374,30 @@ func TestCheckoutSendsThePaymentsWebhooks(t *testing.T) {
 		t.Fatalf("webhooks %v: want escrow.ongoing and payment.escrow.success once each", counts)
 	}
 }
+
+// A buyer blocked after the session opened sees why on the page and
+// cannot pay there, whether the wallet covers the total or not.
+func TestCheckoutBlockedBuyer(t *testing.T) {
+	f := newCheckoutFixture(t, 20000)
+	f.open(t, nil)
+	form := f.form(t)
+	f.h.do(req{method: "PUT", path: "/v1/customer/block/" + f.buyer, key: f.h.sa(), body: map[string]any{"reason": "fraud"}}).
+		expect(t, 200, "Customer blocked successfully")
+	p := f.post(t, "pay", form)
+	if p.status != 401 || !strings.Contains(p.body, "Your account is disabled") {
+		t.Fatalf("pay of a blocked buyer: %d %s", p.status, p.body)
+	}
+	if st := f.escrowStatus(t); st != "PENDING" {
+		t.Fatalf("escrow %s after a blocked buyer's click", st)
+	}
+	// Short of the total in test, the page would stage a deposit: for a
+	// blocked buyer it says why instead.
+	short := newCheckoutFixture(t, 1000)
+	short.open(t, nil)
+	short.h.do(req{method: "PUT", path: "/v1/customer/block/" + short.buyer, key: short.h.sa(), body: map[string]any{"reason": "fraud"}}).
+		expect(t, 200, "Customer blocked successfully")
+	g := short.get(t, "/checkout/"+short.sessionID)
+	if g.status != 200 || !strings.Contains(g.body, "Your account is disabled") || strings.Contains(g.body, `id="topup"`) {
+		t.Fatalf("page of a blocked buyer short of funds: %d %s", g.status, g.body)
+	}
+}

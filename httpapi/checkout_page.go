@@ -169,30 +169,38 @@ func (s *Server) checkoutError(c echo.Context, err error) error {
 	case errors.Is(err, checkout.ErrNotFound):
 		return s.renderPage(c, http.StatusNotFound, "notfound.html", pageData{Title: "Checkout not found"})
 	case errors.Is(err, checkout.ErrExpired), errors.Is(err, checkout.ErrCancelled), errors.Is(err, checkout.ErrUsed):
-		return s.checkoutPageFor(c, c.Param("id"), "")
+		return s.checkoutPageFor(c, c.Param("id"), nil)
 	}
-	return s.checkoutPageFor(c, c.Param("id"), de.Message)
+	return s.checkoutPageFor(c, c.Param("id"), de)
 }
 
 func (s *Server) checkoutPage(c echo.Context) error {
-	return s.checkoutPageFor(c, c.Param("id"), "")
+	return s.checkoutPageFor(c, c.Param("id"), nil)
 }
 
-// checkoutPageFor renders session id as it is now, with problem shown on
-// an open session's page.
-func (s *Server) checkoutPageFor(c echo.Context, id, problem string) error {
+// checkoutPageFor renders session id as it is now, with problem (when not
+// nil) shown on an open session's page under problem's status. It never
+// calls checkoutError, which calls it.
+func (s *Server) checkoutPageFor(c echo.Context, id string, problem *domain.Error) error {
 	ctx := c.Request().Context()
 	v, err := s.app.CheckoutPage(ctx, id)
 	if errors.Is(err, checkout.ErrNotFound) {
 		return s.renderPage(c, http.StatusNotFound, "notfound.html", pageData{Title: "Checkout not found"})
 	}
 	if err != nil {
-		return s.checkoutError(c, err)
+		s.log.Error("checkout page failed", errField(err), reqField(c))
+		return s.renderPage(c, http.StatusInternalServerError, "problem.html", pageData{Title: "Something went wrong",
+			Error: "Something went wrong on our side. Nothing was paid. Please try again in a moment."})
+	}
+	status := http.StatusOK
+	message := ""
+	if problem != nil {
+		status, message = statusOf(problem.Code), problem.Message
 	}
 	st := v.Session
 	d := pageData{ID: st.ID, Token: st.FormToken, View: v, Delivery: deliveryInWords(v.Escrow.Terms),
 		Total: v.Escrow.Due(), Status: st.StatusAt(s.app.Engine.Now()),
-		ExpiresAt: st.ExpiresAt, Live: st.Environment == domain.Live, Error: problem}
+		ExpiresAt: st.ExpiresAt, Live: st.Environment == domain.Live, Error: message}
 	switch d.Status {
 	case checkout.Complete:
 		d.Title, d.Receipt, d.AlreadyPaid = "Already paid", v.Payment, true
@@ -209,20 +217,23 @@ func (s *Server) checkoutPageFor(c echo.Context, id, problem string) error {
 	}
 	d.Title = "Pay " + naira(d.Total) + " to " + v.Merchant.Name
 	payable := v.Escrow.Exists() && v.Escrow.Status.Phase() == escrow.AwaitingPayment
-	if !payable && problem == "" {
+	if !payable && problem == nil {
 		d.Error = "This escrow can no longer be paid. Nothing was charged; ask the merchant for a new checkout link."
 	}
 	d.CanPay = payable && v.Shortfall == 0
 	if payable && !d.CanPay && !d.Live {
 		res, err := s.app.CheckoutDeposit(ctx, id, v.Shortfall)
-		if err != nil {
+		var de *domain.Error
+		switch {
+		case errors.As(err, &de): // a blocked buyer, payments not configured: say so, offer nothing
+			if d.Error == "" {
+				d.Error = de.Message
+			}
+		case err != nil:
 			return s.checkoutError(c, err)
+		default:
+			d.Deposit, d.DepositRef = res.TestAccount, res.Record.Reference
 		}
-		d.Deposit, d.DepositRef = res.TestAccount, res.Record.Reference
-	}
-	status := http.StatusOK
-	if problem != "" {
-		status = http.StatusBadRequest
 	}
 	return s.renderPage(c, status, "checkout.html", d)
 }
@@ -317,5 +328,5 @@ func (s *Server) checkoutCancel(c echo.Context) error {
 	if _, err := s.app.CancelCheckout(c.Request().Context(), c.Param("id")); err != nil {
 		return s.checkoutError(c, err)
 	}
-	return s.checkoutPageFor(c, c.Param("id"), "")
+	return s.checkoutPageFor(c, c.Param("id"), nil)
 }
