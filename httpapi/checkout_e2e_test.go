@@ -27,7 +27,9 @@ type checkoutFixture struct {
 
 func newCheckoutFixture(t *testing.T, funds float64) *checkoutFixture {
 	t.Helper()
-	return newCheckoutFixtureOn(t, newHarness(t), funds)
+	// Reads wait up to 30 s for the read models: these tests share the
+	// machine with browsers, and a busy projector must not fail them.
+	return newCheckoutFixtureOn(t, startHarnessWith(t, harnessOptions{waitTimeout: 30 * time.Second}, nil), funds)
 }
 
 func newCheckoutFixtureOn(t *testing.T, h *harness, funds float64) *checkoutFixture {
