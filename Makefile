@@ -18,9 +18,12 @@ run: build
 	  exec env ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) serve
 
 # The whole suite: vet, unit, conformance, concurrency and end-to-end HTTP
-# tests, all under the race detector, against a real PostgreSQL.
+# tests, all under the race detector, against a real PostgreSQL. The
+# checkout page's browser tests need headless Chromium: scripts/chromium.sh
+# installs Debian's package when it is missing (as root; otherwise they skip).
 test:
-	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
+	@scripts/chromium.sh >/dev/null && \
+	  DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
 	  $(GO) vet ./... && \
 	  $(GO) test -race -count=1 -timeout 20m ./...
 

@@ -125,6 +125,7 @@ var eventKinds = map[string]domain.Registry{
 	app.WalletKind.Name: app.WalletKind.Registry, app.PaymentKind.Name: app.PaymentKind.Registry,
 	app.EscrowKind.Name: app.EscrowKind.Registry, app.CategoryKind.Name: app.CategoryKind.Registry,
 	app.CategoryOrderKind.Name: app.CategoryOrderKind.Registry,
+	app.CheckoutKind.Name:      app.CheckoutKind.Registry,
 }
 
 // eventsDecodeAsEncodingJSONDoes: every aggregate event the test stored

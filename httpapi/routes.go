@@ -14,4 +14,5 @@ func (s *Server) routes() {
 	s.webhookRoutes()
 	s.docRoutes()
 	s.eventRoutes()
+	s.checkoutRoutes()
 }

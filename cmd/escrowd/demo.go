@@ -61,6 +61,10 @@ func demo(ctx context.Context, cfg Config, env *cliEnv) error {
 		}
 	}
 	base := cfg.PublicURL
+	checkoutLink, err := demoCheckoutLink(ctx, cfg, env, out.MerchantID)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(env.Stdout, `
 Demo merchant %s (business, NG), keys kept in %s
   test super-admin key: %s
@@ -89,6 +93,7 @@ Webhooks: run a local receiver in another terminal, then point the demo merchant
 `, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test],
 		shellQuote(pasteableURL(cfg.DatabaseURL)), sa, std, base, rateLimit(cfg.RateLimitPerMinute),
 		out.SigningSecrets[domain.Test], base, sa, out.MerchantID, base, sa)
+	fmt.Fprintf(env.Stdout, "Hosted checkout: open this link in a browser and pay a demo escrow as a demo buyer:\n  %s\n\n", checkoutLink)
 	return nil
 }
 

@@ -254,6 +254,14 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 // none. A repeated request with the same reference returns the stored
 // outcome and moves nothing.
 func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms customer.Permissions, in EscrowPayment) (PaymentResult, error) {
+	return s.payEscrows(ctx, a, buyerID, perms, in, nil)
+}
+
+// payEscrows is PayEscrows whose new payment also runs also in the same
+// tx, so that what also records (a checkout session's payment) is in the
+// payment's one atomic append, and its refusal refuses the payment.
+func (s *Service) payEscrows(ctx context.Context, a Actor, buyerID string, perms customer.Permissions, in EscrowPayment,
+	also func(tx *Tx, p payment.State) error) (PaymentResult, error) {
 	var out PaymentResult
 	if !perms.CanBuy {
 		return out, ErrAccessDenied
@@ -288,6 +296,9 @@ func (s *Service) PayEscrows(ctx context.Context, a Actor, buyerID string, perms
 		}
 		p, out.Escrows, err = s.fundEscrows(tx, a, stream, p)
 		out.Record = p.Record
+		if err == nil && also != nil {
+			err = also(tx, p)
+		}
 		return err
 	})
 	if err != nil {

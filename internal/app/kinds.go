@@ -2,6 +2,7 @@ package app
 
 import (
 	"github.com/escrowd/escrowd/domain/category"
+	"github.com/escrowd/escrowd/domain/checkout"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -23,4 +24,5 @@ var (
 	// CategoryOrderKind is one stream per merchant environment
 	// (category.OrderKey).
 	CategoryOrderKind = Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder}
+	CheckoutKind      = Kind[checkout.State]{Name: "checkout", Registry: checkout.Registry, Apply: checkout.Apply}
 )

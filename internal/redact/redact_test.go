@@ -10,6 +10,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
+	"github.com/escrowd/escrowd/domain/checkout"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -94,7 +95,7 @@ func TestExportRedactionsCoverTheDomain(t *testing.T) {
 	sensitive := regexp.MustCompile(`(?i)secret|digest|bvn|password|private|mnemonic|token`)
 	allowed := map[string]bool{"paymentToken": true} // a public link id, not a credential
 	for _, reg := range []domain.Registry{merchant.Registry, customer.Registry, customer.ReservationRegistry, wallet.Registry,
-		payment.Registry, escrow.Registry, category.Registry, whitelist.Registry} {
+		payment.Registry, escrow.Registry, category.Registry, category.OrderRegistry, whitelist.Registry, checkout.Registry} {
 		for typ, ctor := range reg {
 			for _, name := range jsonFields(reflect.TypeOf(ctor()).Elem()) {
 				if !sensitive.MatchString(name) || allowed[name] {

@@ -1,0 +1,151 @@
+package checkout
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/domaintest"
+)
+
+var now = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+
+func draft() Draft {
+	return Draft{ID: "cs1", FormToken: "tok", MerchantID: "m1", Environment: domain.Test, EscrowID: "e1",
+		PaymentToken: "PT_X", CustomerID: "b1", AmountDue: 1_025_00, SuccessURL: "https://shop.example/ok"}
+}
+
+func opened(t *testing.T, minutes int) State {
+	t.Helper()
+	d := draft()
+	d.ExpiresInMinutes = minutes
+	ev, err := OpenSession(State{}, d, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Apply(State{}, ev)
+}
+
+func TestOpenSession(t *testing.T) {
+	tests := []struct {
+		name    string
+		edit    func(*Draft)
+		expires time.Time
+		wantErr error
+	}{
+		{name: "default lifetime is 60 minutes", expires: now.Add(time.Hour)},
+		{name: "shortest lifetime", edit: func(d *Draft) { d.ExpiresInMinutes = 5 }, expires: now.Add(5 * time.Minute)},
+		{name: "longest lifetime", edit: func(d *Draft) { d.ExpiresInMinutes = 1440 }, expires: now.Add(24 * time.Hour)},
+		{name: "too short", edit: func(d *Draft) { d.ExpiresInMinutes = 4 }, wantErr: ErrBadLifetime},
+		{name: "too long", edit: func(d *Draft) { d.ExpiresInMinutes = 1441 }, wantErr: ErrBadLifetime},
+		{name: "negative", edit: func(d *Draft) { d.ExpiresInMinutes = -1 }, wantErr: ErrBadLifetime},
+		{name: "no escrow", edit: func(d *Draft) { d.EscrowID = "" }, wantErr: ErrMissingEscrow},
+		{name: "no buyer", edit: func(d *Draft) { d.CustomerID = "" }, wantErr: ErrMissingCustomer},
+		{name: "javascript success URL", edit: func(d *Draft) { d.SuccessURL = "javascript:alert(1)" }, wantErr: ErrBadSuccessURL},
+		{name: "relative success URL", edit: func(d *Draft) { d.SuccessURL = "/ok" }, wantErr: ErrBadSuccessURL},
+		{name: "success URL with credentials", edit: func(d *Draft) { d.SuccessURL = "https://u:p@shop.example/" }, wantErr: ErrBadSuccessURL},
+		{name: "cancel URL other scheme", edit: func(d *Draft) { d.CancelURL = "ftp://shop.example/" }, wantErr: ErrBadCancelURL},
+		{name: "no return URLs at all", edit: func(d *Draft) { d.SuccessURL, d.CancelURL = "", "" }, expires: now.Add(time.Hour)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := draft()
+			if tt.edit != nil {
+				tt.edit(&d)
+			}
+			ev, err := OpenSession(State{}, d, now)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if !ev.ExpiresAt.Equal(tt.expires) || ev.At != now || ev.FormToken != "tok" || ev.AmountDue != d.AmountDue {
+				t.Fatalf("opened %+v", ev)
+			}
+			if got := Apply(State{}, ev).StatusAt(now); got != Open {
+				t.Fatalf("status %s", got)
+			}
+		})
+	}
+	if _, err := OpenSession(opened(t, 0), draft(), now); !errors.Is(err, ErrAlreadyOpened) {
+		t.Fatalf("reopen: %v", err)
+	}
+}
+
+func TestPayAndCancel(t *testing.T) {
+	open := opened(t, 10)
+	paid := Apply(open, Paid{Reference: Reference("cs1"), PaymentID: "p1", At: now.Add(time.Minute)})
+	cancelled := Apply(open, CancelledByBuyer{At: now.Add(time.Minute)})
+	tests := []struct {
+		name    string
+		s       State
+		at      time.Time
+		wantErr error
+		status  Status
+	}{
+		{name: "open pays", s: open, at: now.Add(9 * time.Minute), status: Open},
+		{name: "last instant before expiry pays", s: open, at: now.Add(10*time.Minute - time.Nanosecond), status: Open},
+		{name: "expires at ExpiresAt exactly", s: open, at: now.Add(10 * time.Minute), wantErr: ErrExpired, status: Expired},
+		{name: "expired long ago", s: open, at: now.Add(48 * time.Hour), wantErr: ErrExpired, status: Expired},
+		{name: "single use", s: paid, at: now.Add(2 * time.Minute), wantErr: ErrUsed, status: Complete},
+		{name: "paid stays complete after expiry", s: paid, at: now.Add(time.Hour), wantErr: ErrUsed, status: Complete},
+		{name: "cancelled", s: cancelled, at: now.Add(2 * time.Minute), wantErr: ErrCancelled, status: Cancelled},
+		{name: "cancelled stays cancelled after expiry", s: cancelled, at: now.Add(time.Hour), wantErr: ErrCancelled, status: Cancelled},
+		{name: "unknown", s: State{}, at: now, wantErr: ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.status != "" {
+				if got := tt.s.StatusAt(tt.at); got != tt.status {
+					t.Fatalf("status %s, want %s", got, tt.status)
+				}
+			}
+			ev, err := Pay(tt.s, "p2", tt.at)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("pay: err = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil {
+				if ev.Reference != "checkout_cs1" || ev.PaymentID != "p2" || ev.At != tt.at {
+					t.Fatalf("paid %+v", ev)
+				}
+				if got := Apply(tt.s, ev).StatusAt(tt.at); got != Complete {
+					t.Fatalf("after pay: %s", got)
+				}
+			}
+			cev, err := Cancel(tt.s, tt.at)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("cancel: err = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil {
+				if got := Apply(tt.s, cev).StatusAt(tt.at); got != Cancelled {
+					t.Fatalf("after cancel: %s", got)
+				}
+				if _, err := Pay(Apply(tt.s, cev), "p3", tt.at); !errors.Is(err, ErrCancelled) {
+					t.Fatalf("pay after cancel: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestErrorsAreGoneOrNotFound(t *testing.T) {
+	for _, err := range []error{ErrExpired, ErrUsed, ErrCancelled} {
+		if domain.ErrorCode(err) != domain.Gone {
+			t.Errorf("%v: %s, want gone (410)", err, domain.ErrorCode(err))
+		}
+	}
+	if domain.ErrorCode(ErrNotFound) != domain.NotFound {
+		t.Errorf("not found: %s", domain.ErrorCode(ErrNotFound))
+	}
+}
+
+func TestEventsRoundTrip(t *testing.T) {
+	o, err := OpenSession(State{}, draft(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	domaintest.RoundTrip(t, Registry, o, Paid{Reference: "checkout_cs1", PaymentID: "p", At: now},
+		CancelledByBuyer{At: now})
+}
