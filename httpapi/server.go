@@ -166,6 +166,7 @@ func New(cfg Config, d Deps) *Server {
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true}))
 	e.Use(s.requestLog)
 	e.Use(s.metrics.Middleware())
+	e.Use(textGuard)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", MetricsHandler(reg))
@@ -371,4 +372,25 @@ func errField(err error) zap.Field { return zap.Error(err) }
 
 func reqField(c echo.Context) zap.Field {
 	return zap.String("path", c.Request().Method+" "+c.Request().URL.Path)
+}
+
+// Limits bound what one connection may hold of the server: how long it may
+// take to send its headers and its whole request, how long its answer and
+// an idle keep-alive may take, and how large its headers may be. A slow or
+// silent client is cut off instead of holding a connection, a goroutine and
+// its buffers for ever; request bodies are bounded per route (bodyLimit).
+type Limits struct {
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxHeaderBytes                                            int
+}
+
+// DefaultLimits are the limits of `escrowd serve`.
+var DefaultLimits = Limits{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+	WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: maxHeaderBytes}
+
+// HTTPServer is the http.Server that serves the API on addr within l.
+func (s *Server) HTTPServer(addr string, l Limits) *http.Server {
+	return &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout: l.ReadTimeout, WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
+		MaxHeaderBytes: l.MaxHeaderBytes}
 }
