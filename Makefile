@@ -11,8 +11,11 @@ DBURL  = $${DATABASE_URL:-$$(scripts/pg.sh start)}
 build:
 	$(GO) build -o $(BIN) ./cmd/escrowd
 
+# Local trials deliver webhooks to receivers on this machine, which the
+# service refuses by default (api-decisions §5).
 run: build
 	@export DATABASE_URL="$(DBURL)" && \
+	  export ESCROW_WEBHOOK_ALLOW_PRIVATE=$${ESCROW_WEBHOOK_ALLOW_PRIVATE:-true} && \
 	  ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) demo && \
 	  exec env ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) serve
 

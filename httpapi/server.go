@@ -61,8 +61,8 @@ type Config struct {
 	// ./.data).
 	PublicURL string
 	DataDir   string
-	// WebhookAllowPrivate lets live callback URLs resolve to private or
-	// loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
+	// WebhookAllowPrivate lets callback URLs of either environment resolve
+	// to private or loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
 	WebhookAllowPrivate bool
 }
 
