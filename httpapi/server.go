@@ -9,6 +9,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -358,7 +360,7 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		s.log.Info("request",
 			zap.String("method", c.Request().Method),
 			zap.String("route", c.Path()),
-			zap.String("path", c.Request().URL.Path),
+			zap.String("path", redactKeys(c.Request().URL.Path)),
 			zap.Int("status", res.Status),
 			zap.Int64("bytes", res.Size),
 			zap.Duration("duration", time.Since(start)),
@@ -371,7 +373,20 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 func errField(err error) zap.Field { return zap.Error(err) }
 
 func reqField(c echo.Context) zap.Field {
-	return zap.String("path", c.Request().Method+" "+c.Request().URL.Path)
+	return zap.String("path", c.Request().Method+" "+redactKeys(c.Request().URL.Path))
+}
+
+// loggedKey is anything shaped like an API key (or its start): a client
+// that puts its key in a path, by mistake or to probe, must not have it
+// written to the logs.
+var loggedKey = regexp.MustCompile(`sk_(test|live)_[0-9A-Za-z]*`)
+
+// redactKeys hides API keys in text bound for the logs.
+func redactKeys(s string) string {
+	if !strings.Contains(s, "sk_") {
+		return s
+	}
+	return loggedKey.ReplaceAllString(s, "sk_${1}_[redacted]")
 }
 
 // Limits bound what one connection may hold of the server: how long it may
