@@ -32,13 +32,25 @@ bench:
 	@export DATABASE_URL="$(DBURL)" && \
 	  $(GO) test -run '^$$' -bench "$${BENCH:-.}" $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 30m ./bench/
 
-# Go fuzzes one target per invocation, so each runs for $(FUZZTIME) in turn.
+# Go fuzzes one target per invocation, so each runs for $(FUZZTIME) in turn
+# (FUZZFLAGS adds flags, e.g. -parallel 1). The request fuzzers drive the
+# real API on a database of their own, as the tests do. Inputs worth
+# keeping go under the package's testdata/fuzz/<target>/, which plain
+# `go test` replays.
 FUZZTIME ?= 20s
+FUZZ_TARGETS := \
+	./domain/reference/:FuzzNormalizePhone ./domain/reference/:FuzzValidNUBAN \
+	./domain/money/:FuzzParse ./httpapi/:FuzzParseDateBound ./httpapi/:FuzzFingerprintStreaming \
+	./httpapi/:FuzzCustomerBodies ./httpapi/:FuzzEscrowBodies ./httpapi/:FuzzPaymentBodies \
+	./httpapi/:FuzzCategoryBodies ./httpapi/:FuzzMerchantBodies ./httpapi/:FuzzMultipartBodies \
+	./httpapi/:FuzzQueryParameters ./httpapi/:FuzzPathParameters ./httpapi/:FuzzRequestHeaders
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzNormalizePhone$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
-	  $(GO) test -run '^$$' -fuzz '^FuzzValidNUBAN$$' -fuzztime $(FUZZTIME) ./domain/reference/ && \
-	  $(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./domain/money/ && \
-	  $(GO) test -run '^$$' -fuzz '^FuzzFingerprintStreaming$$' -fuzztime $(FUZZTIME) ./httpapi/
+	@export DATABASE_URL="$(DBURL)" && \
+	  for t in $(FUZZ_TARGETS); do \
+	    pkg=$${t%%:*}; name=$${t##*:}; \
+	    echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg || exit 1; \
+	  done
 
 db-start:
 	@scripts/pg.sh start
