@@ -52,7 +52,7 @@ type matrixRow struct {
 
 // paramKinds are the id kinds of path parameters by name.
 var paramKinds = map[string]string{"customerId": "customerId", "paymentToken": "paymentToken", "escrowId": "escrowId",
-	"id": "categoryId", "addressId": "addressId", "phone": "phone", "name": "fileName"}
+	"id": "categoryId", "addressId": "addressId", "phone": "phone", "name": "fileName", "milestoneId": "milestoneId"}
 
 var tenancyMatrix = map[string]matrixRow{
 	"GET /healthz":                        {public: "liveness probe: no data"},
@@ -199,6 +199,8 @@ func setUpTenant(t *testing.T, h *harness, name string, m *tenantKeys, n int) *t
 	tn.ids["addressId"] = wl.obj()["id"].(string)
 	tn.ids["deliveryId"] = "00000000-0000-7000-8000-00000000000" + fmt.Sprint(n)
 	tn.ids["fileName"] = "none.png"
+	// Until the victims have milestone escrows, a well-formed id of none.
+	tn.ids["milestoneId"] = "00000000-0000-7000-8000-0000000000a" + fmt.Sprint(n)
 	tn.ids["webhookURL"] = m.webhookURL
 	if m.webhookURL != "" {
 		do(req{method: "PUT", path: "/v1/merchant/webhook", body: map[string]any{"url": m.webhookURL}}).expect(t, 200, "")
@@ -287,8 +289,8 @@ func TestTenancyMatrix(t *testing.T) {
 					if k, ok := row.params[p]; ok {
 						kind = k
 					}
-					if kind == "" {
-						t.Fatalf("%s: no id kind for :%s (add it to the row's params)", rt, p)
+					if kind == "" || v.ids[kind] == "" {
+						t.Fatalf("%s: no victim id for :%s (name its kind in the row's params, or give setUpTenant one)", rt, p)
 					}
 					target = strings.Replace(target, seg, v.ids[kind], 1)
 				}
