@@ -40,6 +40,9 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	store := postgres.New(pool)
 	f.Cleanup(store.Close)
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
+	// A busy machine may hold the projector back for seconds; a 503 then
+	// says so correctly, but is no finding of a decoder.
+	runner.WaitTimeout = time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
@@ -54,7 +57,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	if err != nil {
 		f.Fatal(err)
 	}
-	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer wcancel()
 	if err := runner.WaitFor(wctx, m.Position); err != nil {
 		f.Fatal(err)
