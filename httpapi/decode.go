@@ -26,6 +26,9 @@ func decodeJSON(c echo.Context, dst any) error {
 		}
 		return domain.Invalidf("Invalid JSON body")
 	}
+	if err := checkJSONText(body); err != nil {
+		return err
+	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		body = []byte("{}")
 	}
@@ -44,12 +47,20 @@ func decodeJSON(c echo.Context, dst any) error {
 	return nil
 }
 
+// maxPage caps a requested page number: a page past every row is empty
+// however far past, and (page-1)*limit must stay a valid OFFSET (a page of
+// 9223372036854775807 overflowed it to a negative number, a 500).
+const maxPage = 1_000_000
+
 // pageParams applies the paging rules: default 10, ceiling capped, a
 // non-positive or non-numeric value falls back to the default.
 func pageParams(c echo.Context, ceiling int) projections.Page {
 	p := projections.Page{Page: 1, Limit: 10}
-	if v, err := strconv.Atoi(c.QueryParam("page")); err == nil && v > 0 {
-		p.Page = v
+	switch v, err := strconv.Atoi(c.QueryParam("page")); {
+	case err == nil && v > 0:
+		p.Page = min(v, maxPage)
+	case errors.Is(err, strconv.ErrRange) && v > 0:
+		p.Page = maxPage
 	}
 	if v, err := strconv.Atoi(c.QueryParam("limit")); err == nil && v > 0 {
 		p.Limit = min(v, ceiling)

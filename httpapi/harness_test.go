@@ -67,6 +67,8 @@ type harnessOptions struct {
 	// waitTimeout bounds the runner's WaitFor, so reads after writes give
 	// up (503) sooner than the default 5 s.
 	waitTimeout time.Duration
+	// limits are the HTTP server's (default DefaultLimits, as serve has).
+	limits *Limits
 }
 
 func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error,
@@ -110,7 +112,11 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	api := NewStack(cfg, store, pool, runner, log, nil)
 	t.Cleanup(api.Close)
 	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
-	h.srv = &httptest.Server{Listener: l, Config: &http.Server{Handler: api.Handler()}}
+	limits := DefaultLimits
+	if o.limits != nil {
+		limits = *o.limits
+	}
+	h.srv = &httptest.Server{Listener: l, Config: api.HTTPServer("", limits)}
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	t.Cleanup(h.eventsDecodeAsEncodingJSONDoes)

@@ -37,11 +37,21 @@ const (
 	maxIdempotencyKeyLen      = 255
 	// idempotencyTTL is how long a key is remembered.
 	idempotencyTTL = 24 * time.Hour
+	// idempotencyRefusalTTL is how long a 4xx answer of a request that
+	// wrote nothing is remembered: long enough for a client's retries to
+	// be replayed, short enough that refusals cannot pile up for a day.
+	// Running such a request again moves nothing twice: it moved nothing.
+	idempotencyRefusalTTL = time.Hour
 	// idempotencyAbandonAfter is how long a claim may stay in flight before
 	// it is presumed to belong to a crashed process and may be taken over.
 	idempotencyAbandonAfter = 2 * time.Minute
 	idempotencySweepEvery   = time.Minute
 	idempotencySweepBatch   = 500
+	// idempotencySweepRounds bounds the batches one sweep deletes; a sweep
+	// that used them all left expired rows behind, and the next request
+	// sweeps again at once instead of a minute later, so removal keeps pace
+	// with any rate of keyed requests.
+	idempotencySweepRounds = 4
 	// idempotencyClaimAttempts bounds the claim/read loop: a read can miss a
 	// row its owner just released, and then the claim is tried again.
 	idempotencyClaimAttempts = 3
@@ -62,6 +72,9 @@ type IdempotencyStore struct {
 	now       func() time.Time
 	log       *zap.Logger
 	lastSweep atomic.Int64
+	// sweeping: a sweep of this store runs; backlog: the last one stopped
+	// at idempotencySweepRounds with expired rows left.
+	sweeping, backlog atomic.Bool
 }
 
 // IdempotencyOption configures an IdempotencyStore.
@@ -309,6 +322,7 @@ type storedResponse struct {
 	fingerprint []byte
 	owner       []byte
 	createdAt   time.Time
+	expiresAt   time.Time
 	complete    bool
 	status      int
 	headers     http.Header
@@ -337,7 +351,7 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 		if !found {
 			continue // released (failed or swept) since our claim: claim again
 		}
-		expired := !rec.createdAt.After(now.Add(-idempotencyTTL))
+		expired := !rec.expiresAt.After(now)
 		sameRequest := bytes.Equal(rec.fingerprint, fp)
 		abandoned := !rec.complete && sameRequest && !rec.createdAt.After(now.Add(-idempotencyAbandonAfter))
 		switch {
@@ -368,10 +382,10 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 func (s *IdempotencyStore) claim(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
 	var one int
 	err := s.pool.QueryRow(ctx, `
-INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (key_id, idempotency_key) DO NOTHING
-RETURNING 1`, scope, key, fp, owner, now).Scan(&one)
+RETURNING 1`, scope, key, fp, owner, now, now.Add(idempotencyTTL)).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -423,9 +437,9 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND completed_at IS NU
 	}
 	tag, err := s.pool.Exec(ctx, `
 UPDATE http_idempotency_keys
-SET fingerprint = $4, owner = $5, created_at = $6, completed_at = NULL, status = NULL, headers = NULL, body = NULL
+SET fingerprint = $4, owner = $5, created_at = $6, expires_at = $8, completed_at = NULL, status = NULL, headers = NULL, body = NULL
 WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND (completed_at IS NOT NULL) = $7`,
-		scope, key, old.owner, fp, owner, now, old.complete)
+		scope, key, old.owner, fp, owner, now, old.complete, now.Add(idempotencyTTL))
 	if err != nil {
 		return lostRace, fmt.Errorf("idempotency takeover: %w", err)
 	}
@@ -449,9 +463,9 @@ func (s *IdempotencyStore) load(ctx context.Context, scope, key string) (storedR
 		status *int32
 	)
 	err := s.pool.QueryRow(ctx, `
-SELECT fingerprint, owner, created_at, completed_at IS NOT NULL, status, headers, body
+SELECT fingerprint, owner, created_at, expires_at, completed_at IS NOT NULL, status, headers, body
 FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, key).
-		Scan(&rec.fingerprint, &rec.owner, &rec.createdAt, &rec.complete, &status, &rec.headers, &rec.body)
+		Scan(&rec.fingerprint, &rec.owner, &rec.createdAt, &rec.expiresAt, &rec.complete, &status, &rec.headers, &rec.body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rec, false, nil
 	}
@@ -466,8 +480,9 @@ FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, k
 
 // execute runs the handler under a claim, capturing what it sends. Errors
 // are rendered here (c.Error) so the real status is known: 4xx outcomes are
-// stored and replayed like successes; 5xx, a panic or a lost claim release
-// the key so the client can retry.
+// stored and replayed like successes (for idempotencyRefusalTTL only when
+// the request wrote nothing); 5xx, a panic or a lost claim release the key
+// so the client can retry.
 func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope, key string, owner []byte) error {
 	res := c.Response()
 	before := res.Header().Clone()
@@ -517,13 +532,19 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 		return nil
 	}
 	headers := handlerHeaders(before, capture.header)
+	doneAt := s.now()
+	var expires *time.Time // nil: as claimed, idempotencyTTL after the claim
+	if status >= 400 && status < 500 && !claim.Wrote() {
+		e := doneAt.Add(idempotencyRefusalTTL)
+		expires = &e
+	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = s.pool.Exec(sctx, `
 UPDATE http_idempotency_keys
-SET status = $4, headers = $5, body = $6, completed_at = $7
+SET status = $4, headers = $5, body = $6, completed_at = $7, expires_at = coalesce($8, expires_at)
 WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
-		scope, key, owner, status, headers, capture.body.Bytes(), s.now())
+		scope, key, owner, status, headers, capture.body.Bytes(), doneAt, expires)
 	if err != nil {
 		// The client has its answer; a retry finds the key in flight until
 		// it is presumed abandoned, rather than running the request twice.
@@ -542,22 +563,46 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`, scope, key, owner); 
 	}
 }
 
-// maybeSweep deletes expired keys, at most once per idempotencySweepEvery
-// per store and idempotencySweepBatch rows at a time.
+// maybeSweep deletes expired keys, once per idempotencySweepEvery per store
+// and at once again while the previous sweep left a backlog; one sweep of a
+// store runs at a time.
 func (s *IdempotencyStore) maybeSweep(ctx context.Context, now time.Time) {
 	last := s.lastSweep.Load()
-	if now.UnixNano()-last < int64(idempotencySweepEvery) || !s.lastSweep.CompareAndSwap(last, now.UnixNano()) {
+	if !s.backlog.Load() && now.UnixNano()-last < int64(idempotencySweepEvery) {
 		return
 	}
-	cutoff := now.Add(-idempotencyTTL)
-	if _, err := s.pool.Exec(ctx, `
+	if !s.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.sweeping.Store(false)
+	s.lastSweep.Store(now.UnixNano())
+	n, err := s.sweep(ctx, now, idempotencySweepRounds)
+	s.backlog.Store(err == nil && n == idempotencySweepRounds*idempotencySweepBatch)
+	if err != nil {
+		s.log.Warn("idempotency: sweeping expired keys", zap.Error(err))
+	}
+}
+
+// sweep deletes up to rounds batches of keys expired at now and returns how
+// many it deleted; it stops at the first batch that is not full.
+func (s *IdempotencyStore) sweep(ctx context.Context, now time.Time, rounds int) (int64, error) {
+	var total int64
+	for range rounds {
+		tag, err := s.pool.Exec(ctx, `
 DELETE FROM http_idempotency_keys
 WHERE (key_id, idempotency_key) IN (
         SELECT key_id, idempotency_key FROM http_idempotency_keys
-        WHERE created_at <= $1 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-  AND created_at <= $1`, cutoff, idempotencySweepBatch); err != nil {
-		s.log.Warn("idempotency: sweeping expired keys", zap.Error(err))
+        WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+  AND expires_at <= $1`, now, idempotencySweepBatch)
+		if err != nil {
+			return total, err
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < idempotencySweepBatch {
+			break
+		}
 	}
+	return total, nil
 }
 
 // notReplayed are headers that describe the connection or this very

@@ -866,3 +866,64 @@ func TestMultipartFingerprintIgnoresOnlyTheBoundary(t *testing.T) {
 		t.Error("content after a boundary is ignored")
 	}
 }
+
+// TestIdempotencyRefusalsExpireSooner: a 4xx answer of a request that
+// wrote nothing is replayed for idempotencyRefusalTTL, then forgotten (and
+// swept), so refusals cannot pile up for a day; a 4xx of a request that
+// wrote keeps the full idempotencyTTL, since running it again could write
+// twice.
+func TestIdempotencyRefusalsExpireSooner(t *testing.T) {
+	env := newIdemEnv(t)
+	env.write = idemWrite{after: func(c echo.Context) error {
+		return c.JSON(http.StatusBadRequest, map[string]any{"status": 400, "message": "wrote, then refused"})
+	}}
+	refused := env.post("/v1/invalid", "key1", "i", `{"amount":5}`)
+	idemWantStatus(t, refused, http.StatusBadRequest)
+	wrote := env.post("/v1/write", "key1", "w", `a`)
+	idemWantStatus(t, wrote, http.StatusBadRequest)
+
+	env.advance(idempotencyRefusalTTL - time.Second)
+	idemWantReplayOf(t, env.post("/v1/invalid", "key1", "i", `{"amount":5}`), refused)
+	env.advance(time.Second + idempotencySweepEvery)
+	// The sweep this request ran removed the refusal before it claimed.
+	again := env.post("/v1/invalid", "key1", "i", `{"amount":5}`)
+	idemWantStatus(t, again, http.StatusBadRequest)
+	if again.Header().Get(headerIdempotencyReplayed) != "" {
+		t.Fatal("a refusal was replayed past idempotencyRefusalTTL")
+	}
+	if n := env.calls.Load(); n != 3 {
+		t.Fatalf("handlers ran %d times, want 3 (the refused request twice)", n)
+	}
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), wrote)
+	env.advance(idempotencyTTL - idempotencyRefusalTTL - idempotencySweepEvery - time.Minute)
+	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `a`), wrote)
+	if n := env.things("a"); n != 1 {
+		t.Fatalf("%d events written, want 1", n)
+	}
+}
+
+// TestIdempotencySweepKeepsUp: a backlog of expired keys larger than one
+// sweep is removed by the requests that follow, not at one sweep's worth a
+// minute, which any stream of keyed refusals outran.
+func TestIdempotencySweepKeepsUp(t *testing.T) {
+	env := newIdemEnv(t)
+	now := time.Unix(0, env.now.Load()).UTC()
+	const expired = 3*idempotencySweepRounds*idempotencySweepBatch + 17
+	if _, err := env.pool.Exec(context.Background(), `
+INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at, completed_at, status, expires_at)
+SELECT 'old', 'k' || i, '\x00', '\x00', $1, $1, 400, $2 FROM generate_series(1, $3) AS i`,
+		now.Add(-2*time.Hour), now.Add(-time.Hour), expired); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		idemWantStatus(t, env.post("/v1/things", "key1", "k"+strconv.Itoa(i), `{}`), http.StatusCreated)
+	}
+	var left, kept int
+	if err := env.pool.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE key_id = 'old'),
+		count(*) FILTER (WHERE key_id <> 'old') FROM http_idempotency_keys`).Scan(&left, &kept); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || kept != 5 {
+		t.Fatalf("%d expired keys left, %d live ones kept; want 0 and 5", left, kept)
+	}
+}

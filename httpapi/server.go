@@ -9,6 +9,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -61,8 +63,8 @@ type Config struct {
 	// ./.data).
 	PublicURL string
 	DataDir   string
-	// WebhookAllowPrivate lets live callback URLs resolve to private or
-	// loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
+	// WebhookAllowPrivate lets callback URLs of either environment resolve
+	// to private or loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
 	WebhookAllowPrivate bool
 }
 
@@ -172,6 +174,7 @@ func New(cfg Config, d Deps) *Server {
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true}))
 	e.Use(s.requestLog)
 	e.Use(s.metrics.Middleware())
+	e.Use(textGuard)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", MetricsHandler(reg))
@@ -363,7 +366,7 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		s.log.Info("request",
 			zap.String("method", c.Request().Method),
 			zap.String("route", c.Path()),
-			zap.String("path", c.Request().URL.Path),
+			zap.String("path", redactKeys(c.Request().URL.Path)),
 			zap.Int("status", res.Status),
 			zap.Int64("bytes", res.Size),
 			zap.Duration("duration", time.Since(start)),
@@ -376,5 +379,39 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 func errField(err error) zap.Field { return zap.Error(err) }
 
 func reqField(c echo.Context) zap.Field {
-	return zap.String("path", c.Request().Method+" "+c.Request().URL.Path)
+	return zap.String("path", c.Request().Method+" "+redactKeys(c.Request().URL.Path))
+}
+
+// loggedKey is anything shaped like an API key (or its start): a client
+// that puts its key in a path, by mistake or to probe, must not have it
+// written to the logs.
+var loggedKey = regexp.MustCompile(`sk_(test|live)_[0-9A-Za-z]*`)
+
+// redactKeys hides API keys in text bound for the logs.
+func redactKeys(s string) string {
+	if !strings.Contains(s, "sk_") {
+		return s
+	}
+	return loggedKey.ReplaceAllString(s, "sk_${1}_[redacted]")
+}
+
+// Limits bound what one connection may hold of the server: how long it may
+// take to send its headers and its whole request, how long its answer and
+// an idle keep-alive may take, and how large its headers may be. A slow or
+// silent client is cut off instead of holding a connection, a goroutine and
+// its buffers for ever; request bodies are bounded per route (bodyLimit).
+type Limits struct {
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxHeaderBytes                                            int
+}
+
+// DefaultLimits are the limits of `escrowd serve`.
+var DefaultLimits = Limits{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 60 * time.Second,
+	WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: maxHeaderBytes}
+
+// HTTPServer is the http.Server that serves the API on addr within l.
+func (s *Server) HTTPServer(addr string, l Limits) *http.Server {
+	return &http.Server{Addr: addr, Handler: s.Handler(), ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout: l.ReadTimeout, WriteTimeout: l.WriteTimeout, IdleTimeout: l.IdleTimeout,
+		MaxHeaderBytes: l.MaxHeaderBytes}
 }

@@ -133,6 +133,10 @@ func multipartForm(c echo.Context) (*multipart.Form, error) {
 		c.Set(ctxMultipartErr, err)
 		return nil, err
 	}
+	if err := checkFormText(r.MultipartForm.Value); err != nil {
+		c.Set(ctxMultipartErr, err)
+		return nil, err
+	}
 	return r.MultipartForm, nil
 }
 

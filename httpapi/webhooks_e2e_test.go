@@ -38,13 +38,17 @@ func newWebhookHarness(t *testing.T, mutate ...func(*Config)) *harness {
 // tune (when not nil) before it starts.
 func newWebhookHarnessWith(t *testing.T, tune func(*webhooks.Dispatcher), mutate ...func(*Config)) *harness {
 	t.Helper()
+	// The test receivers listen on loopback: allowed, as the operator's
+	// ESCROW_WEBHOOK_ALLOW_PRIVATE allows it (mutate may turn it off).
+	mutate = append([]func(*Config){func(c *Config) { c.WebhookAllowPrivate = true }}, mutate...)
 	return startHarness(t, func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error {
 		hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
 		if err != nil {
 			t.Fatal(err)
 		}
 		d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store},
-			PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond}}
+			PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
+			AllowPrivate: true}
 		if tune != nil {
 			tune(d)
 		}
@@ -284,28 +288,34 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 }
 
 func TestWebhookURLRules(t *testing.T) {
-	h := newWebhookHarness(t)
+	h := newWebhookHarness(t, func(c *Config) { c.WebhookAllowPrivate = false })
 	put := func(k, host string, body any) resp {
 		return h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: k, host: host, body: body})
 	}
+	const private = "A callback URL may not point to a private or loopback address"
 	put(h.sa(), "", map[string]any{}).expect(t, 400, "url is required")
 	put(h.sa(), "", map[string]any{"url": 5}).expect(t, 400, "url must be a string")
 	put(h.sa(), "", map[string]any{"url": "not a url"}).expect(t, 400, "url must be an absolute http(s) URL")
 	put(h.std(), "", map[string]any{"url": "http://localhost:1"}).expect(t, 401, "Access denied")
-	// Test callbacks may be local and plain http.
-	put(h.sa(), "", map[string]any{"url": "http://localhost:9000/cb"}).expect(t, 200, "")
+	// Test callbacks may be plain http, but not local (api-decisions §5):
+	// a test key may not probe the host's network either.
+	for _, u := range []string{"http://localhost:9000/cb", "http://127.0.0.1:5432/", "http://169.254.169.254/latest/meta-data/",
+		"https://[::127.0.0.1]/", "http://[::ffff:10.0.0.1]/", "http://[2002:a9fe:a9fe::]/", "http://[64:ff9b::7f00:1]/",
+		"http://100.64.0.1/", "http://[fd00::1]/"} {
+		put(h.sa(), "", map[string]any{"url": u}).expect(t, 400, private)
+	}
+	put(h.sa(), "", map[string]any{"url": "http://93.184.216.34/cb"}).expect(t, 200, "")
 	live := key(h.m, domain.Live, merchant.SuperAdmin)
 	put(live, liveHost, map[string]any{"url": "http://hooks.example.com/cb"}).expect(t, 400, "A live callback URL must use https")
-	put(live, liveHost, map[string]any{"url": "https://127.0.0.1/cb"}).
-		expect(t, 400, "A live callback URL may not point to a private or loopback address")
-	put(live, liveHost, map[string]any{"url": "https://10.1.2.3/cb"}).
-		expect(t, 400, "A live callback URL may not point to a private or loopback address")
+	put(live, liveHost, map[string]any{"url": "https://127.0.0.1/cb"}).expect(t, 400, private)
+	put(live, liveHost, map[string]any{"url": "https://10.1.2.3/cb"}).expect(t, 400, private)
+	put(live, liveHost, map[string]any{"url": "https://[::127.0.0.1]/"}).expect(t, 400, private)
 	put(live, liveHost, map[string]any{"url": "https://93.184.216.34/cb"}).expect(t, 200, "")
 	// Environments are separate.
 	if g := h.do(req{path: "/v1/merchant/webhook", key: live, host: liveHost}).expect(t, 200, "").obj(); g["url"] != "https://93.184.216.34/cb" || g["environment"] != "live" {
 		t.Fatalf("live %v", g)
 	}
-	if g := h.do(req{path: "/v1/merchant/webhook", key: h.sa()}).expect(t, 200, "").obj(); g["url"] != "http://localhost:9000/cb" {
+	if g := h.do(req{path: "/v1/merchant/webhook", key: h.sa()}).expect(t, 200, "").obj(); g["url"] != "http://93.184.216.34/cb" {
 		t.Fatalf("test %v", g)
 	}
 	// Clearing.
@@ -314,8 +324,10 @@ func TestWebhookURLRules(t *testing.T) {
 		t.Fatalf("cleared %v", g)
 	}
 
-	// The operator may allow private live callbacks.
-	hp := newWebhookHarness(t, func(c *Config) { c.WebhookAllowPrivate = true })
+	// The operator may allow private callbacks (ESCROW_WEBHOOK_ALLOW_PRIVATE).
+	hp := newWebhookHarness(t)
+	hp.do(req{method: "PUT", path: "/v1/merchant/webhook", key: hp.sa(),
+		body: map[string]any{"url": "http://localhost:9000/cb"}}).expect(t, 200, "")
 	hp.do(req{method: "PUT", path: "/v1/merchant/webhook", key: key(hp.m, domain.Live, merchant.SuperAdmin), host: liveHost,
 		body: map[string]any{"url": "https://127.0.0.1/cb"}}).expect(t, 200, "")
 	hp.do(req{method: "PUT", path: "/v1/merchant/webhook", key: key(hp.m, domain.Live, merchant.SuperAdmin), host: liveHost,

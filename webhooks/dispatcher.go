@@ -69,11 +69,13 @@ type Dispatcher struct {
 	Rand func() float64
 	// Now is the clock of attempt times.
 	Now func() time.Time
-	// AllowPrivate lets live callbacks reach private and loopback
-	// addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
+	// AllowPrivate lets callbacks reach private and loopback addresses
+	// (ESCROW_WEBHOOK_ALLOW_PRIVATE); without it both environments' default
+	// clients refuse them at connect time.
 	AllowPrivate bool
 	// Client sends test-environment webhooks; Live sends live ones (by
-	// default a client whose dialer refuses non-public addresses).
+	// default clients whose dialer refuses non-public addresses, unless
+	// AllowPrivate).
 	Client, LiveClient *http.Client
 	// Retention is how long finished deliveries are kept (failed ones
 	// FailedRetentionFactor times as long); a Sweeper started by Run
@@ -182,7 +184,7 @@ func (d *Dispatcher) defaults() {
 		d.Now = time.Now
 	}
 	if d.Client == nil {
-		d.Client = NewClient(d.Workers, false)
+		d.Client = NewClient(d.Workers, !d.AllowPrivate)
 	}
 	if d.LiveClient == nil {
 		d.LiveClient = NewClient(d.Workers, !d.AllowPrivate)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -263,32 +264,81 @@ func TestRotatedSecretSignsLaterMessages(t *testing.T) {
 	}
 }
 
-// TestLiveDeliveryRefusesPrivateAddresses: the dial-time check stops a live
-// URL that resolves (now) to a loopback address, whatever was checked when
-// it was set; test-environment URLs may be local.
-func TestLiveDeliveryRefusesPrivateAddresses(t *testing.T) {
+// TestDeliveryRefusesPrivateAddresses: in both environments the dial-time
+// check stops a URL that resolves (now) to a loopback address, whatever was
+// checked when it was set: a host name (localhost here) that resolves to an
+// internal address at connect time, as after DNS rebinding, is refused as an
+// IP literal is. Nothing reaches the receiver, so the delivery log shows
+// nothing of its answers.
+func TestDeliveryRefusesPrivateAddresses(t *testing.T) {
 	e := newTestEnv(t)
 	rc := newReceiver(t, nil, nil)
-	m := e.merchant("")
-	e.setURL(m.MerchantID, domain.Live, strings.Replace(rc.srv.URL, "http://", "https://", 1))
-	other := e.merchant("")
+	port := rc.srv.URL[strings.LastIndex(rc.srv.URL, ":")+1:]
+	m := e.merchant("http://localhost:" + port + "/test")
+	e.setURL(m.MerchantID, domain.Live, "https://127.0.0.1:"+port+"/live")
+	other := e.merchant("http://[::ffff:127.0.0.1]:" + port + "/mapped")
 	e.setURL(other.MerchantID, domain.Live, rc.srv.URL) // http on live
 	e.runSubscriber(e.pool)
-	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Schedule = []time.Duration{time.Hour} })
-	a := e.depositsIn(m.MerchantID, domain.Live, 1)[0].String()
-	b := e.depositsIn(other.MerchantID, domain.Live, 1)[0].String()
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Schedule, d.AllowPrivate = []time.Duration{time.Hour}, false })
+	ids := map[string][2]string{
+		"test localhost":  {m.MerchantID, e.deposits(m.MerchantID, 1)[0].String()},
+		"live loopback":   {m.MerchantID, e.depositsIn(m.MerchantID, domain.Live, 1)[0].String()},
+		"test mapped":     {other.MerchantID, e.deposits(other.MerchantID, 1)[0].String()},
+		"live plain http": {other.MerchantID, e.depositsIn(other.MerchantID, domain.Live, 1)[0].String()},
+	}
+	envOf := func(name string) domain.Environment {
+		if strings.HasPrefix(name, "live") {
+			return domain.Live
+		}
+		return domain.Test
+	}
 	eventually(t, 10*time.Second, "attempted", func() bool {
-		da, _ := e.box.Get(context.Background(), m.MerchantID, domain.Live, a)
-		db, _ := e.box.Get(context.Background(), other.MerchantID, domain.Live, b)
-		return da.Attempts == 1 && da.Status == StatusPending && db.Attempts == 1 && db.Status == StatusPending
+		for name, id := range ids {
+			d, _ := e.box.Get(context.Background(), id[0], envOf(name), id[1])
+			if d.Attempts != 1 || d.Status != StatusPending {
+				return false
+			}
+		}
+		return true
 	})
-	da, _ := e.box.Get(context.Background(), m.MerchantID, domain.Live, a)
-	db, _ := e.box.Get(context.Background(), other.MerchantID, domain.Live, b)
-	if !strings.Contains(*da.LastError, "private or loopback") || !strings.Contains(*db.LastError, "https") {
-		t.Fatalf("errors %q %q", *da.LastError, *db.LastError)
+	for name, id := range ids {
+		d, _ := e.box.Get(context.Background(), id[0], envOf(name), id[1])
+		want := "private or loopback"
+		if name == "live plain http" {
+			want = "https"
+		}
+		if d.LastError == nil || !strings.Contains(*d.LastError, want) || d.LastStatusCode != nil {
+			t.Errorf("%s: error %v, code %v; want %q", name, d.LastError, d.LastStatusCode, want)
+		}
 	}
 	if len(rc.all()) != 0 {
-		t.Fatal("a live message reached a loopback receiver")
+		t.Fatal("a message reached a loopback receiver")
+	}
+}
+
+// TestDeliveryFollowsNoRedirect: a 3xx is an answer, never followed, so a
+// public receiver cannot bounce a delivery to an internal address.
+func TestDeliveryFollowsNoRedirect(t *testing.T) {
+	e := newTestEnv(t)
+	target := newReceiver(t, nil, nil)
+	bouncer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.srv.URL+"/internal", http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(bouncer.Close)
+	m := e.merchant(bouncer.URL)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Schedule = []time.Duration{time.Hour} })
+	id := e.deposits(m.MerchantID, 1)[0].String()
+	eventually(t, 10*time.Second, "attempted", func() bool {
+		d, _ := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+		return d.Attempts == 1 && d.Status != StatusDelivering
+	})
+	d, _ := e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
+	if d.Status != StatusPending || d.LastStatusCode == nil || *d.LastStatusCode != http.StatusTemporaryRedirect {
+		t.Fatalf("delivery %+v", d)
+	}
+	if len(target.all()) != 0 {
+		t.Fatal("the redirect was followed")
 	}
 }
 

@@ -150,8 +150,10 @@ var fastSchedule = []time.Duration{20 * time.Millisecond, 20 * time.Millisecond,
 // runDispatcher runs a dispatcher on pool until the test ends (or stop).
 func (e *testEnv) runDispatcher(pool *pgxpool.Pool, mutate ...func(*Dispatcher)) (d *Dispatcher, stop func()) {
 	e.t.Helper()
+	// The receivers listen on loopback: AllowPrivate, as the operator's
+	// ESCROW_WEBHOOK_ALLOW_PRIVATE does (tests of the guard turn it off).
 	d = &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: e.store}, PollInterval: 20 * time.Millisecond,
-		Schedule: fastSchedule, Rand: func() float64 { return 0.5 }}
+		Schedule: fastSchedule, Rand: func() float64 { return 0.5 }, AllowPrivate: true}
 	for _, m := range mutate {
 		m(d)
 	}

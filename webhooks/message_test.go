@@ -252,7 +252,9 @@ func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 
 func TestValidateCallbackURL(t *testing.T) {
 	r := fakeResolver{"hooks.example.com": {"93.184.216.34"}, "internal.example.com": {"93.184.216.34", "10.0.0.5"},
-		"v6.example.com": {"::1"}, "mapped.example.com": {"::ffff:127.0.0.1"}}
+		"v6.example.com": {"::1"}, "mapped.example.com": {"::ffff:127.0.0.1"}, "localhost": {"127.0.0.1", "::1"},
+		"metadata.example.com": {"169.254.169.254"}, "sixtofour.example.com": {"2002:a9fe:a9fe::1"}}
+	const private = "A callback URL may not point to a private or loopback address"
 	for _, tc := range []struct {
 		url          string
 		env          domain.Environment
@@ -261,13 +263,31 @@ func TestValidateCallbackURL(t *testing.T) {
 	}{
 		{"", domain.Live, false, ""},
 		{"https://hooks.example.com/cb", domain.Live, false, ""},
+		{"http://hooks.example.com/cb", domain.Test, false, ""},
+		{"https://93.184.216.34/cb", domain.Live, false, ""},
 		{"http://hooks.example.com/cb", domain.Live, false, "A live callback URL must use https"},
-		{"http://localhost:9000/cb", domain.Test, false, ""},
-		{"https://internal.example.com/cb", domain.Live, false, "A live callback URL may not point to a private or loopback address"},
+		{"http://hooks.example.com/cb", domain.Live, true, "A live callback URL must use https"},
+		// Non-public addresses are refused in both environments (§5).
+		{"http://localhost:9000/cb", domain.Test, false, private},
+		{"http://localhost:9000/cb", domain.Test, true, ""},
+		{"https://localhost:9000/cb", domain.Live, false, private},
+		{"https://internal.example.com/cb", domain.Live, false, private},
+		{"http://internal.example.com/cb", domain.Test, false, private},
 		{"https://internal.example.com/cb", domain.Live, true, ""},
-		{"https://v6.example.com/cb", domain.Live, false, "A live callback URL may not point to a private or loopback address"},
-		{"https://mapped.example.com/cb", domain.Live, false, "A live callback URL may not point to a private or loopback address"},
+		{"https://v6.example.com/cb", domain.Live, false, private},
+		{"https://mapped.example.com/cb", domain.Live, false, private},
+		{"http://metadata.example.com/latest/meta-data/", domain.Test, false, private},
+		{"http://sixtofour.example.com/", domain.Test, false, private},
+		// IP literals are checked without a lookup.
+		{"https://[::127.0.0.1]/", domain.Live, false, private},
+		{"https://[::127.0.0.1]/", domain.Test, false, private},
+		{"http://[::ffff:169.254.169.254]/", domain.Test, false, private},
+		{"http://[2002:7f00:1::]/", domain.Test, false, private},
+		{"http://[64:ff9b::a00:1]/", domain.Test, false, private},
+		{"http://127.0.0.1:8080/", domain.Test, false, private},
+		{"http://[::]/", domain.Test, false, private},
 		{"https://nowhere.example.com/cb", domain.Live, false, "url host cannot be resolved"},
+		{"https://nowhere.example.com/cb", domain.Test, false, "url host cannot be resolved"},
 		{"ftp://hooks.example.com/cb", domain.Test, false, "url must be an absolute http(s) URL"},
 		{"/relative", domain.Test, false, "url must be an absolute http(s) URL"},
 		{"https://user:pw@hooks.example.com/", domain.Test, false, "url must be an absolute http(s) URL"},
@@ -288,16 +308,35 @@ func TestValidateCallbackURL(t *testing.T) {
 
 func TestNonPublic(t *testing.T) {
 	for addr, want := range map[string]bool{
-		"127.0.0.1": true, "10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "169.254.169.254": true,
-		"0.0.0.0": true, "100.64.0.1": true, "::1": true, "fe80::1": true, "fc00::1": true, "::ffff:10.0.0.1": true,
-		"8.8.8.8": false, "93.184.216.34": false, "2606:4700::1111": false,
+		// IPv4 special-purpose ranges.
+		"127.0.0.1": true, "127.255.255.254": true, "10.1.2.3": true, "172.16.0.1": true, "172.31.255.255": true,
+		"192.168.1.1": true, "169.254.169.254": true, "0.0.0.0": true, "0.1.2.3": true, "100.64.0.1": true,
+		"100.127.255.255": true, "192.0.0.8": true, "192.0.2.1": true, "198.18.0.1": true, "198.51.100.7": true,
+		"203.0.113.9": true, "224.0.0.1": true, "239.255.255.250": true, "240.0.0.1": true, "255.255.255.255": true,
+		"192.88.99.1": true,
+		// IPv6 and the IPv6 forms of non-public IPv4 addresses.
+		"::1": true, "::": true, "fe80::1": true, "fe80::1%eth0": true, "fc00::1": true, "fd12:3456::1": true,
+		"ff02::1": true, "ff05::2": true, "fec0::1": true, "2001:db8::1": true, "100::1": true, "2001:2::1": true,
+		"::ffff:10.0.0.1": true, "::ffff:127.0.0.1": true, // mapped
+		"::127.0.0.1": true, "::8.8.8.8": true, "::a9fe:a9fe": true, // compatible (deprecated: all refused)
+		"::ffff:0:7f00:1": true,                                                                                    // translated
+		"64:ff9b::7f00:1": true, "64:ff9b::a9fe:a9fe": true, "64:ff9b::c0a8:101": true, "64:ff9b:1::808:808": true, // NAT64
+		"2002:7f00:1::": true, "2002:a9fe:a9fe::1": true, "2002:c0a8:101:1::1": true, "2002:a00:1::": true, // 6to4
+		"2001:0:4136:e378:8000:63bf:80ff:fffe": true, // Teredo, client 127.0.0.1
+		"2001:0:a00:1:8000:63bf:f7f7:f7f7":     true, // Teredo, server 10.0.0.1
+		// Public.
+		"8.8.8.8": false, "93.184.216.34": false, "1.1.1.1": false, "100.128.0.1": false, "172.32.0.1": false,
+		"2606:4700::1111": false, "2a00:1450:4001::200e": false, "::ffff:8.8.8.8": false, "64:ff9b::808:808": false,
+		"2002:808:808::1": false, "2001:0:4136:e378:8000:63bf:f7f7:f7f7": false,
 	} {
 		if got := NonPublic(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("%s: %v, want %v", addr, got, want)
 		}
 	}
-	if err := guardedControl("tcp4", "127.0.0.1:443", nil); !errors.Is(err, ErrBlockedAddress) {
-		t.Fatalf("loopback dial allowed: %v", err)
+	for _, blocked := range []string{"127.0.0.1:443", "[::1]:80", "[::127.0.0.1]:443", "[2002:7f00:1::]:80", "169.254.169.254:80"} {
+		if err := guardedControl("tcp", blocked, nil); !errors.Is(err, ErrBlockedAddress) {
+			t.Errorf("dial %s allowed: %v", blocked, err)
+		}
 	}
 	if err := guardedControl("tcp4", "93.184.216.34:443", nil); err != nil {
 		t.Fatal(err)

@@ -92,6 +92,13 @@ func TestOperatorCommands(t *testing.T) {
 		!strings.Contains(err.Error(), "private or loopback") {
 		t.Fatalf("live loopback callback accepted: %v", err)
 	}
+	// Test callbacks may not be local either (api-decisions §5), unless
+	// the operator allows it.
+	if _, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "test", "--url", "http://127.0.0.1:9000/hook"); err == nil ||
+		!strings.Contains(err.Error(), "private or loopback") {
+		t.Fatalf("test loopback callback accepted: %v", err)
+	}
+	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "true")
 	if _, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "test", "--url", "http://127.0.0.1:9000/hook"); err != nil {
 		t.Fatal(err)
 	}

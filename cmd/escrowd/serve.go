@@ -122,8 +122,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		// from asking the provider twice at once).
 		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
-		srv := &http.Server{Addr: addr, Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second,
-			ReadTimeout: 60 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+		srv := api.HTTPServer(addr, httpapi.DefaultLimits)
 		g.Go(func() error {
 			env.Log.Info("listening", zap.String("addr", addr))
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {

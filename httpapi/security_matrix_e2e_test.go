@@ -1,0 +1,372 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+)
+
+// The tenancy matrix: every registered route, attacked with another
+// tenant's ids (another merchant's, and the same merchant's other
+// environment's) in its path, its body and its customer-id header.
+//
+// Adding a route means adding its row to tenancyMatrix: one line naming
+// the route ("METHOD /path/:param", as registered) and how to attack it.
+// Path parameters are filled with the victim's ids by name (paramKinds,
+// or the row's params); {{kind}} in a body or query is replaced the same
+// way ({{freshPhone}} is a new phone number each time).
+// TestTenancyMatrixCoversEveryRoute fails for a route without a row.
+//
+// Every attack must answer 4xx, unless the row says mayPass (the route
+// reads nothing of the victim by id: a listing, a create, reference data;
+// it may answer 2xx about the caller's own data). Either way no response
+// may contain the victim's data that the request did not itself send.
+
+// matrixRow says how to attack one route.
+type matrixRow struct {
+	// cid is the attacker's own customer the request acts for: "seller",
+	// "buyer" or "" (none).
+	cid string
+	// query is appended to the path; bodies are JSON, each sent in turn
+	// (none: one request without a body).
+	query  string
+	bodies []string
+	// params maps path parameters to the id kinds they take, where the
+	// parameter's name alone does not say (paramKinds).
+	params map[string]string
+	// mayPass: 2xx is allowed (leaks are still checked).
+	mayPass bool
+	// ignoresCID: the route ignores customer-id, so the victim's customer
+	// in it is no attack (CIDIgnored routes).
+	ignoresCID bool
+	// public, when set, is why the route answers without a key; it is
+	// still probed for leaks.
+	public string
+}
+
+// paramKinds are the id kinds of path parameters by name.
+var paramKinds = map[string]string{"customerId": "customerId", "paymentToken": "paymentToken", "escrowId": "escrowId",
+	"id": "categoryId", "addressId": "addressId", "phone": "phone", "name": "fileName", "milestoneId": "milestoneId"}
+
+var tenancyMatrix = map[string]matrixRow{
+	"GET /healthz":                        {public: "liveness probe: no data"},
+	"GET /readyz":                         {public: "readiness probe: lags and positions, no tenant data"},
+	"GET /metrics":                        {public: "operators' scrape target: must carry no tenant data"},
+	"GET /files/:name":                    {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"HEAD /files/:name":                   {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"GET /v1/countries":                   {mayPass: true, ignoresCID: true},
+	"GET /v1/payment/bank-list":           {mayPass: true, ignoresCID: true},
+	"GET /v1/payment/verify-phone/:phone": {ignoresCID: true},
+
+	"POST /v1/customer/create": {mayPass: true,
+		bodies: []string{`{"firstname":"Eve","lastname":"Mallory","email":"{{email}}","phone":"{{freshPhone}}"}`}},
+	"GET /v1/customer/get/:customerId":         {},
+	"GET /v1/customers":                        {mayPass: true, query: "email={{email}}"},
+	"PUT /v1/customer/update/:customerId":      {bodies: []string{`{"firstname":"Eve"}`}},
+	"PUT /v1/customer/permissions/:customerId": {bodies: []string{`{"canBuy":false,"canSell":false,"canWithdraw":false}`}},
+	"PUT /v1/customer/block/:customerId":       {bodies: []string{`{"reason":"attack"}`}},
+	"PUT /v1/customer/unblock/:customerId":     {},
+
+	"POST /v1/escrow/category/create":       {mayPass: true, ignoresCID: true, bodies: []string{`{"name":"{{categoryName}}"}`}},
+	"PUT /v1/escrow/category/edit/:id":      {ignoresCID: true, bodies: []string{`{"name":"Stolen"}`}},
+	"GET /v1/escrow/category/get":           {mayPass: true, ignoresCID: true},
+	"GET /v1/escrow/category/get/:id":       {ignoresCID: true},
+	"DELETE /v1/escrow/category/delete/:id": {ignoresCID: true},
+
+	"POST /v1/escrow/create": {cid: "seller",
+		bodies: []string{`{"amount":5000,"purpose":"attack","whoPays":"buyer","categoryId":"{{categoryId}}"}`}},
+	"PUT /v1/escrow/edit/:paymentToken":           {cid: "seller", bodies: []string{`{"purpose":"stolen"}`}},
+	"DELETE /v1/escrow/delete/:paymentToken":      {cid: "seller"},
+	"GET /v1/escrow/verify/:paymentToken":         {cid: "seller"},
+	"GET /v1/escrow/claim-funds/:paymentToken":    {cid: "seller"},
+	"POST /v1/escrow/confirm-payment/:escrowId":   {cid: "buyer"},
+	"GET /v1/escrow/transactions":                 {cid: "seller", mayPass: true, query: "type=sales&paymentToken={{paymentToken}}"},
+	"GET /v1/escrow/feeds":                        {mayPass: true, query: "customerId={{customerId}}&paymentToken={{paymentToken}}&categoryId={{categoryId}}"},
+	"PUT /v1/escrow/additional-fee/:paymentToken": {bodies: []string{`{"additionalFee":100}`}},
+	"POST /v1/payment/escrow": {cid: "buyer", bodies: []string{
+		`{"amount":5125,"reference":"attack-pay","transactionType":"escrow","gateway":"wallet","escrowDetails":{"escrowId":"{{escrowId}}"}}`,
+		`{"amount":5125,"reference":"attack-pay-2","transactionType":"escrow","gateway":"wallet","escrowDetails":{"escrowId":["{{escrowId}}"]}}`}},
+
+	"GET /v1/wallet":         {cid: "buyer", mayPass: true},
+	"POST /v1/payment/topup": {cid: "buyer", mayPass: true, bodies: []string{`{"amount":1000}`}},
+	"POST /v1/payment/create-intent": {cid: "buyer", bodies: []string{
+		`{"amount":100,"reference":"attack-transfer","transactionType":"wallet_transfer","walletDetails":{"phone":"{{phone}}","narration":"x"}}`,
+		`{"amount":5125,"reference":"attack-intent","transactionType":"escrow","escrowDetails":{"escrowId":"{{escrowId}}"}}`}},
+	"POST /v1/payment/verify": {cid: "buyer", bodies: []string{`{"reference":"{{reference}}"}`, `{"references":["{{reference}}"]}`}},
+	"POST /v1/payment/verify-account": {cid: "buyer", mayPass: true,
+		bodies: []string{`{"accountNumber":"0123456789","bankCode":"058"}`}},
+	"GET /v1/payment/history":       {cid: "buyer", mayPass: true, query: "reference={{reference}}"},
+	"GET /v1/merchant/balance":      {mayPass: true},
+	"GET /v1/merchant/transactions": {mayPass: true},
+
+	"GET /v1/whitelist-address":                 {cid: "buyer", mayPass: true},
+	"POST /v1/whitelist-address":                {cid: "buyer", mayPass: true, bodies: []string{`{"walletAddress":"{{address}}","network":"BSC"}`}},
+	"DELETE /v1/whitelist-address/:addressId":   {cid: "buyer"},
+	"GET /v1/payment/get-master-wallet-address": {mayPass: true, ignoresCID: true},
+	"GET /v1/payment/deposit/wallet":            {mayPass: true, ignoresCID: true},
+	"POST /v1/payment/virtual-account":          {ignoresCID: true},
+
+	"GET /v1/merchant/webhook":                       {mayPass: true},
+	"PUT /v1/merchant/webhook":                       {mayPass: true, bodies: []string{`{"url":"{{webhookURL}}"}`}},
+	"GET /v1/merchant/webhook/deliveries":            {mayPass: true},
+	"POST /v1/merchant/webhook/deliveries/:id/retry": {params: map[string]string{"id": "deliveryId"}},
+}
+
+// TestTenancyMatrixCoversEveryRoute: every route the server registers has
+// a row, and every row a route.
+func TestTenancyMatrixCoversEveryRoute(t *testing.T) {
+	s := New(Config{}, Deps{})
+	registered := map[string]bool{}
+	for _, r := range s.Echo().Routes() {
+		registered[r.Method+" "+r.Path] = true
+	}
+	var missing, stale []string
+	for rt := range registered {
+		if _, ok := tenancyMatrix[rt]; !ok {
+			missing = append(missing, rt)
+		}
+	}
+	for rt := range tenancyMatrix {
+		if !registered[rt] {
+			stale = append(stale, rt)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(stale)
+	if len(missing) > 0 {
+		t.Errorf("routes without a row in tenancyMatrix (add one line each):\n  %s", strings.Join(missing, "\n  "))
+	}
+	if len(stale) > 0 {
+		t.Errorf("rows of tenancyMatrix for no registered route:\n  %s", strings.Join(stale, "\n  "))
+	}
+}
+
+// tenant is one merchant environment's data, as the attacks use it.
+type tenant struct {
+	name   string
+	host   string
+	sa     string
+	ids    map[string]string // id kind -> value
+	seller string            // customers the tenant acts for
+	buyer  string
+	// markers are strings only this tenant's data contains: a response to
+	// another tenant containing one (that its request did not send) leaks.
+	markers []string
+}
+
+// setUpTenant creates a tenant's customers, category, escrow (paid where
+// the environment allows top-ups), whitelist address and an intent.
+func setUpTenant(t *testing.T, h *harness, name string, m *tenantKeys, n int) *tenant {
+	t.Helper()
+	tn := &tenant{name: name, host: m.host, sa: m.sa, ids: map[string]string{}}
+	do := func(r req) resp {
+		r.host, r.key = m.host, m.sa
+		if r.method == "" {
+			r.method = "GET"
+		}
+		return h.do(r)
+	}
+	tag := fmt.Sprintf("%s%d", strings.ReplaceAll(name, " ", ""), n)
+	phone := func(i int) string { return fmt.Sprintf("0803%07d", n*10+i) }
+	mk := func(i int) string {
+		email := fmt.Sprintf("%s-%d@victim.example", tag, i)
+		r := do(req{method: "POST", path: "/v1/customer/create", body: customerBody(email, phone(i))}).expect(t, 201, "")
+		tn.markers = append(tn.markers, email)
+		return r.obj()["customerId"].(string)
+	}
+	tn.seller, tn.buyer = mk(1), mk(2)
+	tn.ids["customerId"], tn.ids["phone"], tn.ids["email"] = tn.seller, phone(1), fmt.Sprintf("%s-1@victim.example", tag)
+	cat := do(req{method: "POST", path: "/v1/escrow/category/create", body: catBody("Cat " + tag)}).expect(t, 201, "")
+	tn.ids["categoryId"], tn.ids["categoryName"] = cat.obj()["id"].(string), "Cat "+tag
+	esc := do(req{method: "POST", path: "/v1/escrow/create", cid: tn.seller, body: map[string]any{"amount": 5000,
+		"purpose": "Purpose " + tag, "whoPays": "buyer", "categoryId": tn.ids["categoryId"]}}).expect(t, 201, "").obj()
+	tn.ids["escrowId"], tn.ids["paymentToken"] = esc["id"].(string), esc["paymentToken"].(string)
+	tn.ids["reference"] = "ref-" + tag
+	if m.env == domain.Test {
+		do(req{method: "POST", path: "/v1/payment/topup", cid: tn.buyer, body: map[string]any{"amount": 10000}}).expect(t, 200, "")
+		do(req{method: "POST", path: "/v1/payment/escrow", cid: tn.buyer, body: map[string]any{"amount": 5125,
+			"reference": tn.ids["reference"], "transactionType": "escrow", "gateway": "wallet",
+			"escrowDetails": map[string]any{"escrowId": tn.ids["escrowId"]}}}).expect(t, 200, "")
+	} // live has no test top-up and no payment provider here: the escrow stays unpaid
+	tn.ids["address"] = bscAddr(100 + n)
+	wl := do(req{method: "POST", path: "/v1/whitelist-address", cid: tn.buyer, body: whitelistBody(tn.ids["address"])}).expect(t, 201, "")
+	tn.ids["addressId"] = wl.obj()["id"].(string)
+	tn.ids["deliveryId"] = "00000000-0000-7000-8000-00000000000" + fmt.Sprint(n)
+	tn.ids["fileName"] = "none.png"
+	// Until the victims have milestone escrows, a well-formed id of none.
+	tn.ids["milestoneId"] = "00000000-0000-7000-8000-0000000000a" + fmt.Sprint(n)
+	tn.ids["webhookURL"] = m.webhookURL
+	if m.webhookURL != "" {
+		do(req{method: "PUT", path: "/v1/merchant/webhook", body: map[string]any{"url": m.webhookURL}}).expect(t, 200, "")
+	}
+	for _, k := range []string{"customerId", "categoryId", "escrowId", "paymentToken", "reference", "address", "addressId", "categoryName"} {
+		tn.markers = append(tn.markers, tn.ids[k])
+	}
+	tn.markers = append(tn.markers, tn.buyer, phone(2), "Purpose "+tag)
+	if m.merchantID != "" {
+		tn.markers = append(tn.markers, m.merchantID)
+	}
+	return tn
+}
+
+type tenantKeys struct {
+	env        domain.Environment
+	host, sa   string
+	merchantID string // a marker: "" when the attacker shares it
+	webhookURL string
+}
+
+// TestTenancyMatrix runs every row's attacks from the harness merchant's
+// test environment against another merchant (same environment) and
+// against its own live environment.
+func TestTenancyMatrix(t *testing.T) {
+	rc := newHookReceiver(t, "", 0)
+	h := newWebhookHarness(t)
+	other := h.newMerchant(true)
+	attacker := setUpTenant(t, h, "attacker", &tenantKeys{env: domain.Test, sa: h.sa()}, 1)
+	victims := []*tenant{
+		setUpTenant(t, h, "other merchant", &tenantKeys{env: domain.Test, sa: key(other, domain.Test, merchant.SuperAdmin),
+			merchantID: other.MerchantID, webhookURL: rc.srv.URL + "/other"}, 2),
+		setUpTenant(t, h, "own live environment", &tenantKeys{env: domain.Live, host: liveHost,
+			sa: key(h.m, domain.Live, merchant.SuperAdmin)}, 3),
+	}
+	// The other merchant's deliveries exist once its events are announced.
+	deadline := time.Now().Add(15 * time.Second)
+	for victims[0].ids["deliveryId"] == "" || strings.HasPrefix(victims[0].ids["deliveryId"], "00000000") {
+		l := h.do(req{path: "/v1/merchant/webhook/deliveries", key: victims[0].sa}).expect(t, 200, "").obj()["data"].([]any)
+		if len(l) > 0 {
+			victims[0].ids["deliveryId"] = l[0].(map[string]any)["id"].(string)
+			victims[0].markers = append(victims[0].markers, victims[0].ids["deliveryId"])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the other merchant has no webhook delivery")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	before := victimState(t, h, victims)
+	// What the attacker has sent so far, per victim: its own data may then
+	// hold the victim's strings (a category it named alike), which is no
+	// leak.
+	sentSoFar := map[*tenant]*strings.Builder{}
+	for _, v := range victims {
+		sentSoFar[v] = &strings.Builder{}
+	}
+
+	fresh := 0
+	routes := make([]string, 0, len(tenancyMatrix))
+	for rt := range tenancyMatrix {
+		routes = append(routes, rt)
+	}
+	sort.Strings(routes)
+	for _, rt := range routes {
+		row := tenancyMatrix[rt]
+		method, path, _ := strings.Cut(rt, " ")
+		for _, v := range victims {
+			fill := func(s string) string {
+				// The attacker's own new customers get phones of their own:
+				// one with the victim's phone would receive the transfers
+				// the matrix aims at the victim.
+				for strings.Contains(s, "{{freshPhone}}") {
+					fresh++
+					s = strings.Replace(s, "{{freshPhone}}", fmt.Sprintf("0907%07d", fresh), 1)
+				}
+				for k, id := range v.ids {
+					s = strings.ReplaceAll(s, "{{"+k+"}}", id)
+				}
+				return s
+			}
+			target := path
+			for _, seg := range strings.Split(path, "/") {
+				if p, ok := strings.CutPrefix(seg, ":"); ok {
+					kind := paramKinds[p]
+					if k, ok := row.params[p]; ok {
+						kind = k
+					}
+					if kind == "" || v.ids[kind] == "" {
+						t.Fatalf("%s: no victim id for :%s (name its kind in the row's params, or give setUpTenant one)", rt, p)
+					}
+					target = strings.Replace(target, seg, v.ids[kind], 1)
+				}
+			}
+			if row.query != "" {
+				target += "?" + fill(row.query)
+			}
+			bodies := row.bodies
+			if len(bodies) == 0 {
+				bodies = []string{""}
+			}
+			for _, rawBody := range bodies {
+				body := fill(rawBody)
+				own := map[string]string{"seller": attacker.seller, "buyer": attacker.buyer}[row.cid]
+				variants := []struct {
+					what, cid string
+					forbid    bool
+				}{
+					{"own customer-id, the victim's ids", own, !row.mayPass},
+					{"the victim's customer-id", v.buyer, !(row.mayPass && row.ignoresCID)},
+				}
+				if row.public != "" {
+					variants = variants[:1]
+				}
+				for _, vr := range variants {
+					name := fmt.Sprintf("%s, %s: %s", rt, v.name, vr.what)
+					r := req{method: method, path: target, key: attacker.sa, cid: vr.cid}
+					if row.public != "" {
+						r.key = ""
+					}
+					if body != "" {
+						r.body = body
+					}
+					res := h.do(r)
+					switch {
+					case res.Status >= 500:
+						t.Errorf("%s: %d %s", name, res.Status, res.Raw)
+					case vr.forbid && row.public == "" && res.Status < 400:
+						t.Errorf("%s: %d, want 4xx: %s", name, res.Status, res.Raw)
+					}
+					sentSoFar[v].WriteString(target + body + vr.cid)
+					sent := sentSoFar[v].String()
+					for _, mk := range v.markers {
+						if mk != "" && strings.Contains(string(res.Raw), mk) && !strings.Contains(sent, mk) {
+							t.Errorf("%s: the answer leaks %q: %s", name, mk, res.Raw)
+						}
+					}
+				}
+			}
+		}
+	}
+	if after := victimState(t, h, victims); after != before {
+		t.Errorf("a victim's data changed under the attacks:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// victimState is what the victims themselves read of their data: it must
+// not change under the attacks.
+func victimState(t *testing.T, h *harness, victims []*tenant) string {
+	t.Helper()
+	var b strings.Builder
+	for _, v := range victims {
+		get := func(path, cid string) string {
+			r := h.do(req{method: "GET", path: path, key: v.sa, host: v.host, cid: cid})
+			if r.Status != http.StatusOK {
+				t.Fatalf("%s reads %s: %d %s", v.name, path, r.Status, r.Raw)
+			}
+			return string(r.Raw)
+		}
+		for _, p := range []string{"/v1/customer/get/" + v.seller, "/v1/customer/get/" + v.buyer,
+			"/v1/escrow/category/get/" + v.ids["categoryId"], "/v1/merchant/webhook"} {
+			b.WriteString(get(p, ""))
+		}
+		b.WriteString(get("/v1/escrow/verify/"+v.ids["paymentToken"], v.seller))
+		b.WriteString(get("/v1/wallet", v.buyer))
+		b.WriteString(get("/v1/whitelist-address", v.buyer))
+	}
+	return b.String()
+}
