@@ -1,33 +1,48 @@
 package kurrent
 
 import (
+	"context"
 	"errors"
 	"os"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/kurrent/kurrenttest"
 	"github.com/escrowd/escrowd/eventstore/storetest"
 )
 
 // TestConformance runs the shared suite against the KurrentDB server named
-// by KURRENTDB_URL (25.1 or later, for multi-stream appends), e.g.
-// KURRENTDB_URL='kurrentdb://localhost:2113?tls=false'.
+// by KURRENTDB_URL (e.g. 'kurrentdb://localhost:2113?tls=false'), or,
+// without it, against the in-memory protocol server (kurrenttest).
 func TestConformance(t *testing.T) {
-	url := os.Getenv("KURRENTDB_URL")
-	if url == "" {
-		t.Skip("KURRENTDB_URL is not set: the KurrentDB conformance run needs a KurrentDB 25.1+ server, " +
-			"and none can run on this machine (no Docker, no server package); set KURRENTDB_URL to run it elsewhere")
-	}
 	storetest.RunWithLimits(t, func(t *testing.T) eventstore.Store {
-		s, err := Open(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}, storetest.Limits{NoZeroEventMultiStream: true}) // MultiStreamAppend rejects a stream without events
+		return openTestStore(t, serverURL(t))
+	}, storetest.Limits{EventIDsPerStream: true})
+}
+
+// serverURL is KURRENTDB_URL, or a protocol server's for this test.
+func serverURL(t *testing.T) string {
+	if url := os.Getenv("KURRENTDB_URL"); url != "" {
+		return url
+	}
+	srv, err := kurrenttest.Start(kurrenttest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv.URL()
+}
+
+func openTestStore(t *testing.T, url string) *Store {
+	s, err := Open(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }
 
 func TestMetadataRoundTrip(t *testing.T) {
@@ -127,5 +142,42 @@ func TestAllPosition(t *testing.T) {
 	p, ok := allPosition(eventstore.Position{Commit: 10, Prepare: 9}).(kurrentdb.Position)
 	if !ok || p.Commit != 10 || p.Prepare != 9 {
 		t.Errorf("position mapped to %#v", p)
+	}
+}
+
+// TestServerWithoutAppendRecords: on a server that has only the
+// AppendSession (KurrentDB 25.1), appends that write every stream they name
+// still go through atomically with their expected revisions, and an append
+// that checks a stream without writing it is refused with ErrUnsupported,
+// writing nothing, rather than made without its check.
+func TestServerWithoutAppendRecords(t *testing.T) {
+	srv, err := kurrenttest.Start(kurrenttest.Options{Version: "25.1.0", NoAppendRecords: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	s := openTestStore(t, srv.URL())
+	ctx := context.Background()
+	ev := func() []eventstore.EventData {
+		return []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}
+	}
+	res, err := s.Append(ctx, eventstore.StreamAppend{Stream: "a", Expected: eventstore.NoStream, Events: ev()},
+		eventstore.StreamAppend{Stream: "b", Expected: eventstore.NoStream, Events: ev()})
+	if err != nil || res.Revisions["a"] != 0 || res.Revisions["b"] != 0 {
+		t.Fatalf("multi-stream append: %+v, %v", res, err)
+	}
+	_, err = s.Append(ctx, eventstore.StreamAppend{Stream: "a", Expected: eventstore.Exact(0), Events: ev()},
+		eventstore.StreamAppend{Stream: "b", Expected: eventstore.NoStream, Events: ev()})
+	var ce *eventstore.ConcurrencyError
+	if !errors.As(err, &ce) || ce.Stream != "b" || ce.Actual != 0 {
+		t.Fatalf("stale multi-stream append: %v; want a conflict on b", err)
+	}
+	_, err = s.Append(ctx, eventstore.StreamAppend{Stream: "a", Expected: eventstore.Exact(0), Events: ev()},
+		eventstore.StreamAppend{Stream: "b", Expected: eventstore.Exact(0)})
+	if !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("guarded append: %v; want ErrUnsupported", err)
+	}
+	if evs, _ := s.ReadStream(ctx, "a", 0, 0); len(evs) != 1 {
+		t.Errorf("stream a has %d events; want 1", len(evs))
 	}
 }
