@@ -22,7 +22,6 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -38,7 +37,7 @@ func newWebhookHarness(t *testing.T, mutate ...func(*Config)) *harness {
 // tune (when not nil) before it starts.
 func newWebhookHarnessWith(t *testing.T, tune func(*webhooks.Dispatcher), mutate ...func(*Config)) *harness {
 	t.Helper()
-	return startHarness(t, func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error {
+	return startHarness(t, func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) []func(context.Context) error {
 		hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
 		if err != nil {
 			t.Fatal(err)
