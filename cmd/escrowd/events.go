@@ -20,11 +20,13 @@ import (
 // to replay. Credentials and BVNs are redacted unless --secrets.
 func cmdEvents(ctx context.Context, env *cliEnv, args []string) error {
 	if len(args) == 0 {
-		return usageError("events: want a subcommand: export")
+		return usageError("events: want a subcommand: export, copy")
 	}
 	switch args[0] {
 	case "export":
 		return eventsExport(ctx, env, args[1:])
+	case "copy":
+		return eventsCopy(ctx, env, args[1:])
 	default:
 		return usageError("events: unknown subcommand " + args[0])
 	}

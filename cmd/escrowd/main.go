@@ -45,6 +45,9 @@ Usage:
   escrowd audit --merchant M [--json]               replay and check a merchant's money (exit 1 on any difference)
   escrowd events export --merchant M [--from T] [--to T] [--type T] [--secrets]
                                                     the merchant's events as JSON lines (credentials redacted)
+  escrowd events copy --to kurrent [--url URL] [--switch]
+                                                    copy the PostgreSQL event log to KurrentDB, streams and
+                                                    revisions, and check it; --switch moves the checkpoints
   escrowd demo                                      create (once) and print a demo merchant
   escrowd webhooks listen [--port 9000] [--secret S] [--body]   a local receiver that verifies and prints webhooks
 
