@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"regexp"
 	"slices"
 	"strconv"
@@ -35,6 +36,8 @@ import (
 	"time"
 
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/escrowd/escrowd/eventstore"
 )
@@ -55,11 +58,33 @@ func Open(connectionString string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kurrent: %w", err)
 	}
+	cfg.Logger = clientLog
 	client, err := kurrentdb.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kurrent: %w", err)
 	}
 	return &Store{client: client, owned: true}, nil
+}
+
+// clientLog passes the client's warnings and errors to the standard logger,
+// without its connection chatter (debug, info) and without the error it
+// logs for every call or subscription ended by its own context, which is
+// how the adapter stops them.
+func clientLog(level kurrentdb.LogLevel, format string, args ...any) {
+	if level == kurrentdb.LogDebug || level == kurrentdb.LogInfo {
+		return
+	}
+	if len(args) == 1 { // Configuration.applyLogger passes its arguments as one slice
+		if inner, ok := args[0].([]any); ok {
+			args = inner
+		}
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok && status.Code(err) == codes.Canceled {
+			return
+		}
+	}
+	log.Printf("kurrentdb: ["+level+"] "+format, args...)
 }
 
 // New wraps a client that stays the caller's to close.

@@ -1,13 +1,18 @@
 package kurrent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/kurrent/kurrenttest"
@@ -179,5 +184,24 @@ func TestServerWithoutAppendRecords(t *testing.T) {
 	}
 	if evs, _ := s.ReadStream(ctx, "a", 0, 0); len(evs) != 1 {
 		t.Errorf("stream a has %d events; want 1", len(evs))
+	}
+}
+
+// TestClientLog: the client's chatter and the errors of calls the adapter
+// cancels itself are dropped; other warnings and errors are logged.
+func TestClientLog(t *testing.T) {
+	var buf bytes.Buffer
+	prev := log.Writer()
+	log.SetOutput(&buf)
+	defer log.SetOutput(prev)
+	clientLog(kurrentdb.LogDebug, "trying candidate %s", "x")
+	clientLog(kurrentdb.LogInfo, "discovery attempt %d", 1)
+	clientLog(kurrentdb.LogError, "subscription has dropped. Reason: %v", status.Error(codes.Canceled, "context canceled"))
+	if buf.Len() != 0 {
+		t.Errorf("logged %q", buf.String())
+	}
+	clientLog(kurrentdb.LogError, "unexpected exception: %v", status.Error(codes.Unavailable, "connection refused"))
+	if !strings.Contains(buf.String(), "kurrentdb: [error] unexpected exception") || !strings.Contains(buf.String(), "connection refused") {
+		t.Errorf("an unavailable server was logged as %q", buf.String())
 	}
 }
