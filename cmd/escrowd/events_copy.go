@@ -59,6 +59,9 @@ func eventsCopy(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	defer dst.Close()
+	if err := dst.CheckServer(ctx); err != nil {
+		return err
+	}
 	c, err := copyEvents(ctx, env.Store, dst)
 	if err != nil {
 		return err

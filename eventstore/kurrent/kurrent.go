@@ -29,12 +29,14 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,6 +66,31 @@ func Open(connectionString string) (*Store, error) {
 		return nil, fmt.Errorf("kurrent: %w", err)
 	}
 	return &Store{client: client, owned: true}, nil
+}
+
+// serverCheckStream is the stream CheckServer's append names; nothing is
+// ever written to it.
+const serverCheckStream = "escrowd-server-check"
+
+// CheckServer reports whether the server takes every append the commands
+// make, revision checks on streams they do not write included: it must
+// offer AppendRecords. It asks with an append whose consistency check
+// cannot hold (a revision no stream reaches), which writes nothing.
+func (s *Store) CheckServer(ctx context.Context) error {
+	data, _ := toEventData([]eventstore.EventData{{ID: uuid.New(), Type: "escrowd.server-check"}})
+	_, err := s.client.AppendRecords(ctx, []kurrentdb.AppendRecord{{Stream: serverCheckStream, Record: data[0]}},
+		kurrentdb.StreamStateCheck{Stream: serverCheckStream, ExpectedState: kurrentdb.StreamRevision{Value: math.MaxInt64}})
+	switch code(err) {
+	case kurrentdb.ErrorCodeAppendConsistencyViolation:
+		return nil
+	case kurrentdb.ErrorCodeUnsupportedFeature:
+		return errors.New("kurrent: the server does not offer AppendRecords (multi-stream appends with consistency checks), " +
+			"which guarded commands need (crypto withdrawals, payouts, category references): upgrade KurrentDB")
+	}
+	if err == nil {
+		return errors.New("kurrent: the server accepted an append whose consistency check cannot hold")
+	}
+	return fmt.Errorf("kurrent: checking the server: %w", err)
 }
 
 // clientLog passes the client's warnings and errors to the standard logger,

@@ -185,6 +185,29 @@ func TestServerWithoutAppendRecords(t *testing.T) {
 	if evs, _ := s.ReadStream(ctx, "a", 0, 0); len(evs) != 1 {
 		t.Errorf("stream a has %d events; want 1", len(evs))
 	}
+	if err := s.CheckServer(ctx); err == nil || !strings.Contains(err.Error(), "AppendRecords") {
+		t.Errorf("CheckServer on a server without AppendRecords: %v", err)
+	}
+}
+
+// TestCheckServer: a server with AppendRecords passes, and the check
+// writes nothing.
+func TestCheckServer(t *testing.T) {
+	s := openTestStore(t, serverURL(t))
+	ctx := context.Background()
+	before, err := s.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CheckServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := s.ReadStream(ctx, serverCheckStream, 0, 0); err != nil || len(evs) != 0 {
+		t.Errorf("the check wrote %d events (%v)", len(evs), err)
+	}
+	if after, _ := s.Head(ctx); after != before {
+		t.Errorf("head moved from %v to %v", before, after)
+	}
 }
 
 // TestClientLog: the client's chatter and the errors of calls the adapter
