@@ -162,8 +162,10 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 }
 
 // checkOnly serves an append that writes nothing: each stream's revision
-// is read and compared. Nothing commits, so what the check promises (the
-// stream is at Expected during the append) is what the read shows.
+// is read from the leader and compared. Nothing commits, so what a check
+// promises (the stream is at Expected during the append) is what its read
+// shows; several streams are each seen at their own moment, which is all
+// a decision to write nothing can rest on.
 func (s *Store) checkOnly(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, error) {
 	res := eventstore.AppendResult{Revisions: map[string]uint64{}}
 	for _, a := range appends {
@@ -323,7 +325,7 @@ func (s *Store) repeated(ctx context.Context, appends []eventstore.StreamAppend)
 			return eventstore.AppendResult{}, false, nil
 		}
 		from := uint64(a.Expected + 1) // NoStream is -1
-		got, err := s.ReadStream(ctx, a.Stream, from, len(a.Events))
+		got, err := s.readStream(ctx, a.Stream, from, len(a.Events), true)
 		if err != nil {
 			return eventstore.AppendResult{}, false, err
 		}
@@ -382,7 +384,7 @@ func code(err error) kurrentdb.ErrorCode {
 
 // positionOf reads the global position of one event of a stream.
 func (s *Store) positionOf(ctx context.Context, stream string, rev uint64) (eventstore.Position, error) {
-	evs, err := s.ReadStream(ctx, stream, rev, 1)
+	evs, err := s.readStream(ctx, stream, rev, 1, true)
 	if err != nil {
 		return eventstore.Position{}, err
 	}
@@ -571,6 +573,13 @@ func drain(rs *kurrentdb.ReadStream) ([]*kurrentdb.RecordedEvent, error) {
 const readChunk = 1000
 
 func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	return s.readStream(ctx, stream, from, limit, false)
+}
+
+// readStream is ReadStream, from the leader when leader is set: the
+// adapter's reads of what it has just written (a node the client prefers
+// for reads may not have it yet).
+func (s *Store) readStream(ctx context.Context, stream string, from uint64, limit int, leader bool) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
 	for limit <= 0 || len(out) < limit {
 		n := readChunk
@@ -578,8 +587,9 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limi
 			n = min(n, limit-len(out))
 		}
 		rs, err := s.client.ReadStream(ctx, stream, kurrentdb.ReadStreamOptions{
-			Direction: kurrentdb.Forwards,
-			From:      kurrentdb.Revision(from),
+			Direction:      kurrentdb.Forwards,
+			From:           kurrentdb.Revision(from),
+			RequiresLeader: leader,
 		}, uint64(n))
 		if err != nil {
 			if isNotFound(err) {

@@ -254,8 +254,10 @@ func (s *Server) store(writes []write, checks ...check) (map[string]*record, []v
 			last[w.stream] = r
 		}
 	}
-	close(s.changed)
-	s.changed = make(chan struct{})
+	if len(last) > 0 {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
 	return last, nil
 }
 
