@@ -27,12 +27,7 @@ func BenchmarkKurrentAdapter(b *testing.B) {
 // kurrentBenchStore is the adapter on a protocol server of its own.
 func kurrentBenchStore(b *testing.B) *kurrent.Store {
 	b.Helper()
-	srv, err := kurrenttest.Start(kurrenttest.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(srv.Close)
-	s, err := kurrent.Open(srv.URL())
+	s, err := kurrent.Open(kurrenttest.Serve(b).URL())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -85,16 +84,7 @@ func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
 		t.Cleanup(s.Close)
 		return s
 	}
-	url := os.Getenv("KURRENTDB_URL")
-	if url == "" {
-		srv, err := kurrenttest.Start(kurrenttest.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Close)
-		url = srv.URL()
-	}
-	s, err := kurrent.Open(url)
+	s, err := kurrent.Open(kurrenttest.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

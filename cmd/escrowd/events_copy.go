@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/kurrent"
@@ -62,7 +64,7 @@ func eventsCopy(ctx context.Context, env *cliEnv, args []string) error {
 	if err := dst.CheckServer(ctx); err != nil {
 		return err
 	}
-	c, err := copyEvents(ctx, env.Store, dst)
+	c, err := copyEvents(ctx, env.Store, dst, env.Stderr)
 	if err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func eventsCopy(ctx context.Context, env *cliEnv, args []string) error {
 		fmt.Fprintln(env.Stdout, "checkpoints not moved (no --switch): the service still runs on PostgreSQL positions")
 		return nil
 	}
-	if now, err := env.Store.Head(ctx); err != nil {
+	if now, err := env.Store.Last(ctx); err != nil {
 		return err
 	} else if now != c.head {
 		return fmt.Errorf("events copy: the source moved during the copy (head %v, then %v): stop the service and run the copy again", c.head, now)
@@ -99,8 +101,8 @@ type copied struct {
 
 type copiedBatch struct{ src, dst eventstore.Position }
 
-func copyEvents(ctx context.Context, src, dst eventstore.Store) (*copied, error) {
-	head, err := src.Head(ctx)
+func copyEvents(ctx context.Context, src, dst eventstore.Store, progress io.Writer) (*copied, error) {
+	head, err := readableLast(ctx, src, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +173,35 @@ func copyEvents(ctx context.Context, src, dst eventstore.Store) (*copied, error)
 		return nil, err
 	}
 	return c, nil
+}
+
+// readableLast waits until the source's ReadAll can return every event
+// committed before the call (PostgreSQL holds committed events back while
+// an older transaction anywhere on its server is open) and returns that
+// position: a copy up to Head alone could leave such events behind
+// unnoticed.
+func readableLast(ctx context.Context, src eventstore.Store, progress io.Writer) (eventstore.Position, error) {
+	last, err := src.Last(ctx)
+	if err != nil {
+		return eventstore.Position{}, err
+	}
+	for waited := time.Duration(0); ; waited += 50 * time.Millisecond {
+		head, err := src.Head(ctx)
+		if err != nil {
+			return eventstore.Position{}, err
+		}
+		if head.AtLeast(last) {
+			return last, nil
+		}
+		if waited == 2*time.Second {
+			fmt.Fprintf(progress, "waiting for events held back by an open transaction (head %v, last %v): see escrowd projections status\n", head, last)
+		}
+		select {
+		case <-ctx.Done():
+			return eventstore.Position{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // check reads every copied stream back from both stores and compares them.

@@ -89,11 +89,7 @@ func TestEventsCopyToKurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	srv, err := kurrenttest.Start(kurrenttest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := kurrenttest.Serve(t)
 	dst, err := kurrent.Open(srv.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -180,11 +176,7 @@ func TestEventsCopyRefusesAForeignStream(t *testing.T) {
 		Events: []eventstore.EventData{{ID: uuid.New(), Type: "Mine", Data: []byte(`{}`)}}}); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := kurrenttest.Start(kurrenttest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := kurrenttest.Serve(t)
 	dst, err := kurrent.Open(srv.URL())
 	if err != nil {
 		t.Fatal(err)

@@ -276,13 +276,7 @@ func (s *Store) appendRecords(ctx context.Context, appends []eventstore.StreamAp
 		}
 		return eventstore.AppendResult{}, mapAppendError(err, appends)
 	}
-	res := eventstore.AppendResult{Revisions: make(map[string]uint64, len(appends))}
-	for _, r := range resp.Responses {
-		if r.StreamRevision >= 0 {
-			res.Revisions[r.Stream] = uint64(r.StreamRevision)
-		}
-	}
-	return s.finish(ctx, appends, res)
+	return s.finish(ctx, appends, resp.Responses)
 }
 
 // finish completes the result of a multi-stream append: the revisions of
@@ -291,7 +285,13 @@ func (s *Store) appendRecords(ctx context.Context, appends []eventstore.StreamAp
 // so that is the last event of the last stream written; the response
 // carries one log position, not the commit/prepare pair ReadAll reports,
 // so it is read back.
-func (s *Store) finish(ctx context.Context, appends []eventstore.StreamAppend, res eventstore.AppendResult) (eventstore.AppendResult, error) {
+func (s *Store) finish(ctx context.Context, appends []eventstore.StreamAppend, written []kurrentdb.AppendResponse) (eventstore.AppendResult, error) {
+	res := eventstore.AppendResult{Revisions: make(map[string]uint64, len(appends))}
+	for _, r := range written {
+		if r.StreamRevision >= 0 {
+			res.Revisions[r.Stream] = uint64(r.StreamRevision)
+		}
+	}
 	var last string
 	for _, a := range appends {
 		if len(a.Events) > 0 {
@@ -316,7 +316,7 @@ func (s *Store) finish(ctx context.Context, appends []eventstore.StreamAppend, r
 // committed before. A stream written with Any has no place to look at, so
 // such an append is never taken for a repeat.
 func (s *Store) repeated(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, bool, error) {
-	res := eventstore.AppendResult{Revisions: map[string]uint64{}}
+	var found []kurrentdb.AppendResponse
 	for _, a := range appends {
 		if len(a.Events) == 0 {
 			continue
@@ -337,9 +337,9 @@ func (s *Store) repeated(ctx context.Context, appends []eventstore.StreamAppend)
 				return eventstore.AppendResult{}, false, nil
 			}
 		}
-		res.Revisions[a.Stream] = got[len(got)-1].Revision
+		found = append(found, kurrentdb.AppendResponse{Stream: a.Stream, StreamRevision: int64(got[len(got)-1].Revision)})
 	}
-	res, err := s.finish(ctx, appends, res)
+	res, err := s.finish(ctx, appends, found)
 	return res, err == nil, err
 }
 
@@ -365,13 +365,7 @@ func (s *Store) appendSession(ctx context.Context, appends []eventstore.StreamAp
 	if err != nil {
 		return eventstore.AppendResult{}, mapAppendError(err, appends)
 	}
-	res := eventstore.AppendResult{Revisions: make(map[string]uint64, len(appends))}
-	for _, r := range resp.Responses {
-		if r.StreamRevision >= 0 {
-			res.Revisions[r.Stream] = uint64(r.StreamRevision)
-		}
-	}
-	return s.finish(ctx, appends, res)
+	return s.finish(ctx, appends, resp.Responses)
 }
 
 func code(err error) kurrentdb.ErrorCode {

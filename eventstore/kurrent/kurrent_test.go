@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log"
-	"os"
 	"strings"
 	"testing"
 
@@ -24,21 +23,8 @@ import (
 // without it, against the in-memory protocol server (kurrenttest).
 func TestConformance(t *testing.T) {
 	storetest.RunWithLimits(t, func(t *testing.T) eventstore.Store {
-		return openTestStore(t, serverURL(t))
+		return openTestStore(t, kurrenttest.URL(t))
 	}, storetest.Limits{EventIDsPerStream: true})
-}
-
-// serverURL is KURRENTDB_URL, or a protocol server's for this test.
-func serverURL(t *testing.T) string {
-	if url := os.Getenv("KURRENTDB_URL"); url != "" {
-		return url
-	}
-	srv, err := kurrenttest.Start(kurrenttest.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	return srv.URL()
 }
 
 func openTestStore(t *testing.T, url string) *Store {
@@ -193,7 +179,7 @@ func TestServerWithoutAppendRecords(t *testing.T) {
 // TestCheckServer: a server with AppendRecords passes, and the check
 // writes nothing.
 func TestCheckServer(t *testing.T) {
-	s := openTestStore(t, serverURL(t))
+	s := openTestStore(t, kurrenttest.URL(t))
 	ctx := context.Background()
 	before, err := s.Head(ctx)
 	if err != nil {

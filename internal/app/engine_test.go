@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"reflect"
 	"sync"
 	"testing"
@@ -43,16 +42,7 @@ func onBothStores(t *testing.T, test func(t *testing.T, a, b *Service, store eve
 		test(t, a, b, store, actor)
 	})
 	t.Run("kurrent", func(t *testing.T) {
-		url := os.Getenv("KURRENTDB_URL")
-		if url == "" {
-			srv, err := kurrenttest.Start(kurrenttest.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Close)
-			url = srv.URL()
-		}
-		store, err := kurrent.Open(url)
+		store, err := kurrent.Open(kurrenttest.URL(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,11 +44,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/google/uuid"
@@ -830,4 +832,25 @@ func (v streamsV2) AppendRecords(_ context.Context, req *v2.AppendRecordsRequest
 	}
 	resp.Position = int64(end.Commit)
 	return resp, nil
+}
+
+// Serve starts a server with default options for tb, closed when it ends.
+func Serve(tb testing.TB) *Server {
+	tb.Helper()
+	s, err := Start(Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// URL is the server a test of the kurrent adapter runs against: the one
+// KURRENTDB_URL names (a real KurrentDB, for whoever has one), or else a
+// protocol server of tb's own.
+func URL(tb testing.TB) string {
+	if url := os.Getenv("KURRENTDB_URL"); url != "" {
+		return url
+	}
+	return Serve(tb).URL()
 }
