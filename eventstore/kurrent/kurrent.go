@@ -662,10 +662,13 @@ func (s *Store) Last(ctx context.Context) (eventstore.Position, error) { return 
 
 // Head is the position of the last non-system event in $all.
 
+// Every read after a write asks for it, so the first page is one event
+// (the log's last is mostly the service's own); only a tail of system
+// events makes it read on, in pages of 100.
 func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 	var from kurrentdb.AllPosition = kurrentdb.End{}
-	for {
-		rs, err := s.client.ReadAll(ctx, kurrentdb.ReadAllOptions{Direction: kurrentdb.Backwards, From: from, RequiresLeader: true}, 100)
+	for page := uint64(1); ; page = 100 {
+		rs, err := s.client.ReadAll(ctx, kurrentdb.ReadAllOptions{Direction: kurrentdb.Backwards, From: from, RequiresLeader: true}, page)
 		if err != nil {
 			return eventstore.Position{}, err
 		}
@@ -678,7 +681,7 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 				return eventstore.Position{Commit: e.Position.Commit, Prepare: e.Position.Prepare}, nil
 			}
 		}
-		if len(evs) < 100 {
+		if uint64(len(evs)) < page {
 			return eventstore.Start, nil
 		}
 		last := evs[len(evs)-1].Position
@@ -735,13 +738,68 @@ func (e handlerError) Error() string        { return e.err.Error() }
 func (e handlerError) Is(target error) bool { return target == errHandler }
 func (e handlerError) Unwrap() error        { return e.err }
 
+// followBatch bounds the events follow hands over at once.
+const followBatch = 500
+
+// follow hands the subscription's events to handle in batches: each batch
+// is what arrived while the previous one was handled (at most
+// followBatch), so a busy log costs a reader (a projection's transaction)
+// one call per batch rather than per event, while a quiet one still gets
+// each event at once.
 func (s *Store) follow(ctx context.Context, sub *kurrentdb.Subscription, pos *eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
 	stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	arrived := make(chan *kurrentdb.SubscriptionEvent, followBatch)
+	go func() {
+		for {
+			ev := sub.Recv()
+			select {
+			case arrived <- ev:
+			case <-done:
+				return
+			}
+			if ev.SubscriptionDropped != nil {
+				return
+			}
+		}
+	}()
+	last := *pos
+	var batch []eventstore.RecordedEvent
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := handle(ctx, batch); err != nil {
+			return handlerError{err}
+		}
+		*pos = last
+		batch = nil // the handler may keep the slice
+		return nil
+	}
 	for {
-		ev := sub.Recv()
+		var ev *kurrentdb.SubscriptionEvent
+		if len(batch) == 0 {
+			ev = <-arrived
+		} else if len(batch) < followBatch {
+			select {
+			case ev = <-arrived:
+			default:
+			}
+		}
+		if ev == nil {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
+		}
 		switch {
 		case ev.SubscriptionDropped != nil:
+			// What arrived before the drop is handed over first.
+			if err := flush(); err != nil {
+				return err
+			}
 			if ev.SubscriptionDropped.Error == nil {
 				return errors.New("kurrent: subscription dropped")
 			}
@@ -749,13 +807,11 @@ func (s *Store) follow(ctx context.Context, sub *kurrentdb.Subscription, pos *ev
 		case ev.EventAppeared != nil && ev.EventAppeared.Event != nil:
 			e := ev.EventAppeared.Event
 			p := eventstore.Position{Commit: e.Position.Commit, Prepare: e.Position.Prepare}
-			if !pos.Less(p) || isSystem(e) {
+			if !last.Less(p) || isSystem(e) {
 				continue
 			}
-			if err := handle(ctx, []eventstore.RecordedEvent{toRecorded(e)}); err != nil {
-				return handlerError{err}
-			}
-			*pos = p
+			batch = append(batch, toRecorded(e))
+			last = p
 		}
 	}
 }

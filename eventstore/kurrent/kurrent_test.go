@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
@@ -212,5 +214,70 @@ func TestClientLog(t *testing.T) {
 	clientLog(kurrentdb.LogError, "unexpected exception: %v", status.Error(codes.Unavailable, "connection refused"))
 	if !strings.Contains(buf.String(), "kurrentdb: [error] unexpected exception") || !strings.Contains(buf.String(), "connection refused") {
 		t.Errorf("an unavailable server was logged as %q", buf.String())
+	}
+}
+
+// TestSystemEventsAtTheTail: Head and Last pass over the server's own
+// events at the end of $all, and a subscriber never gets them.
+func TestSystemEventsAtTheTail(t *testing.T) {
+	srv := kurrenttest.Serve(t)
+	s := openTestStore(t, srv.URL())
+	ctx := context.Background()
+	res, err := s.Append(ctx, eventstore.StreamAppend{Stream: "a", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 150 { // more than a page of Head's second read
+		srv.WriteSystemEvent(fmt.Sprintf("$stats-%d", i), "$statsCollected")
+	}
+	for _, f := range []func(context.Context) (eventstore.Position, error){s.Head, s.Last} {
+		if got, err := f(ctx); err != nil || got != res.Position {
+			t.Errorf("head/last %v, %v; want the last event of ours, %v", got, err, res.Position)
+		}
+	}
+}
+
+// TestSubscribeHandsOverBatches: events that arrived while the handler was
+// busy come in one call, in order, each once.
+func TestSubscribeHandsOverBatches(t *testing.T) {
+	s := openTestStore(t, kurrenttest.URL(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream := "batch-" + uuid.NewString()
+	var want []uuid.UUID
+	for range 50 {
+		e := eventstore.EventData{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}
+		want = append(want, e.ID)
+		if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Any, Events: []eventstore.EventData{e}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		got     []uuid.UUID
+		largest int
+	)
+	done := errors.New("done")
+	err := s.Subscribe(ctx, eventstore.Start, func(_ context.Context, evs []eventstore.RecordedEvent) error {
+		time.Sleep(20 * time.Millisecond) // a busy projection: more arrive meanwhile
+		largest = max(largest, len(evs))
+		for _, e := range evs {
+			if e.Stream == stream {
+				got = append(got, e.ID)
+			}
+		}
+		if len(got) >= len(want) {
+			return done
+		}
+		return nil
+	})
+	if !errors.Is(err, done) {
+		t.Fatalf("subscribe: %v", err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("subscriber got %d events %v; want %d in order", len(got), got, len(want))
+	}
+	if largest < 2 {
+		t.Errorf("every call carried one event: no batching")
 	}
 }
