@@ -22,10 +22,8 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-// Limits are what a store's server cannot do although the port allows it.
-// The store refuses such an append with errors.ErrUnsupported, writing
-// nothing; the suite asks it of no store that declares the limit, and
-// checks the refusal instead where a case is about it.
+// Limits are what a store's server cannot do although the port asks it;
+// the suite does not ask it of a store that declares the limit.
 type Limits struct {
 	// EventIDsPerStream: the store deduplicates an event id within its
 	// stream only, as KurrentDB does; reusing one in another stream is not
