@@ -7,7 +7,7 @@ require (
 	github.com/go-json-experiment/json v1.27.2
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.11.0
-	github.com/kurrent-io/KurrentDB-Client-Go v1.1.0
+	github.com/kurrent-io/KurrentDB-Client-Go v1.4.2
 	github.com/labstack/echo/v4 v4.15.1
 	github.com/makiuchi-d/gozxing v0.1.1
 	github.com/prometheus/client_golang v1.23.2
@@ -17,6 +17,8 @@ require (
 	golang.org/x/net v0.59.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/term v0.46.0
+	google.golang.org/grpc v1.79.3
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -43,7 +45,5 @@ require (
 	golang.org/x/text v0.42.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
 	golang.org/x/xerrors v0.0.0-20200804184101-5ec99f83aff1 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20250324211829-b45e905df463 // indirect
-	google.golang.org/grpc v1.71.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20251202230838-ff82c1b0f217 // indirect
 )

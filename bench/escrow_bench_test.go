@@ -13,6 +13,7 @@ import (
 	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore/postgres"
 )
 
 // The full escrow lifecycle through HTTP (docs/performance.md, "Escrow
@@ -88,7 +89,11 @@ func BenchmarkEscrowLifecycleHTTP(b *testing.B) {
 // and the platform's revenue (rm_balances, not exposed by the API) must sum
 // to the initial funding, and each party must hold its expected share.
 func benchEscrowLifecycle(b *testing.B, clients int) {
-	bs := newBenchServer(b)
+	benchEscrowLifecycleOn(b, clients, newBenchServer(b))
+}
+
+// benchEscrowLifecycleOn is benchEscrowLifecycle on the server bs.
+func benchEscrowLifecycleOn(b *testing.B, clients int, bs *benchServer) {
 	defer bs.close()
 	pool, sa, std, c := bs.pool, bs.sa, bs.std, bs.client
 
@@ -177,10 +182,16 @@ func benchEscrowLifecycle(b *testing.B, clients int) {
 	}
 	database := bs.pool.Config().ConnConfig.Database
 	cpuBefore := sampleCPU(database)
-	stats0 := bs.store.AppendStats()
+	pgStore, _ := bs.store.(*postgres.Store)
+	var stats0, stats postgres.AppendStats
+	if pgStore != nil {
+		stats0 = pgStore.AppendStats()
+	}
 	elapsed := runClients(b, clients, lifecycle)
 	cpu := cpuSince(cpuBefore, database, b.N)
-	stats := bs.store.AppendStats()
+	if pgStore != nil {
+		stats = pgStore.AppendStats()
+	}
 
 	// Conservation: customers + merchant + platform hold the initial funding,
 	// split as the fee rules say.

@@ -35,8 +35,9 @@ func esBenchEvent(i int) []eventstore.EventData {
 	}}
 }
 
-func BenchmarkAppend1Writer(b *testing.B) {
-	s := esBenchStore(b)
+func BenchmarkAppend1Writer(b *testing.B) { benchAppend1Writer(b, esBenchStore(b)) }
+
+func benchAppend1Writer(b *testing.B, s eventstore.Store) {
 	ctx := context.Background()
 	stream := "bench-" + uuid.NewString()
 	expected := eventstore.NoStream
@@ -52,9 +53,9 @@ func BenchmarkAppend1Writer(b *testing.B) {
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
 }
 
-func BenchmarkAppend16Writers(b *testing.B) {
-	const writers = 16
-	s := esBenchStore(b)
+func BenchmarkAppend16Writers(b *testing.B) { benchAppendWriters(b, esBenchStore(b), 16) }
+
+func benchAppendWriters(b *testing.B, s eventstore.Store, writers int) {
 	ctx := context.Background()
 	var (
 		next atomic.Int64

@@ -17,6 +17,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -29,7 +30,7 @@ import (
 type benchServer struct {
 	ctx        context.Context
 	pool       *pgxpool.Pool
-	store      *postgres.Store
+	store      eventstore.Store
 	merchantID string
 	sa, std    string // the merchant's test keys
 	client     *ledgerClient
@@ -49,8 +50,15 @@ func newBenchStore(pool *pgxpool.Pool) *postgres.Store {
 
 func newBenchServer(b *testing.B) *benchServer {
 	b.Helper()
+	return newBenchServerOn(b, func(pool *pgxpool.Pool) eventstore.Store { return newBenchStore(pool) })
+}
+
+// newBenchServerOn is newBenchServer with the event log in the store
+// newStore opens (read models stay in the fresh database).
+func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Store) *benchServer {
+	b.Helper()
 	pool := pgtest.NewPool(b)
-	store := newBenchStore(pool)
+	store := newStore(pool)
 	ctx, cancel := context.WithCancel(context.Background())
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	done := make(chan struct{})

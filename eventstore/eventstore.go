@@ -64,7 +64,10 @@ func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Commit, p.Prep
 
 // EventData is an event to append. ID makes appends idempotent: appending an
 // event whose ID is already stored in the same stream at the same place is a
-// no-op success; an ID stored elsewhere is an error.
+// no-op success; an ID stored elsewhere is an error (ErrDuplicateEvent)
+// where the store can tell: KurrentDB knows ids only within a stream
+// (storetest.Limits.EventIDsPerStream), so event ids must be new for each
+// append that is not a repeat.
 type EventData struct {
 	ID       uuid.UUID
 	Type     string

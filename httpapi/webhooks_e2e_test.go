@@ -22,7 +22,6 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -41,7 +40,7 @@ func newWebhookHarnessWith(t *testing.T, tune func(*webhooks.Dispatcher), mutate
 	// The test receivers listen on loopback: allowed, as the operator's
 	// ESCROW_WEBHOOK_ALLOW_PRIVATE allows it (mutate may turn it off).
 	mutate = append([]func(*Config){func(c *Config) { c.WebhookAllowPrivate = true }}, mutate...)
-	return startHarness(t, func(ctx context.Context, store *postgres.Store, pool *pgxpool.Pool) []func(context.Context) error {
+	return startHarness(t, func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) []func(context.Context) error {
 		hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
 		if err != nil {
 			t.Fatal(err)

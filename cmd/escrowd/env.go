@@ -70,7 +70,7 @@ func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io
 		ps.AppendCalls = cfg.AppendCalls
 		store = ps
 	default:
-		s, err := openKurrent(cfg)
+		s, err := openKurrent(ctx, cfg)
 		if err != nil {
 			pool.Close()
 			return nil, nil, err

@@ -1,19 +1,23 @@
 // Package kurrent is the KurrentDB adapter of the event store port, on the
 // official Go client (github.com/kurrent-io/KurrentDB-Client-Go).
 //
-// An append to one stream uses AppendToStream; an append to several streams
-// uses MultiStreamAppend, KurrentDB's atomic multi-stream write (server
-// 25.1 or later). The global log is $all without system events ($-prefixed
-// streams or types); positions are KurrentDB's commit/prepare positions.
+// An append that writes one stream and checks no other uses the v1
+// AppendToStream; any other append that writes uses AppendRecords,
+// KurrentDB's atomic multi-stream append, whose consistency checks name
+// any stream, written or not: every stream with an expected revision is
+// checked at the commit, which is what the port's revision checks without
+// a write (guarded and observed streams) ask. On a server without
+// AppendRecords (KurrentDB 25.1) the AppendSession (MultiStreamAppend)
+// takes the appends that write every stream they name. An append that
+// writes nothing reads the revisions it checks. The global log is $all
+// without system events ($-prefixed streams or types); positions are
+// KurrentDB's commit/prepare positions. Reads that decide (revisions,
+// Head, Last) ask for the cluster's leader.
 //
 // Differences from the PostgreSQL adapter, all from the server:
 //   - KurrentDB deduplicates an event id only within the stream it is
 //     appended to; reusing an id in another stream is stored, not rejected
-//     with ErrDuplicateEvent.
-//   - MultiStreamAppend rejects a stream without events, so a revision check
-//     without a write (zero events) works only as a single-stream append,
-//     unless it is Observed: that one is a read of the stream before the
-//     append, in any append.
+//     with ErrDuplicateEvent (storetest.Limits.EventIDsPerStream).
 //   - Multi-stream metadata must be a string map, so event metadata is
 //     stored as one string property (metadataKey) and unwrapped on reading.
 package kurrent
@@ -24,13 +28,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/escrowd/escrowd/eventstore"
 )
@@ -51,11 +60,58 @@ func Open(connectionString string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kurrent: %w", err)
 	}
+	cfg.Logger = clientLog
 	client, err := kurrentdb.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kurrent: %w", err)
 	}
 	return &Store{client: client, owned: true}, nil
+}
+
+// serverCheckStream is the stream CheckServer's append names; nothing is
+// ever written to it.
+const serverCheckStream = "escrowd-server-check"
+
+// CheckServer reports whether the server takes every append the commands
+// make, revision checks on streams they do not write included: it must
+// offer AppendRecords. It asks with an append whose consistency check
+// cannot hold (a revision no stream reaches), which writes nothing.
+func (s *Store) CheckServer(ctx context.Context) error {
+	data, _ := toEventData([]eventstore.EventData{{ID: uuid.New(), Type: "escrowd.server-check"}})
+	_, err := s.client.AppendRecords(ctx, []kurrentdb.AppendRecord{{Stream: serverCheckStream, Record: data[0]}},
+		kurrentdb.StreamStateCheck{Stream: serverCheckStream, ExpectedState: kurrentdb.StreamRevision{Value: math.MaxInt64}})
+	switch code(err) {
+	case kurrentdb.ErrorCodeAppendConsistencyViolation:
+		return nil
+	case kurrentdb.ErrorCodeUnsupportedFeature:
+		return errors.New("kurrent: the server does not offer AppendRecords (multi-stream appends with consistency checks), " +
+			"which guarded commands need (crypto withdrawals, payouts, category references): upgrade KurrentDB")
+	}
+	if err == nil {
+		return errors.New("kurrent: the server accepted an append whose consistency check cannot hold")
+	}
+	return fmt.Errorf("kurrent: checking the server: %w", err)
+}
+
+// clientLog passes the client's warnings and errors to the standard logger,
+// without its connection chatter (debug, info) and without the error it
+// logs for every call or subscription ended by its own context, which is
+// how the adapter stops them.
+func clientLog(level kurrentdb.LogLevel, format string, args ...any) {
+	if level == kurrentdb.LogDebug || level == kurrentdb.LogInfo {
+		return
+	}
+	if len(args) == 1 { // Configuration.applyLogger passes its arguments as one slice
+		if inner, ok := args[0].([]any); ok {
+			args = inner
+		}
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok && status.Code(err) == codes.Canceled {
+			return
+		}
+	}
+	log.Printf("kurrentdb: ["+level+"] "+format, args...)
 }
 
 // New wraps a client that stays the caller's to close.
@@ -87,56 +143,56 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 			}
 		}
 	}
-	// Observed checks are reads made before the append, which is what
-	// they promise (the stream was at Expected during the append); they
-	// need no place in it, where a multi-stream append could not hold them.
-	var observed map[string]uint64
-	rest := appends[:0:0]
+	var written, checked int
 	for _, a := range appends {
-		if !a.Observed || len(a.Events) > 0 {
-			rest = append(rest, a)
-			continue
+		if len(a.Events) > 0 {
+			written++
+		} else {
+			checked++
 		}
+	}
+	switch {
+	case written == 0:
+		return s.checkOnly(ctx, appends)
+	case written == 1 && checked == 0:
+		return s.appendOne(ctx, appends[0])
+	default:
+		return s.appendRecords(ctx, appends)
+	}
+}
+
+// checkOnly serves an append that writes nothing: each stream's revision
+// is read from the leader and compared. Nothing commits, so what a check
+// promises (the stream is at Expected during the append) is what its read
+// shows; several streams are each seen at their own moment, which is all
+// a decision to write nothing can rest on.
+func (s *Store) checkOnly(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	res := eventstore.AppendResult{Revisions: map[string]uint64{}}
+	for _, a := range appends {
 		rev, err := s.revisionOf(ctx, a.Stream)
 		if err != nil {
 			return eventstore.AppendResult{}, err
 		}
-		if a.Expected != eventstore.Any && rev != int64(a.Expected) {
+		if !holds(a.Expected, rev) {
 			return eventstore.AppendResult{}, &eventstore.ConcurrencyError{Stream: a.Stream, Expected: a.Expected, Actual: rev}
 		}
 		if rev >= 0 {
-			if observed == nil {
-				observed = map[string]uint64{}
-			}
-			observed[a.Stream] = uint64(rev)
+			res.Revisions[a.Stream] = uint64(rev)
 		}
 	}
-	var (
-		res eventstore.AppendResult
-		err error
-	)
-	switch len(rest) {
-	case 0:
-		res = eventstore.AppendResult{Revisions: map[string]uint64{}}
-	case 1:
-		res, err = s.appendOne(ctx, rest[0])
-	default:
-		res, err = s.appendMany(ctx, rest)
-	}
-	if err != nil {
-		return res, err
-	}
-	for st, rev := range observed {
-		res.Revisions[st] = rev
-	}
 	return res, nil
+}
+
+func holds(e eventstore.ExpectedRevision, rev int64) bool {
+	return e == eventstore.Any || int64(e) == rev
 }
 
 // revisionOf is a stream's last revision, -1 when it has no events.
 func (s *Store) revisionOf(ctx context.Context, stream string) (int64, error) {
 	rs, err := s.client.ReadStream(ctx, stream, kurrentdb.ReadStreamOptions{
-		Direction: kurrentdb.Backwards,
-		From:      kurrentdb.End{},
+		Direction:      kurrentdb.Backwards,
+		From:           kurrentdb.End{},
+		RequiresLeader: true,
 	}, 1)
 	if err != nil {
 		if isNotFound(err) {
@@ -157,6 +213,9 @@ func (s *Store) revisionOf(ctx context.Context, stream string) (int64, error) {
 	return int64(evs[0].EventNumber), nil
 }
 
+// appendOne writes one stream with the v1 append, whose expected revision
+// KurrentDB checks and whose repeat (same event ids at the same place) it
+// answers as the original.
 func (s *Store) appendOne(ctx context.Context, a eventstore.StreamAppend) (eventstore.AppendResult, error) {
 	evs, err := toEventData(a.Events)
 	if err != nil {
@@ -166,25 +225,131 @@ func (s *Store) appendOne(ctx context.Context, a eventstore.StreamAppend) (event
 	if err != nil {
 		return eventstore.AppendResult{}, mapAppendError(err, []eventstore.StreamAppend{a})
 	}
-	res := eventstore.AppendResult{Revisions: map[string]uint64{}}
-	if len(a.Events) == 0 {
-		// A pure revision check: nothing to wait for, and the revision is
-		// the expected one (the client's result is not meaningful here).
-		if a.Expected >= 0 {
-			res.Revisions[a.Stream] = uint64(a.Expected)
-		}
-		return res, nil
-	}
-	res.Revisions[a.Stream] = wr.NextExpectedVersion
+	res := eventstore.AppendResult{Revisions: map[string]uint64{a.Stream: wr.NextExpectedVersion}}
 	res.Position, err = s.positionOf(ctx, a.Stream, wr.NextExpectedVersion)
 	return res, err
 }
 
-func (s *Store) appendMany(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, error) {
+// appendRecords writes several streams, or one beside revision checks on
+// others, in one AppendRecords call: KurrentDB's atomic multi-stream
+// append, whose consistency checks may name streams it does not write.
+// Every stream with an expected revision becomes a check, so the server
+// commits the records only while every stream the decision read is still
+// at the revision it was read at, written or not: a Guard and an Observed
+// check are both that (a check at commit is a lock held until the commit,
+// and proves the observation too).
+//
+// A server without AppendRecords (before it, KurrentDB 25.1 offered only
+// the AppendSession the client calls MultiStreamAppend) still takes
+// appends that write every stream they name; a revision check without a
+// write is refused there with errors.ErrUnsupported.
+func (s *Store) appendRecords(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	var (
+		records []kurrentdb.AppendRecord
+		checks  []kurrentdb.ConsistencyCheck
+	)
+	for _, a := range appends {
+		if a.Expected != eventstore.Any {
+			checks = append(checks, kurrentdb.StreamStateCheck{Stream: a.Stream, ExpectedState: streamState(a.Expected)})
+		}
+		evs, err := toEventData(a.Events)
+		if err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		for _, e := range evs {
+			records = append(records, kurrentdb.AppendRecord{Stream: a.Stream, Record: e})
+		}
+	}
+	resp, err := s.client.AppendRecords(ctx, records, checks...)
+	if err != nil {
+		if code(err) == kurrentdb.ErrorCodeUnsupportedFeature {
+			return s.appendSession(ctx, appends)
+		}
+		if code(err) == kurrentdb.ErrorCodeAppendConsistencyViolation {
+			// AppendRecords promises no idempotency: a repeat of an append
+			// that did commit (its answer lost) fails its own checks. The
+			// events found where the append put them make it the success
+			// it was.
+			if res, ok, rerr := s.repeated(ctx, appends); rerr != nil || ok {
+				return res, rerr
+			}
+		}
+		return eventstore.AppendResult{}, mapAppendError(err, appends)
+	}
+	return s.finish(ctx, appends, resp.Responses)
+}
+
+// finish completes the result of a multi-stream append: the revisions of
+// the streams only checked (they held at the commit), and the position of
+// the last event written. The server keeps the records' order in the log,
+// so that is the last event of the last stream written; the response
+// carries one log position, not the commit/prepare pair ReadAll reports,
+// so it is read back.
+func (s *Store) finish(ctx context.Context, appends []eventstore.StreamAppend, written []kurrentdb.AppendResponse) (eventstore.AppendResult, error) {
+	res := eventstore.AppendResult{Revisions: make(map[string]uint64, len(appends))}
+	for _, r := range written {
+		if r.StreamRevision >= 0 {
+			res.Revisions[r.Stream] = uint64(r.StreamRevision)
+		}
+	}
+	var last string
+	for _, a := range appends {
+		if len(a.Events) > 0 {
+			if _, ok := res.Revisions[a.Stream]; !ok {
+				return eventstore.AppendResult{}, fmt.Errorf("kurrent: multi-stream append reported no revision for %q", a.Stream)
+			}
+			last = a.Stream
+		} else if a.Expected >= 0 {
+			res.Revisions[a.Stream] = uint64(a.Expected)
+		}
+	}
+	pos, err := s.positionOf(ctx, last, res.Revisions[last])
+	if err != nil {
+		return eventstore.AppendResult{}, err
+	}
+	res.Position = pos
+	return res, nil
+}
+
+// repeated reports whether every stream the append writes already holds
+// its events, by id, right after the expected revision: the append has
+// committed before. A stream written with Any has no place to look at, so
+// such an append is never taken for a repeat.
+func (s *Store) repeated(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, bool, error) {
+	var found []kurrentdb.AppendResponse
+	for _, a := range appends {
+		if len(a.Events) == 0 {
+			continue
+		}
+		if a.Expected == eventstore.Any {
+			return eventstore.AppendResult{}, false, nil
+		}
+		from := uint64(a.Expected + 1) // NoStream is -1
+		got, err := s.readStream(ctx, a.Stream, from, len(a.Events), true)
+		if err != nil {
+			return eventstore.AppendResult{}, false, err
+		}
+		if len(got) != len(a.Events) {
+			return eventstore.AppendResult{}, false, nil
+		}
+		for i, e := range a.Events {
+			if got[i].ID != e.ID {
+				return eventstore.AppendResult{}, false, nil
+			}
+		}
+		found = append(found, kurrentdb.AppendResponse{Stream: a.Stream, StreamRevision: int64(got[len(got)-1].Revision)})
+	}
+	res, err := s.finish(ctx, appends, found)
+	return res, err == nil, err
+}
+
+// appendSession is the multi-stream append of a server without
+// AppendRecords: an AppendSession with each stream's expected revision.
+func (s *Store) appendSession(ctx context.Context, appends []eventstore.StreamAppend) (eventstore.AppendResult, error) {
 	reqs := make([]kurrentdb.AppendStreamRequest, len(appends))
 	for i, a := range appends {
 		if len(a.Events) == 0 {
-			return eventstore.AppendResult{}, fmt.Errorf("kurrent: stream %q has no events: a multi-stream append cannot check a revision without writing: %w", a.Stream, errors.ErrUnsupported)
+			return eventstore.AppendResult{}, fmt.Errorf("kurrent: stream %q has no events: the server has no AppendRecords, and its AppendSession cannot check a revision without writing: %w", a.Stream, errors.ErrUnsupported)
 		}
 		evs, err := toEventData(a.Events)
 		if err != nil {
@@ -200,34 +365,20 @@ func (s *Store) appendMany(ctx context.Context, appends []eventstore.StreamAppen
 	if err != nil {
 		return eventstore.AppendResult{}, mapAppendError(err, appends)
 	}
-	res := eventstore.AppendResult{Revisions: make(map[string]uint64, len(appends))}
-	for _, r := range resp.Responses {
-		if r.StreamRevision >= 0 {
-			res.Revisions[r.Stream] = uint64(r.StreamRevision)
-		}
+	return s.finish(ctx, appends, resp.Responses)
+}
+
+func code(err error) kurrentdb.ErrorCode {
+	var kerr *kurrentdb.Error
+	if errors.As(err, &kerr) {
+		return kerr.Code()
 	}
-	// The response carries one log position, not the commit/prepare pair
-	// ReadAll reports; read back each stream's last event and take the
-	// latest so that callers can wait for exactly that position.
-	for _, a := range appends {
-		rev, ok := res.Revisions[a.Stream]
-		if !ok {
-			return eventstore.AppendResult{}, fmt.Errorf("kurrent: multi-stream append reported no revision for %q", a.Stream)
-		}
-		pos, err := s.positionOf(ctx, a.Stream, rev)
-		if err != nil {
-			return eventstore.AppendResult{}, err
-		}
-		if res.Position.Less(pos) {
-			res.Position = pos
-		}
-	}
-	return res, nil
+	return kurrentdb.ErrorCodeUnknown
 }
 
 // positionOf reads the global position of one event of a stream.
 func (s *Store) positionOf(ctx context.Context, stream string, rev uint64) (eventstore.Position, error) {
-	evs, err := s.ReadStream(ctx, stream, rev, 1)
+	evs, err := s.readStream(ctx, stream, rev, 1, true)
 	if err != nil {
 		return eventstore.Position{}, err
 	}
@@ -330,6 +481,13 @@ func mapAppendError(err error, appends []eventstore.StreamAppend) error {
 			return &eventstore.ConcurrencyError{Stream: appends[0].Stream, Expected: appends[0].Expected, Actual: -1}
 		}
 		return fmt.Errorf("%w: %v", eventstore.ErrConcurrency, err)
+	case kurrentdb.ErrorCodeAppendConsistencyViolation:
+		var violation *kurrentdb.AppendConsistencyViolationError
+		if errors.As(kerr.Err(), &violation) && len(violation.Violations) > 0 {
+			v := violation.Violations[0]
+			return &eventstore.ConcurrencyError{Stream: v.Stream, Expected: expectedOf(v.Stream), Actual: actualRevision(v.ActualState)}
+		}
+		return fmt.Errorf("%w: %v", eventstore.ErrConcurrency, err)
 	case kurrentdb.ErrorCodeWrongExpectedVersion:
 		// Only the single-stream append answers this way, and only with text.
 		if len(appends) != 1 {
@@ -409,6 +567,13 @@ func drain(rs *kurrentdb.ReadStream) ([]*kurrentdb.RecordedEvent, error) {
 const readChunk = 1000
 
 func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	return s.readStream(ctx, stream, from, limit, false)
+}
+
+// readStream is ReadStream, from the leader when leader is set: the
+// adapter's reads of what it has just written (a node the client prefers
+// for reads may not have it yet).
+func (s *Store) readStream(ctx context.Context, stream string, from uint64, limit int, leader bool) ([]eventstore.RecordedEvent, error) {
 	var out []eventstore.RecordedEvent
 	for limit <= 0 || len(out) < limit {
 		n := readChunk
@@ -416,8 +581,9 @@ func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limi
 			n = min(n, limit-len(out))
 		}
 		rs, err := s.client.ReadStream(ctx, stream, kurrentdb.ReadStreamOptions{
-			Direction: kurrentdb.Forwards,
-			From:      kurrentdb.Revision(from),
+			Direction:      kurrentdb.Forwards,
+			From:           kurrentdb.Revision(from),
+			RequiresLeader: leader,
 		}, uint64(n))
 		if err != nil {
 			if isNotFound(err) {
@@ -486,15 +652,23 @@ func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit in
 	return out, nil
 }
 
-// Head is the position of the last non-system event in $all.
-// Last is Head: KurrentDB orders events at commit, so every committed
-// event can be read at once.
+// Last is Head: KurrentDB gives an event its place in $all when it
+// commits, so nothing committed is held back from ReadAll, and the leader
+// (which Head reads from) has every acknowledged append. A reader follows
+// $all without system events, so the position to reach is that of the
+// last non-system event, not the end of $all (a system event a reader
+// never returns would keep it waiting forever).
 func (s *Store) Last(ctx context.Context) (eventstore.Position, error) { return s.Head(ctx) }
 
+// Head is the position of the last non-system event in $all.
+
+// Every read after a write asks for it, so the first page is one event
+// (the log's last is mostly the service's own); only a tail of system
+// events makes it read on, in pages of 100.
 func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 	var from kurrentdb.AllPosition = kurrentdb.End{}
-	for {
-		rs, err := s.client.ReadAll(ctx, kurrentdb.ReadAllOptions{Direction: kurrentdb.Backwards, From: from}, 100)
+	for page := uint64(1); ; page = 100 {
+		rs, err := s.client.ReadAll(ctx, kurrentdb.ReadAllOptions{Direction: kurrentdb.Backwards, From: from, RequiresLeader: true}, page)
 		if err != nil {
 			return eventstore.Position{}, err
 		}
@@ -507,15 +681,16 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 				return eventstore.Position{Commit: e.Position.Commit, Prepare: e.Position.Prepare}, nil
 			}
 		}
-		if len(evs) < 100 {
+		if uint64(len(evs)) < page {
 			return eventstore.Start, nil
 		}
 		last := evs[len(evs)-1].Position
 		if last.Commit == 0 && last.Prepare == 0 {
 			return eventstore.Start, nil
 		}
-		// Backwards reads include the starting event; it is a system event
-		// already looked at, so the next page repeats one event at most.
+		// Whether a backwards read includes the event at its start or not,
+		// that one is a system event already looked at: the next page
+		// repeats one event at most.
 		from = last
 	}
 }
@@ -563,13 +738,68 @@ func (e handlerError) Error() string        { return e.err.Error() }
 func (e handlerError) Is(target error) bool { return target == errHandler }
 func (e handlerError) Unwrap() error        { return e.err }
 
+// followBatch bounds the events follow hands over at once.
+const followBatch = 500
+
+// follow hands the subscription's events to handle in batches: each batch
+// is what arrived while the previous one was handled (at most
+// followBatch), so a busy log costs a reader (a projection's transaction)
+// one call per batch rather than per event, while a quiet one still gets
+// each event at once.
 func (s *Store) follow(ctx context.Context, sub *kurrentdb.Subscription, pos *eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
 	stop := context.AfterFunc(ctx, func() { _ = sub.Close() })
 	defer stop()
+	done := make(chan struct{})
+	defer close(done)
+	arrived := make(chan *kurrentdb.SubscriptionEvent, followBatch)
+	go func() {
+		for {
+			ev := sub.Recv()
+			select {
+			case arrived <- ev:
+			case <-done:
+				return
+			}
+			if ev.SubscriptionDropped != nil {
+				return
+			}
+		}
+	}()
+	last := *pos
+	var batch []eventstore.RecordedEvent
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := handle(ctx, batch); err != nil {
+			return handlerError{err}
+		}
+		*pos = last
+		batch = nil // the handler may keep the slice
+		return nil
+	}
 	for {
-		ev := sub.Recv()
+		var ev *kurrentdb.SubscriptionEvent
+		if len(batch) == 0 {
+			ev = <-arrived
+		} else if len(batch) < followBatch {
+			select {
+			case ev = <-arrived:
+			default:
+			}
+		}
+		if ev == nil {
+			if err := flush(); err != nil {
+				return err
+			}
+			continue
+		}
 		switch {
 		case ev.SubscriptionDropped != nil:
+			// What arrived before the drop is handed over first.
+			if err := flush(); err != nil {
+				return err
+			}
 			if ev.SubscriptionDropped.Error == nil {
 				return errors.New("kurrent: subscription dropped")
 			}
@@ -577,13 +807,11 @@ func (s *Store) follow(ctx context.Context, sub *kurrentdb.Subscription, pos *ev
 		case ev.EventAppeared != nil && ev.EventAppeared.Event != nil:
 			e := ev.EventAppeared.Event
 			p := eventstore.Position{Commit: e.Position.Commit, Prepare: e.Position.Prepare}
-			if !pos.Less(p) || isSystem(e) {
+			if !last.Less(p) || isSystem(e) {
 				continue
 			}
-			if err := handle(ctx, []eventstore.RecordedEvent{toRecorded(e)}); err != nil {
-				return handlerError{err}
-			}
-			*pos = p
+			batch = append(batch, toRecorded(e))
+			last = p
 		}
 	}
 }

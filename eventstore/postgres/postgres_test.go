@@ -35,34 +35,6 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// kurrentLimited refuses what the KurrentDB adapter refuses (see package
-// kurrent): a multi-stream append that includes a stream without events,
-// unless its check is Observed (that adapter reads it before appending).
-type kurrentLimited struct{ eventstore.Store }
-
-func (s kurrentLimited) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
-	if len(appends) > 1 {
-		for _, a := range appends {
-			if len(a.Events) == 0 && !a.Observed {
-				return eventstore.AppendResult{}, fmt.Errorf("limited: stream %q has no events: %w", a.Stream, errors.ErrUnsupported)
-			}
-		}
-	}
-	return s.Store.Append(ctx, appends...)
-}
-
-// TestConformanceWithKurrentLimits: the suite asks of a store with the
-// KurrentDB adapter's documented limit only what that store can do, and
-// checks that it refuses the rest cleanly. No KurrentDB server runs here,
-// so this is where a contract case that forgets the limit shows up.
-func TestConformanceWithKurrentLimits(t *testing.T) {
-	pgtest.ServerURL(t)
-	storetest.RunWithLimits(t, func(t *testing.T) eventstore.Store {
-		s, _ := newStore(t)
-		return kurrentLimited{s}
-	}, storetest.Limits{NoZeroEventMultiStream: true})
-}
-
 // TestReadAllWaitsForOlderTransactions shows the visibility rule that makes
 // ReadAll gap-safe: an event committed by a younger transaction is withheld
 // while an older transaction that wrote to the log is still open, because

@@ -16,6 +16,8 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/kurrent"
+	"github.com/escrowd/escrowd/eventstore/kurrent/kurrenttest"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
@@ -28,6 +30,30 @@ func twoInstances(t *testing.T) (*Service, *Service, eventstore.Store, Actor) {
 	t.Helper()
 	store := postgres.New(pgtest.NewPool(t))
 	t.Cleanup(store.Close)
+	return twoInstancesOn(t, store)
+}
+
+// onBothStores runs test on PostgreSQL and on the KurrentDB adapter (over
+// KURRENTDB_URL, or else an in-memory protocol server), each with two
+// instances as twoInstances makes them.
+func onBothStores(t *testing.T, test func(t *testing.T, a, b *Service, store eventstore.Store, actor Actor)) {
+	t.Run("postgres", func(t *testing.T) {
+		a, b, store, actor := twoInstances(t)
+		test(t, a, b, store, actor)
+	})
+	t.Run("kurrent", func(t *testing.T) {
+		store, err := kurrent.Open(kurrenttest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(store.Close)
+		a, b, store2, actor := twoInstancesOn(t, store)
+		test(t, a, b, store2, actor)
+	})
+}
+
+func twoInstancesOn(t *testing.T, store eventstore.Store) (*Service, *Service, eventstore.Store, Actor) {
+	t.Helper()
 	a, b := NewService(NewEngine(store, 100)), NewService(NewEngine(store, 100))
 	m, err := a.CreateMerchant(context.Background(), "Shop", true, "NG", digest)
 	if err != nil {
