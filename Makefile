@@ -28,7 +28,7 @@ test:
 	@scripts/chromium.sh >/dev/null && \
 	  DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
 	  $(GO) vet ./... && \
-	  $(GO) test -race -count=1 -timeout 20m ./...
+	  $(GO) test -race -count=1 -timeout 45m ./...
 
 # BENCH selects benchmarks (default all); the pgbench baseline needs the
 # pgbench binary (postgresql-client) and is skipped without it.
