@@ -102,15 +102,7 @@ func (s *Server) cancelVault(c echo.Context) error {
 // settleVault runs a winner or a cancel on the path's vault and answers
 // with the settled vault.
 func (s *Server) settleVault(c echo.Context, msg string, settle func(id string) (app.EscrowResult, error)) error {
-	// A payment token names one escrow forever, and the command decides on
-	// the escrow's own stream: a token the read model already knows needs
-	// no wait for the read models to catch up with every other write (the
-	// wait was most of a winner's time under load, docs/performance.md).
-	// Only a token not found yet waits, as it may name a vault just made.
-	id, found, err := s.queries.EscrowIDByToken(c.Request().Context(), c.Param("paymentToken"))
-	if err == nil && !found {
-		id, err = s.escrowByToken(c)
-	}
+	id, err := s.escrowByToken(c)
 	if err != nil {
 		return err
 	}

@@ -340,6 +340,7 @@ func TestWebhooksVault(t *testing.T) {
 	h := newWebhookHarness(t)
 	rc, a, b, topUpB, answered := hookedSellerAndBuyer(t, h, "08035558301", "08035558302")
 	top := h.topUp(a, 5000).expect(t, 200, "").obj()
+	delete(top, "mainBalance") // the answer's, not the record's (§7)
 	answered[top["reference"].(string)] = top
 
 	won := h.createVault(stakesOf(a, 1000, b, 3000)).expect(t, 201, "").obj()
@@ -381,33 +382,4 @@ func TestWebhooksVault(t *testing.T) {
 	if !reflect.DeepEqual(got, want) || len(hits) != len(want)+6 {
 		t.Fatalf("payment events\n got %v\nwant %v", got, want)
 	}
-}
-
-// TestVaultSettleAndTheReadModels: a winner or cancel finds its vault by
-// token in the read model without waiting for the read models to include
-// every other write (a token names one escrow forever); a vault the read
-// model does not know yet is waited for.
-func TestVaultSettleAndTheReadModels(t *testing.T) {
-	h := newHarness(t) // reads give up after the default 5 s
-	var ids []string
-	for i := 0; i < 2; i++ {
-		ids = append(ids, h.funded(fmt.Sprintf("m%d@x.com", i), fmt.Sprintf("0803555840%d", i), 5000))
-	}
-	known := h.createVault(stakesOf(ids[0], 500, ids[1], 500)).expect(t, 201, "").obj()["paymentToken"].(string)
-	h.caughtUp() // the read model has it
-
-	// The projectors stop: a read now waits in vain (503), a settlement of
-	// a known vault does not wait.
-	h.projecting.stop()
-	fresh := h.createVault(stakesOf(ids[0], 600, ids[1], 400)).expect(t, 201, "").obj()["paymentToken"].(string)
-	h.do(req{path: "/v1/escrow/vault/" + known, key: h.std()}).expect(t, 503, "The service is busy; retry shortly")
-	h.vaultWinner(known, ids[0]).expect(t, 200, "Vault winner declared successfully")
-	// A vault the read model has not seen: the settlement waits for it.
-	h.vaultCancel(fresh).expect(t, 503, "The service is busy; retry shortly")
-	h.projecting.start()
-	h.caughtUp()
-	h.vaultCancel(fresh).expect(t, 200, "Vault cancelled successfully")
-	h.expectWallet(ids[0], 5000-500+1000-25-600+600-15, 0)
-	h.expectWallet(ids[1], 5000-500-400+400-10, 0)
-	h.assertZeroSum()
 }

@@ -88,7 +88,7 @@ func TestEscrowMessages(t *testing.T) {
 					m.MerchantID != "m1" || m.Environment != domain.Test || m.OrderKey != "esc1" {
 					t.Fatalf("message %+v body %s", m, m.Body)
 				}
-				if data["id"] != "esc1" || data["status"] != string(tc.status) || data["isSeller"] != after.IsMerchantSale() ||
+				if data["id"] != "esc1" || data["status"] != string(tc.status) || data["isSeller"] != (after.IsMerchantSale() && after.Type() != escrow.VaultSettlement) ||
 					data["merchantId"] != "m1" || data["amount"] != 10000.0 {
 					t.Fatalf("data %v", data)
 				}
