@@ -139,19 +139,10 @@ func disputeFilter(c echo.Context) (projections.DisputeFilter, error) {
 }
 
 func (s *Server) listDisputes(c echo.Context, f projections.DisputeFilter) error {
-	q, err := s.readModels(c)
-	if err != nil {
-		return err
-	}
-	list, pg, err := q.Disputes(c.Request().Context(), f, pageParams(c, historyCeiling))
-	if err != nil {
-		return err
-	}
-	views, err := s.viewEscrows(c, list)
-	if err != nil {
-		return err
-	}
-	return respond(c, http.StatusOK, "Disputes fetched successfully", map[string]any{"data": views, "pagination": pg})
+	return s.respondEscrowPage(c, "Disputes fetched successfully",
+		func(q *projections.Queries, p projections.Page) ([]escrow.State, projections.Pagination, error) {
+			return q.Disputes(c.Request().Context(), f, p)
+		})
 }
 
 // customerDisputes lists the disputes of escrows the customer buys or sells.

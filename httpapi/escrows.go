@@ -433,11 +433,20 @@ func (s *Server) escrowTransactions(c echo.Context) error {
 }
 
 func (s *Server) listEscrows(c echo.Context, f projections.EscrowFilter, msg string) error {
+	return s.respondEscrowPage(c, msg, func(q *projections.Queries, p projections.Page) ([]escrow.State, projections.Pagination, error) {
+		return q.Escrows(c.Request().Context(), f, p)
+	})
+}
+
+// respondEscrowPage answers with one page of escrows that read selects
+// from the read models (behind the read fence), rendered for the caller.
+func (s *Server) respondEscrowPage(c echo.Context, msg string,
+	read func(*projections.Queries, projections.Page) ([]escrow.State, projections.Pagination, error)) error {
 	q, err := s.readModels(c)
 	if err != nil {
 		return err
 	}
-	list, pg, err := q.Escrows(c.Request().Context(), f, pageParams(c, historyCeiling))
+	list, pg, err := read(q, pageParams(c, historyCeiling))
 	if err != nil {
 		return err
 	}
