@@ -70,12 +70,13 @@ CREATE INDEX es_events_tenant_idx ON es_events
 -- entry's events in p_rev_off.
 --
 -- Per entry, p_expected is -2 (any revision), -1 (no stream) or an exact
--- revision, and p_counts the number of events it appends. An entry with no
--- events and p_observe true is an observed check: the stream's committed
--- revision is read without locking its row (a merchant's fees read
--- "latest" by every escrow); any other entry locks its stream's row until
--- commit. A stream created by an append ends at revision n - 1 after n
--- events.
+-- revision, and p_counts the number of events it appends. An entry with
+-- events, or an exact check without events, writes or locks its stream's
+-- row until commit. An entry with no events and p_observe true is an
+-- observed check: the stream's committed revision is read without a lock
+-- (a merchant's fees read "latest" by every escrow); so is a check without
+-- events that expects no stream or any revision. A stream created by an
+-- append ends at revision n - 1 after n events.
 --
 -- A failed check refuses its append instead of raising: the append's
 -- entries already moved are moved back (a stream it created is deleted),
