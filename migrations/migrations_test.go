@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -90,7 +91,7 @@ func TestUpAgainIsNoop(t *testing.T) {
 			t.Fatalf("Up again: %v", err)
 		}
 	}
-	if again := applied(t, pool); len(again) != len(first) || again[0] != first[0] {
+	if again := applied(t, pool); !slices.Equal(again, first) {
 		t.Fatalf("Up again changed schema_migrations: %v, was %v", again, first)
 	}
 }
