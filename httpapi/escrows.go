@@ -178,8 +178,8 @@ func deref(s *string) string {
 }
 
 // newEscrowDraft reads a create request (standard or milestone): its
-// fields, the draft of the escrow terms and the seller, checking what
-// every creation requires. whoPays is required unless whoPaysDefault.
+// fields, the draft of the escrow terms and the seller. whoPays is
+// required unless whoPaysDefault.
 func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMessage, escrow.Draft, string, error) {
 	f, err := escrowFields(c)
 	if err != nil {
@@ -189,21 +189,18 @@ func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMes
 	if err != nil {
 		return nil, escrow.Draft{}, "", err
 	}
+	// What the request must hold to be read; the rules of the terms (a
+	// purpose, the minimum amount, who may sell) are the domain's and the
+	// application's, whose errors reach the client as they are.
 	switch {
 	case p.Amount == nil:
 		return nil, escrow.Draft{}, "", domain.Invalidf("amount is required")
-	case p.Purpose == nil || strings.TrimSpace(*p.Purpose) == "":
-		return nil, escrow.Draft{}, "", domain.Invalidf("purpose is required")
 	case p.WhoPays == nil && !whoPaysDefault:
 		return nil, escrow.Draft{}, "", domain.Invalidf("whoPays is required")
 	}
-	seller := sellerOf(c)
-	if pr, _ := PrincipalFrom(c); seller == "" && !pr.Business {
-		return nil, escrow.Draft{}, "", app.ErrMerchantCannotSell
-	}
-	return f, escrow.Draft{Amount: *p.Amount, Purpose: *p.Purpose, Description: deref(p.Description), WhoPays: deref(p.WhoPays),
+	return f, escrow.Draft{Amount: *p.Amount, Purpose: deref(p.Purpose), Description: deref(p.Description), WhoPays: deref(p.WhoPays),
 		MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline), TotalQuantity: p.TotalQuantity,
-		CategoryID: deref(p.CategoryID)}, seller, nil
+		CategoryID: deref(p.CategoryID)}, sellerOf(c), nil
 }
 
 func (s *Server) createEscrow(c echo.Context) error {
@@ -349,9 +346,6 @@ func (s *Server) setAdditionalFee(c echo.Context) error {
 	fee, err := money.InputOf(string(body.AdditionalFee)).Integer()
 	if err != nil || body.AdditionalFee[0] == '"' {
 		return domain.Invalidf("additionalFee must be an integer")
-	}
-	if fee < 0 {
-		return escrow.ErrNegativeFee
 	}
 	id, err := s.escrowByToken(c)
 	if err != nil {
