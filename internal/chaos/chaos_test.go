@@ -173,6 +173,7 @@ func TestChaos(t *testing.T) {
 	}
 	k.balances(v)
 	k.records(ctx, v)
+	k.customers(ctx, v)
 	k.ledgerSums(ctx, v)
 	// The rebuild and the audits replay the log while the webhook check
 	// waits for retries.

@@ -201,6 +201,36 @@ func (k *checker) records(ctx context.Context, v *verdict) {
 	v.say("records: %d references of acknowledged steps looked up, %d not found exactly once", n, len(v.violations)-failed)
 }
 
+// customers: every customer create acknowledged (or answered as executed
+// on a retry) made exactly one customer, an unknown one at most one, a
+// refused one none: the existence oracle of requests that move no money.
+func (k *checker) customers(ctx context.Context, v *verdict) {
+	n, failed := 0, len(v.violations)
+	for _, p := range k.w.ops {
+		for _, c := range p.creates {
+			var count int
+			if err := k.pool.QueryRow(ctx, `SELECT count(*) FROM rm_customers WHERE merchant_id = $1 AND environment = 'test'
+				AND email = $2`, c.merchant, c.email).Scan(&count); err != nil {
+				v.fail("customers: %v", err)
+				return
+			}
+			n++
+			what := fmt.Sprintf("%s: customer create %s (%s)", p.name, c.email, c.outcome)
+			switch {
+			case count > 1:
+				v.doubled++
+				v.fail("%s made %d customers", what, count)
+			case count == 0 && (c.outcome == acked || c.outcome == happened):
+				v.lost++
+				v.fail("%s acknowledged but no customer exists", what)
+			case count == 1 && c.outcome == refused:
+				v.fail("%s refused but the customer exists", what)
+			}
+		}
+	}
+	v.say("customers: %d creates looked up, %d not reflected as answered", n, len(v.violations)-failed)
+}
+
 // ledgerSums: the sum over every merchant's accounts is zero and no
 // account but external clearing is negative.
 func (k *checker) ledgerSums(ctx context.Context, v *verdict) {

@@ -29,6 +29,8 @@ var operations = []operation{
 	{"dispute REFUNDED", 1, opDispute("REFUNDED")},
 	{"dispute SPLIT", 1, opDispute("SPLIT")},
 	{"milestones", 2, opMilestones},
+	{"vault winner", 1, opVault(true)},
+	{"vault cancel", 1, opVault(false)},
 }
 
 type operation struct {
@@ -94,6 +96,16 @@ type op struct {
 	// retryRefusals are requests refused only when retried after an
 	// attempt without answer; booked as unknown (at most once).
 	retryRefusals []string
+	// creates are the customers the operation asked for, each by its
+	// unique email address: acknowledged ones must exist exactly once,
+	// unknown ones at most once, refused ones not at all.
+	creates []createCheck
+}
+
+// createCheck is a customer create and what became of it.
+type createCheck struct {
+	merchant, email string
+	outcome         outcome
 }
 
 type merchantKeys struct {
@@ -243,12 +255,14 @@ func (p *op) std(method, path, cid string, body any) call {
 func (p *op) customer(topUp int64) (id, phone string) {
 	n := p.w.phones.Add(1)
 	phone = fmt.Sprintf("0803%07d", n)
-	c, ok := p.need(call{method: http.MethodPost, path: "/v1/customer/create", key: p.m.sa,
-		body: jsonBody(map[string]any{"firstname": "Ada", "lastname": "Obi", "email": fmt.Sprintf("c%d@chaos.test", n), "phone": phone})}, nil)
-	if !ok {
+	email := fmt.Sprintf("c%d@chaos.test", n)
+	r, _ := p.step(call{method: http.MethodPost, path: "/v1/customer/create", key: p.m.sa,
+		body: jsonBody(map[string]any{"firstname": "Ada", "lastname": "Obi", "email": email, "phone": phone})}, nil)
+	p.creates = append(p.creates, createCheck{merchant: p.m.id, email: email, outcome: r.outcome})
+	if r.outcome != acked {
 		return "", ""
 	}
-	id, _ = c["customerId"].(string)
+	id, _ = r.obj()["customerId"].(string)
 	p.customers = append(p.customers, id)
 	if topUp > 0 {
 		if _, ok := p.step(p.std("POST", "/v1/payment/topup", id, map[string]any{"amount": topUp}),
@@ -472,6 +486,48 @@ func opMilestones(p *op) {
 	last, _ := ms[1].(map[string]any)["id"].(string)
 	p.step(p.std("POST", "/v1/escrow/milestone/confirm/"+id+"/"+last, buyer, nil),
 		delta{cust(buyer): {0, -naira(6250)}, cust(seller): {naira(6000), 0}, merch(p.m.id): {naira(125), 0}})
+}
+
+// opVault: three customers stake 400 each in a vault of 1,200 (fee 30,
+// the merchant's commission 15); then the merchant names a winner, who
+// gets the pool less the fee, or cancels it, and each gets 390 back (the
+// fee shared equally).
+func opVault(winner bool) func(*op) {
+	return func(p *op) {
+		const stake = 400
+		var ids []string
+		var stakes []map[string]any
+		staked := delta{}
+		for i := 0; i < 3; i++ {
+			id, _ := p.customer(1000)
+			if id == "" {
+				return
+			}
+			ids = append(ids, id)
+			stakes = append(stakes, map[string]any{"customerId": id, "amount": stake})
+			staked[cust(id)] = bal{-naira(stake), naira(stake)}
+		}
+		v, ok := p.need(p.std("POST", "/v1/escrow/vault/create", "", map[string]any{"purpose": "Chaos pool",
+			"description": "chaos", "participants": stakes}), staked)
+		if !ok {
+			return
+		}
+		token, _ := v["paymentToken"].(string)
+		settled := delta{merch(p.m.id): {naira(15), 0}}
+		if winner {
+			w := ids[p.rng.IntN(len(ids))]
+			for _, id := range ids {
+				settled[cust(id)] = bal{0, -naira(stake)}
+			}
+			settled[cust(w)] = bal{naira(3*stake - 30), -naira(stake)}
+			p.step(p.std("POST", "/v1/escrow/vault/winner/"+token, "", map[string]any{"winnerId": w}), settled)
+			return
+		}
+		for _, id := range ids {
+			settled[cust(id)] = bal{naira(stake - 10), -naira(stake)}
+		}
+		p.step(p.std("POST", "/v1/escrow/vault/cancel/"+token, "", nil), settled)
+	}
 }
 
 // form is a multipart body of fields.
