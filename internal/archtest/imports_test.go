@@ -53,7 +53,8 @@ var rules = []rule{
 	// The event store port and its adapters.
 	{pkg: "eventstore/...", may: []string{"domain/...", "eventstore/..."},
 		testsMay: []string{"internal/pgtest", "migrations"}},
-	{pkg: "migrations"},
+	// Its tests migrate fresh databases of the test cluster.
+	{pkg: "migrations", testsMay: []string{"internal/pgtest"}},
 	// Leaf helpers.
 	{pkg: "internal/promreg"},
 	{pkg: "internal/redact", may: domainPkgs, testsMay: domainPkgs},
