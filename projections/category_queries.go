@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
 )
 
@@ -45,33 +44,6 @@ func (q *Queries) CategoryByID(ctx context.Context, id string) (Category, bool, 
 		return c, false, nil
 	}
 	return c, err == nil, err
-}
-
-// ListCategories pages a merchant's live categories of env in position
-// order (categoryRank).
-func (q *Queries) ListCategories(ctx context.Context, merchantID string, env domain.Environment, p Page) ([]Category, Pagination, error) {
-	var count int64
-	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_categories
-		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL`, merchantID, string(env)).Scan(&count); err != nil {
-		return nil, Pagination{}, err
-	}
-	rows, err := q.pool.Query(ctx, `SELECT `+categoryColumns+` FROM (
-		SELECT *, `+categoryRank+` AS rank FROM rm_categories
-		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL) ranked
-		ORDER BY rank LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
-	if err != nil {
-		return nil, Pagination{}, err
-	}
-	defer rows.Close()
-	out := []Category{}
-	for rows.Next() {
-		c, err := scanCategory(rows)
-		if err != nil {
-			return nil, Pagination{}, err
-		}
-		out = append(out, c)
-	}
-	return out, NewPagination(p, count), rows.Err()
 }
 
 // categoryRank numbers a merchant environment's live categories 1..n: the

@@ -78,14 +78,17 @@ type Customer struct {
 const customerColumns = `customer_id, firstname, lastname, email, phone, bvn, dob, status, blocked_reason, blocked_at,
 	can_buy, can_sell, can_withdraw, country_id, merchant_id, environment, created_at, updated_at`
 
-func scanCustomer(row pgx.Row) (Customer, error) {
+func scanCustomer(row pgx.Row) (Customer, error) { return scanCustomerWith(row) }
+
+// scanCustomerWith scans customerColumns, then tail.
+func scanCustomerWith(row pgx.Row, tail ...any) (Customer, error) {
 	var (
 		c        Customer
 		bvn, dob string
 	)
-	err := row.Scan(&c.CustomerID, &c.Firstname, &c.Lastname, &c.Email, &c.Phone, &bvn, &dob, &c.Status,
+	err := row.Scan(append([]any{&c.CustomerID, &c.Firstname, &c.Lastname, &c.Email, &c.Phone, &bvn, &dob, &c.Status,
 		&c.BlockedReason, &c.BlockedAt, &c.Permissions.CanBuy, &c.Permissions.CanSell, &c.Permissions.CanWithdraw,
-		&c.CountryID, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt)
+		&c.CountryID, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt}, tail...)...)
 	if err != nil {
 		return c, err
 	}
@@ -112,9 +115,11 @@ func (q *Queries) CustomerByID(ctx context.Context, id string) (Customer, bool, 
 	return c, err == nil, err
 }
 
-// Page is a page request (1-based).
+// Page is a page request (1-based), or with After the page of rows after
+// the row whose id After is (the cursor form, docs/listings.md).
 type Page struct {
 	Page, Limit int
+	After       string
 }
 
 // Pagination is the spec's pagination object.
@@ -124,6 +129,9 @@ type Pagination struct {
 	IsLastPage   bool  `json:"isLastPage"`
 	NextPage     *int  `json:"nextPage"`
 	PreviousPage *int  `json:"previousPage"`
+	// NextCursor is the id of the page's last row when more rows follow
+	// it: the startingAfter of the next page in the cursor form.
+	NextCursor *string `json:"nextCursor"`
 }
 
 // NewPagination computes the pagination object of a page over count rows.
@@ -145,30 +153,6 @@ func NewPagination(p Page, count int64) Pagination {
 		pg.PreviousPage = &prev
 	}
 	return pg
-}
-
-// ListCustomers pages a merchant's customers, newest first.
-func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p Page) ([]Customer, Pagination, error) {
-	var count int64
-	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_customers WHERE merchant_id = $1 AND environment = $2`,
-		merchantID, string(env)).Scan(&count); err != nil {
-		return nil, Pagination{}, err
-	}
-	rows, err := q.pool.Query(ctx, `SELECT `+customerColumns+` FROM rm_customers WHERE merchant_id = $1 AND environment = $2
-		ORDER BY created_at DESC, seq DESC LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
-	if err != nil {
-		return nil, Pagination{}, err
-	}
-	defer rows.Close()
-	out := []Customer{}
-	for rows.Next() {
-		c, err := scanCustomer(rows)
-		if err != nil {
-			return nil, Pagination{}, err
-		}
-		out = append(out, c)
-	}
-	return out, NewPagination(p, count), rows.Err()
 }
 
 // FindCustomer looks a customer up by canonical email and/or any of the
