@@ -92,6 +92,11 @@ func escrowListing(merchantID string, env domain.Environment, pos string) listin
 
 // Escrows pages escrows newest first (in creation order).
 func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow.State, Pagination, error) {
+	return q.pageEscrowStates(ctx, escrowsListing(f), p)
+}
+
+// escrowsListing is the listing f selects.
+func escrowsListing(f EscrowFilter) listing {
 	l := escrowListing(f.MerchantID, f.Environment, "pos")
 	var prefixes []string
 	switch {
@@ -127,7 +132,7 @@ func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow
 	}
 	if f.CategoryID != "" {
 		l.and(`category_id = ` + l.arg(f.CategoryID))
-		if len(prefixes) == 1 && prefixes[0] != "" && (prefixes[0] == "feeds" || prefixes[0] == "feeds|s="+f.Status) {
+		if len(prefixes) == 1 && (prefixes[0] == "feeds" || prefixes[0] == "feeds|s="+f.Status) {
 			prefixes = withKey(prefixes, "|c="+f.CategoryID)
 		} else {
 			prefixes = nil
@@ -137,9 +142,8 @@ func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow
 		l.and(`payment_token = ` + l.arg(f.PaymentToken))
 		prefixes = nil
 	}
-	prefixes = escrowDates(&l, "created_at", f.From, f.To, prefixes)
-	l.keys = prefixes
-	return q.pageEscrowStates(ctx, l, p)
+	l.keys = escrowDates(&l, "created_at", f.From, f.To, prefixes)
+	return l
 }
 
 // withKey appends suffix to every key (none stay none).
@@ -165,6 +169,11 @@ func escrowDates(l *listing, col string, from, to *time.Time, keys []string) []s
 
 // Disputes pages disputed escrows, newest dispute first.
 func (q *Queries) Disputes(ctx context.Context, f DisputeFilter, p Page) ([]escrow.State, Pagination, error) {
+	return q.pageEscrowStates(ctx, disputesListing(f), p)
+}
+
+// disputesListing is the listing f selects.
+func disputesListing(f DisputeFilter) listing {
 	l := escrowListing(f.MerchantID, f.Environment, "dispute_pos")
 	keys := []string{"disputes"}
 	if f.PartyID != "" {
@@ -191,7 +200,7 @@ func (q *Queries) Disputes(ctx context.Context, f DisputeFilter, p Page) ([]escr
 		keys = nil
 	}
 	l.keys = escrowDates(&l, "disputed_at", f.From, f.To, keys)
-	return q.pageEscrowStates(ctx, l, p)
+	return l
 }
 
 // pageEscrowStates reads a page of escrows.

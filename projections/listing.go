@@ -169,55 +169,72 @@ func (l *listing) and(cond string) {
 // and its pagination; scan reads one row of l.columns from rows, with tail
 // (the row's id and position) as the last scan targets.
 func (q *Queries) page(ctx context.Context, l listing, p Page, scan func(rows pgx.Rows, tail ...any) error) (Pagination, error) {
-	count, buckets, err := q.total(ctx, l)
+	sk, err := q.seek(ctx, l, p)
 	if err != nil {
 		return Pagination{}, err
 	}
-	var (
-		upper *int64 // read rows below this position
-		skip  int64
-		empty bool
-	)
-	if p.After != "" {
-		pos, err := q.cursorPos(ctx, l, p.After)
-		if err != nil {
-			return Pagination{}, err
-		}
-		upper = &pos
-	} else {
-		k := int64(p.Page-1) * int64(p.Limit)
-		switch {
-		case k >= count:
-			empty = true
-		case buckets != nil:
-			var acc int64
-			for _, b := range buckets {
-				if acc+b.n > k {
-					ub := (b.bucket + 1) << bucketShift
-					upper, skip = &ub, k-acc
-					break
-				}
-				acc += b.n
-			}
-		default:
-			skip = k
-		}
-	}
 	var next *string
-	if !empty {
-		if next, err = q.readRows(ctx, l, upper, skip, p.Limit, scan); err != nil {
+	if !sk.empty {
+		if next, err = q.readRows(ctx, l, sk.upper, sk.skip, p.Limit, scan); err != nil {
 			return Pagination{}, err
 		}
 	}
 	if p.After != "" {
-		pg := NewPagination(Page{Page: 1, Limit: p.Limit}, count)
+		pg := NewPagination(Page{Page: 1, Limit: p.Limit}, sk.count)
 		pg.IsLastPage, pg.NextPage, pg.PreviousPage = next == nil, nil, nil
 		pg.NextCursor = next
 		return pg, nil
 	}
-	pg := NewPagination(p, count)
+	pg := NewPagination(p, sk.count)
 	pg.NextCursor = next
 	return pg, nil
+}
+
+// seeked is where a page of a listing starts: below position upper (no
+// bound when nil), after skipping skip rows; empty when past the end.
+type seeked struct {
+	count int64
+	upper *int64
+	skip  int64
+	empty bool
+}
+
+// seek finds where page p of l starts: from the kept buckets (the page's
+// first row is in the bucket where their running sum, newest first,
+// passes the rows before the page), at the cursor's row, or for a
+// listing no key counts at an OFFSET within BoundedCount.
+func (q *Queries) seek(ctx context.Context, l listing, p Page) (seeked, error) {
+	count, buckets, err := q.total(ctx, l)
+	if err != nil {
+		return seeked{}, err
+	}
+	sk := seeked{count: count}
+	if p.After != "" {
+		pos, err := q.cursorPos(ctx, l, p.After)
+		if err != nil {
+			return seeked{}, err
+		}
+		sk.upper = &pos
+		return sk, nil
+	}
+	k := int64(p.Page-1) * int64(p.Limit)
+	switch {
+	case k >= count:
+		sk.empty = true
+	case buckets != nil:
+		var acc int64
+		for _, b := range buckets {
+			if acc+b.n > k {
+				ub := (b.bucket + 1) << bucketShift
+				sk.upper, sk.skip = &ub, k-acc
+				break
+			}
+			acc += b.n
+		}
+	default:
+		sk.skip = k
+	}
+	return sk, nil
 }
 
 type bucketCount struct{ bucket, n int64 }
@@ -273,26 +290,8 @@ func derefPos(p *int64) int64 {
 
 // readRows reads limit rows of l below upper (all when nil) after skipping
 // skip, newest first, and returns the id of the last one when more follow.
-// Each branch reads in its index's order at most skip+limit+1 rows; with
-// several, their union is merged.
 func (q *Queries) readRows(ctx context.Context, l listing, upper *int64, skip int64, limit int, scan func(rows pgx.Rows, tail ...any) error) (*string, error) {
-	args := append([]any{l.merchant, string(l.environment)}, l.args...)
-	ph := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	bound := ""
-	if upper != nil {
-		bound = ` AND ` + l.pos + ` < ` + ph(*upper)
-	}
-	each := ph(skip + int64(limit) + 1)
-	selects := make([]string, len(l.branches))
-	for i, br := range l.branches {
-		selects[i] = `(SELECT ` + l.columns + `, ` + l.kept.id + ` AS listing_id, ` + l.pos + ` AS listing_pos FROM ` + l.kept.table +
-			` WHERE merchant_id = $1 AND environment = $2 AND ` + br + bound + ` ORDER BY ` + l.pos + ` DESC LIMIT ` + each + `)`
-	}
-	sql := `SELECT * FROM (` + strings.Join(selects, ` UNION ALL `) + `) u ORDER BY listing_pos DESC LIMIT ` +
-		ph(limit+1) + ` OFFSET ` + ph(skip)
+	sql, args := l.rowsSQL(upper, skip, limit)
 	rows, err := q.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -321,6 +320,29 @@ func (q *Queries) readRows(ctx context.Context, l listing, upper *int64, skip in
 		return nil, nil
 	}
 	return &id, nil
+}
+
+// rowsSQL is the statement of readRows, which reads limit+1 rows (the
+// last only tells that more follow). Each branch reads in its index's
+// order at most skip+limit+1 rows; with several, their union is merged.
+func (l listing) rowsSQL(upper *int64, skip int64, limit int) (string, []any) {
+	args := append([]any{l.merchant, string(l.environment)}, l.args...)
+	ph := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	bound := ""
+	if upper != nil {
+		bound = ` AND ` + l.pos + ` < ` + ph(*upper)
+	}
+	each := ph(skip + int64(limit) + 1)
+	selects := make([]string, len(l.branches))
+	for i, br := range l.branches {
+		selects[i] = `(SELECT ` + l.columns + `, ` + l.kept.id + ` AS listing_id, ` + l.pos + ` AS listing_pos FROM ` + l.kept.table +
+			` WHERE merchant_id = $1 AND environment = $2 AND ` + br + bound + ` ORDER BY ` + l.pos + ` DESC LIMIT ` + each + `)`
+	}
+	return `SELECT * FROM (` + strings.Join(selects, ` UNION ALL `) + `) u ORDER BY listing_pos DESC LIMIT ` +
+		ph(limit+1) + ` OFFSET ` + ph(skip), args
 }
 
 // joinOr joins conditions with OR (each to be within parentheses).

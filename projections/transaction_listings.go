@@ -52,27 +52,7 @@ const transactionUpsertSQL = `INSERT INTO rm_transactions (id, merchant_id, envi
 // Transactions lists records newest first: a page (with its pagination),
 // or when flat, every match up to FlatLimit.
 func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p Page, flat bool) ([]json.RawMessage, Pagination, error) {
-	l := listing{kept: transactionsKept, pos: "pos", merchant: f.MerchantID, environment: f.Environment, columns: "record"}
-	var owner, key string
-	if f.CustomerID != "" {
-		owner, key = `customer_id = `+l.arg(f.CustomerID), "c|p="+f.CustomerID
-	} else {
-		owner, key = `customer_id IS NULL`, "m"
-	}
-	if len(f.Types) > 0 {
-		// One branch per type (disjoint, each on its type's index).
-		for _, t := range dedupe(f.Types) {
-			l.branches = append(l.branches, owner+` AND transaction_type = `+l.arg(t))
-			l.keys = append(l.keys, key+"|t="+t)
-		}
-	} else {
-		l.branches, l.keys = []string{owner}, []string{key}
-	}
-	if f.Reference != "" {
-		l.and(`reference = ` + l.arg(f.Reference))
-		l.keys = nil
-	}
-	l.keys = escrowDates(&l, "created_at", f.From, f.To, l.keys)
+	l := transactionsListing(f)
 	out := []json.RawMessage{}
 	scan := func(rows pgx.Rows, tail ...any) error {
 		var doc []byte
@@ -99,6 +79,32 @@ func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p Page,
 	}
 	pg, err := q.page(ctx, l, p, scan)
 	return out, pg, err
+}
+
+// transactionsListing is the listing f selects.
+func transactionsListing(f TransactionFilter) listing {
+	l := listing{kept: transactionsKept, pos: "pos", merchant: f.MerchantID, environment: f.Environment, columns: "record"}
+	var owner, key string
+	if f.CustomerID != "" {
+		owner, key = `customer_id = `+l.arg(f.CustomerID), "c|p="+f.CustomerID
+	} else {
+		owner, key = `customer_id IS NULL`, "m"
+	}
+	if len(f.Types) > 0 {
+		// One branch per type (disjoint, each on its type's index).
+		for _, t := range dedupe(f.Types) {
+			l.branches = append(l.branches, owner+` AND transaction_type = `+l.arg(t))
+			l.keys = append(l.keys, key+"|t="+t)
+		}
+	} else {
+		l.branches, l.keys = []string{owner}, []string{key}
+	}
+	if f.Reference != "" {
+		l.and(`reference = ` + l.arg(f.Reference))
+		l.keys = nil
+	}
+	l.keys = escrowDates(&l, "created_at", f.From, f.To, l.keys)
+	return l
 }
 
 func dedupe(s []string) []string {
