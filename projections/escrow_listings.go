@@ -142,7 +142,7 @@ func escrowsListing(f EscrowFilter) listing {
 		l.and(`payment_token = ` + l.arg(f.PaymentToken))
 		prefixes = nil
 	}
-	l.keys = escrowDates(&l, "created_at", f.From, f.To, prefixes)
+	l.keys = withDates(&l, "created_at", f.From, f.To, prefixes)
 	return l
 }
 
@@ -154,8 +154,9 @@ func withKey(keys []string, suffix string) []string {
 	return keys
 }
 
-// escrowDates adds a date range on col; no key counts one.
-func escrowDates(l *listing, col string, from, to *time.Time, keys []string) []string {
+// withDates adds a date range on col to l and returns keys, or nil when
+// there is a range: no key counts one.
+func withDates(l *listing, col string, from, to *time.Time, keys []string) []string {
 	if from != nil {
 		l.and(col + ` >= ` + l.arg(*from))
 		keys = nil
@@ -199,7 +200,7 @@ func disputesListing(f DisputeFilter) listing {
 		l.and(`payment_token = ` + l.arg(f.PaymentToken))
 		keys = nil
 	}
-	l.keys = escrowDates(&l, "disputed_at", f.From, f.To, keys)
+	l.keys = withDates(&l, "disputed_at", f.From, f.To, keys)
 	return l
 }
 

@@ -103,7 +103,7 @@ func transactionsListing(f TransactionFilter) listing {
 		l.and(`reference = ` + l.arg(f.Reference))
 		l.keys = nil
 	}
-	l.keys = escrowDates(&l, "created_at", f.From, f.To, l.keys)
+	l.keys = withDates(&l, "created_at", f.From, f.To, l.keys)
 	return l
 }
 
