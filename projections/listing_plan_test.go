@@ -55,7 +55,8 @@ func TestListingPagesSeekOverIndexes(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `
 		INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status, category_id, deleted,
 			state, created_at, disputed_at)
-		SELECT 'e' || i, 'pt' || i, 'm1', 'test', CASE WHEN i % 3 = 0 THEN '' ELSE 's' || (i % 50) END, 'b' || (i % 200),
+		SELECT 'e' || i, 'pt' || i, 'm1', 'test', CASE WHEN i % 3 = 0 THEN '' ELSE 's' || (i % 50) END,
+			CASE WHEN i % 2 = 0 THEN 'busy' ELSE 'b' || (i % 200) END,
 			(ARRAY['PENDING', 'ONGOING', 'COMPLETED', 'DISPUTED'])[i % 4 + 1], 'c' || (i % 5), i % 97 = 0,
 			'{}', now() - (100000 - i) * interval '1 second', CASE WHEN i % 4 = 3 THEN now() - (100000 - i) * interval '1 second' END
 		FROM generate_series(1, $1) i`, n); err != nil {
@@ -80,23 +81,25 @@ func TestListingPagesSeekOverIndexes(t *testing.T) {
 	str := func(s string) *string { return &s }
 	m, env := "m1", domain.Environment("test")
 	cases := map[string]listing{
-		"feeds":                   escrowsListing(EscrowFilter{MerchantID: m, Environment: env}),
-		"feeds by status":         escrowsListing(EscrowFilter{MerchantID: m, Environment: env, Status: "ONGOING"}),
-		"feeds by category":       escrowsListing(EscrowFilter{MerchantID: m, Environment: env, CategoryID: "c2"}),
-		"feeds by both":           escrowsListing(EscrowFilter{MerchantID: m, Environment: env, Status: "DISPUTED", CategoryID: "c3"}),
-		"feeds by party":          escrowsListing(EscrowFilter{MerchantID: m, Environment: env, PartyID: "s7"}),
-		"feeds by party, status":  escrowsListing(EscrowFilter{MerchantID: m, Environment: env, PartyID: "b7", Status: "ONGOING"}),
-		"merchant sales":          escrowsListing(EscrowFilter{MerchantID: m, Environment: env, SellerID: str("")}),
-		"sales by status":         escrowsListing(EscrowFilter{MerchantID: m, Environment: env, SellerID: str(""), Status: "PENDING"}),
-		"purchases":               escrowsListing(EscrowFilter{MerchantID: m, Environment: env, BuyerID: str("b11")}),
-		"disputes":                disputesListing(DisputeFilter{MerchantID: m, Environment: env}),
-		"disputes by status":      disputesListing(DisputeFilter{MerchantID: m, Environment: env, Status: "DISPUTED"}),
-		"disputes by party":       disputesListing(DisputeFilter{MerchantID: m, Environment: env, PartyID: "b3"}),
-		"merchant transactions":   transactionsListing(TransactionFilter{MerchantID: m, Environment: env}),
-		"merchant by type":        transactionsListing(TransactionFilter{MerchantID: m, Environment: env, Types: []string{"topup"}}),
-		"merchant by types":       transactionsListing(TransactionFilter{MerchantID: m, Environment: env, Types: []string{"topup", "escrow"}}),
-		"payment history":         transactionsListing(TransactionFilter{MerchantID: m, Environment: env, CustomerID: "b3"}),
-		"payment history by type": transactionsListing(TransactionFilter{MerchantID: m, Environment: env, CustomerID: "b3", Types: []string{"escrow"}}),
+		"feeds":                    escrowsListing(EscrowFilter{MerchantID: m, Environment: env}),
+		"feeds by status":          escrowsListing(EscrowFilter{MerchantID: m, Environment: env, Status: "ONGOING"}),
+		"feeds by category":        escrowsListing(EscrowFilter{MerchantID: m, Environment: env, CategoryID: "c2"}),
+		"feeds by both":            escrowsListing(EscrowFilter{MerchantID: m, Environment: env, Status: "DISPUTED", CategoryID: "c3"}),
+		"feeds by party":           escrowsListing(EscrowFilter{MerchantID: m, Environment: env, PartyID: "s7"}),
+		"feeds by party, status":   escrowsListing(EscrowFilter{MerchantID: m, Environment: env, PartyID: "b7", Status: "ONGOING"}),
+		"merchant sales":           escrowsListing(EscrowFilter{MerchantID: m, Environment: env, SellerID: str("")}),
+		"sales by status":          escrowsListing(EscrowFilter{MerchantID: m, Environment: env, SellerID: str(""), Status: "PENDING"}),
+		"purchases":                escrowsListing(EscrowFilter{MerchantID: m, Environment: env, BuyerID: str("b11")}),
+		"disputes":                 disputesListing(DisputeFilter{MerchantID: m, Environment: env}),
+		"disputes by status":       disputesListing(DisputeFilter{MerchantID: m, Environment: env, Status: "DISPUTED"}),
+		"disputes by party":        disputesListing(DisputeFilter{MerchantID: m, Environment: env, PartyID: "b3"}),
+		"disputes of a busy buyer": disputesListing(DisputeFilter{MerchantID: m, Environment: env, PartyID: "busy"}),
+		"busy buyer's purchases":   escrowsListing(EscrowFilter{MerchantID: m, Environment: env, BuyerID: str("busy")}),
+		"merchant transactions":    transactionsListing(TransactionFilter{MerchantID: m, Environment: env}),
+		"merchant by type":         transactionsListing(TransactionFilter{MerchantID: m, Environment: env, Types: []string{"topup"}}),
+		"merchant by types":        transactionsListing(TransactionFilter{MerchantID: m, Environment: env, Types: []string{"topup", "escrow"}}),
+		"payment history":          transactionsListing(TransactionFilter{MerchantID: m, Environment: env, CustomerID: "b3"}),
+		"payment history by type":  transactionsListing(TransactionFilter{MerchantID: m, Environment: env, CustomerID: "b3", Types: []string{"escrow"}}),
 	}
 	for name, l := range cases {
 		if l.keys == nil {
