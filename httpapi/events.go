@@ -133,15 +133,13 @@ func (s *Server) listEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	pg := projections.NewPagination(page, count)
-	if cursor != "" {
-		pg = projections.NewPagination(projections.Page{Page: 1, Limit: page.Limit}, count)
-		pg.IsLastPage, pg.NextPage, pg.PreviousPage = !more, nil, nil
-	}
+	var next *string
 	if more {
-		next := events[len(events)-1].Position.String()
-		pg.NextCursor = &next
+		n := events[len(events)-1].Position.String()
+		next = &n
 	}
+	page.After = cursor
+	pg := projections.PageOf(page, count, next)
 	return respond(c, http.StatusOK, "Events fetched successfully", map[string]any{"data": out, "pagination": pg})
 }
 

@@ -71,11 +71,5 @@ func (q *Queries) ListCategories(ctx context.Context, merchantID string, env dom
 	if err := rows.Err(); err != nil {
 		return nil, Pagination{}, err
 	}
-	pg := NewPagination(p, count)
-	if p.After != "" {
-		pg = NewPagination(Page{Page: 1, Limit: p.Limit}, count)
-		pg.IsLastPage, pg.NextPage, pg.PreviousPage = next == nil, nil, nil
-	}
-	pg.NextCursor = next
-	return out, pg, nil
+	return out, PageOf(p, count, next), nil
 }

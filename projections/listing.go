@@ -179,15 +179,7 @@ func (q *Queries) page(ctx context.Context, l listing, p Page, scan func(rows pg
 			return Pagination{}, err
 		}
 	}
-	if p.After != "" {
-		pg := NewPagination(Page{Page: 1, Limit: p.Limit}, sk.count)
-		pg.IsLastPage, pg.NextPage, pg.PreviousPage = next == nil, nil, nil
-		pg.NextCursor = next
-		return pg, nil
-	}
-	pg := NewPagination(p, sk.count)
-	pg.NextCursor = next
-	return pg, nil
+	return PageOf(p, sk.count, next), nil
 }
 
 // seeked is where a page of a listing starts: below position upper (no

@@ -155,6 +155,21 @@ func NewPagination(p Page, count int64) Pagination {
 	return pg
 }
 
+// PageOf is the pagination object of a page p over count rows whose
+// last row, when more follow, is next: p's page, or in the cursor form
+// (p.After set) a page that is last when nothing follows, without page
+// numbers.
+func PageOf(p Page, count int64, next *string) Pagination {
+	if p.After == "" {
+		pg := NewPagination(p, count)
+		pg.NextCursor = next
+		return pg
+	}
+	pg := NewPagination(Page{Page: 1, Limit: p.Limit}, count)
+	pg.IsLastPage, pg.NextPage, pg.PreviousPage, pg.NextCursor = next == nil, nil, nil, next
+	return pg
+}
+
 // FindCustomer looks a customer up by canonical email and/or any of the
 // candidate local phone forms; empty criteria are ignored.
 func (q *Queries) FindCustomer(ctx context.Context, merchantID string, env domain.Environment, email string, phones []string, byPhone bool) (Customer, bool, error) {

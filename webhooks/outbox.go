@@ -349,13 +349,7 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 	if err != nil {
 		return nil, projections.Pagination{}, err
 	}
-	pg := projections.NewPagination(p, count)
-	if p.After != "" {
-		pg = projections.NewPagination(projections.Page{Page: 1, Limit: p.Limit}, count)
-		pg.IsLastPage, pg.NextPage, pg.PreviousPage = next == nil, nil, nil
-	}
-	pg.NextCursor = next
-	return out, pg, nil
+	return out, projections.PageOf(p, count, next), nil
 }
 
 // attachAttempts fills the attempt log of ds: the attempts in
