@@ -82,8 +82,8 @@ func (k keptTable) deltaSQL(sign int) string {
 		ON CONFLICT (merchant_id, environment, key, bucket) DO UPDATE SET n = c.n + excluded.n`
 }
 
-// queueChange queues around a batch's statements: call before with -1,
-// queue the writes, call again with +1.
+// queueDelta queues deltaSQL(sign) for ids: before a batch's writes of
+// those rows with -1, after them with +1.
 func (k keptTable) queueDelta(b *pgx.Batch, ids []string, sign int) {
 	b.Queue(k.deltaSQL(sign), ids)
 }
@@ -101,8 +101,9 @@ func (k keptTable) execChange(ctx context.Context, tx pgx.Tx, id string, write f
 }
 
 // backfillDDL numbers and counts the rows of a table made before listings
-// had positions (once: only while some row has none). order lists, per
-// position column, the condition of rows that get one and their order.
+// had positions (once: only while some row has none; checking reads the
+// table once at start). numbering gives, per position column, the rows
+// that get one and their order.
 func (k keptTable) backfillDDL(numbering []backfill) string {
 	var b strings.Builder
 	b.WriteString(`
