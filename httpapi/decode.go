@@ -54,8 +54,10 @@ const maxPage = 1_000_000
 
 // pageParams applies the paging rules: default 10, ceiling capped, a
 // non-positive or non-numeric value falls back to the default.
+// startingAfter (a row's id, as a previous page's nextCursor gave it)
+// asks for the rows after that row instead of a page number.
 func pageParams(c echo.Context, ceiling int) view.Page {
-	p := view.Page{Page: 1, Limit: 10}
+	p := view.Page{Page: 1, Limit: 10, After: strings.TrimSpace(c.QueryParam("startingAfter"))}
 	switch v, err := strconv.Atoi(c.QueryParam("page")); {
 	case err == nil && v > 0:
 		p.Page = min(v, maxPage)

@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/redact"
+	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/view"
 )
 
@@ -65,7 +66,8 @@ func (s *Server) listEvents(c echo.Context) error {
 	// The fence a read of the read models takes: once they include every
 	// write acknowledged before this request, so does the log below its
 	// horizon, which is what ReadTenant returns.
-	if _, err := s.readModels(c); err != nil {
+	q, err := s.readModels(c)
+	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
@@ -93,22 +95,53 @@ func (s *Server) listEvents(c echo.Context) error {
 	}
 	page := view.Page{Page: 1, Limit: limit}
 	if v, err := strconv.Atoi(c.QueryParam("page")); err == nil && v > 0 {
-		page.Page = v
+		page.Page = min(v, maxPage)
 	}
-	count, err := eventstore.CountTenant(ctx, s.eventLog, f)
-	if err != nil {
-		return err
+	var (
+		k      = int64(page.Page-1) * int64(page.Limit) // events before the page
+		count  int64
+		seek   projections.AuditSeek
+		cursor = strings.TrimSpace(c.QueryParam("startingAfter"))
+	)
+	if f.From.IsZero() && f.To.IsZero() {
+		// The count the audit trail projector keeps, and a mark at most
+		// 1,023 matching events before the page (docs/listings.md).
+		if count, seek, err = q.AuditPage(ctx, p.MerchantID, p.Environment, f.Type, k); err != nil {
+			return err
+		}
+	} else {
+		// A time range is not kept: count it in the store and skip to the page.
+		if count, err = eventstore.CountTenant(ctx, s.eventLog, f); err != nil {
+			return err
+		}
+		seek.Skip = int(k)
 	}
-	events, err := eventstore.ReadTenant(ctx, s.eventLog, f, eventstore.Start, (page.Page-1)*page.Limit, page.Limit)
-	if err != nil {
-		return err
+	if cursor != "" {
+		if seek.After, err = eventstore.ParsePosition(cursor); err != nil {
+			return domain.Invalidf("startingAfter must be a position (commit/prepare) from this API")
+		}
+		seek.Skip = 0
 	}
+	var events []eventstore.RecordedEvent
+	if k < count || cursor != "" {
+		if events, err = eventstore.ReadTenant(ctx, s.eventLog, f, seek.After, seek.Skip, page.Limit+1); err != nil {
+			return err
+		}
+	}
+	more := len(events) > page.Limit
+	events = events[:min(len(events), page.Limit)]
 	out, err := auditEvents(events)
 	if err != nil {
 		return err
 	}
-	return respond(c, http.StatusOK, "Events fetched successfully", map[string]any{
-		"data": out, "pagination": view.NewPagination(page, count)})
+	var next *string
+	if more {
+		n := events[len(events)-1].Position.String()
+		next = &n
+	}
+	page.After = cursor
+	pg := view.PageOf(page, count, next)
+	return respond(c, http.StatusOK, "Events fetched successfully", map[string]any{"data": out, "pagination": pg})
 }
 
 // auditEvents shows stored events as the audit trail does: data with

@@ -87,7 +87,9 @@ type contractTransport struct {
 // describe.
 const testRoutes = "/v1/probe"
 
-func isTestRoute(path string) bool { return path == testRoutes || strings.HasPrefix(path, testRoutes+"/") }
+func isTestRoute(path string) bool {
+	return path == testRoutes || strings.HasPrefix(path, testRoutes+"/")
+}
 
 func (ct *contractTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	res, err := ct.base.RoundTrip(req)

@@ -16,7 +16,7 @@ type Categories struct{}
 
 func (Categories) StreamPrefixes() []string { return []string{"category-", "categoryorder-"} }
 func (Categories) Name() string             { return "categories" }
-func (Categories) Tables() []string         { return []string{"rm_categories"} }
+func (Categories) Tables() []string         { return []string{"rm_categories", categoriesKept.counts} }
 func (Categories) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_categories (
@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS rm_categories (
 ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS image_url text NOT NULL DEFAULT '';
 ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS position int;
 CREATE INDEX IF NOT EXISTS rm_categories_list
-    ON rm_categories (merchant_id, environment, created_at DESC, seq DESC) WHERE deleted_at IS NULL;`
+    ON rm_categories (merchant_id, environment, created_at DESC, seq DESC) WHERE deleted_at IS NULL;` + categoryListingDDL()
 }
 
 func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -57,17 +57,24 @@ func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Reco
 		}
 		id := strings.TrimPrefix(re.Stream, "category-")
 		switch e := ev.(type) {
-		case category.Created:
-			_, err = tx.Exec(ctx, `INSERT INTO rm_categories (category_id, merchant_id, environment, name, description,
-				image_url, created_at, updated_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$7) ON CONFLICT (category_id) DO NOTHING`,
-				id, e.MerchantID, string(e.Environment), e.Name, e.Description, e.ImageURL, e.CreatedAt)
+		case category.Created: // in the listing from now (keptTable.execChange)
+			err = categoriesKept.execChange(ctx, tx, id, func() error {
+				_, err := tx.Exec(ctx, `INSERT INTO rm_categories (category_id, merchant_id, environment, name, description,
+					image_url, created_at, updated_at, pos) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,`+categoryPosSQL+`)
+					ON CONFLICT (category_id) DO NOTHING`,
+					id, e.MerchantID, string(e.Environment), e.Name, e.Description, e.ImageURL, e.CreatedAt)
+				return err
+			})
 		case category.Updated:
 			_, err = tx.Exec(ctx, `UPDATE rm_categories SET name = coalesce($2, name), description = coalesce($3, description),
 				image_url = coalesce($5, image_url), updated_at = $4 WHERE category_id = $1 AND deleted_at IS NULL`,
 				id, e.Name, e.Description, e.UpdatedAt, e.ImageURL)
-		case category.Deleted:
-			_, err = tx.Exec(ctx, `UPDATE rm_categories SET deleted_at = $2, updated_at = $2
-				WHERE category_id = $1 AND deleted_at IS NULL`, id, e.DeletedAt)
+		case category.Deleted: // out of the listing
+			err = categoriesKept.execChange(ctx, tx, id, func() error {
+				_, err := tx.Exec(ctx, `UPDATE rm_categories SET deleted_at = $2, updated_at = $2
+					WHERE category_id = $1 AND deleted_at IS NULL`, id, e.DeletedAt)
+				return err
+			})
 		}
 		if err != nil {
 			return err

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 
+	"github.com/escrowd/escrowd/view"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/view"
 )
 
 // CategoryByID returns a live (not deleted) category of any merchant: the
@@ -22,49 +21,6 @@ func (q *Queries) CategoryByID(ctx context.Context, id string) (view.Category, b
 		return c, false, nil
 	}
 	return c, err == nil, err
-}
-
-// EscrowCategory is the category an escrow shows (webhook payloads): nil
-// when there is none, or when the categories read model is not created yet
-// (a subscriber may run ahead of the projector role on a fresh database);
-// the payload then carries no category rather than waiting for it.
-func (q *Queries) EscrowCategory(ctx context.Context, id string) (*view.Category, error) {
-	c, ok, err := q.CategoryByID(ctx, id)
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
-		return nil, nil
-	}
-	if err != nil || !ok {
-		return nil, err
-	}
-	return &c, nil
-}
-
-// ListCategories pages a merchant's live categories of env in position
-// order (categoryRank).
-func (q *Queries) ListCategories(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]view.Category, view.Pagination, error) {
-	var count int64
-	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_categories
-		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL`, merchantID, string(env)).Scan(&count); err != nil {
-		return nil, view.Pagination{}, err
-	}
-	rows, err := q.pool.Query(ctx, `SELECT `+categoryColumns+` FROM (
-		SELECT *, `+categoryRank+` AS rank FROM rm_categories
-		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL) ranked
-		ORDER BY rank LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
-	if err != nil {
-		return nil, view.Pagination{}, err
-	}
-	defer rows.Close()
-	out := []view.Category{}
-	for rows.Next() {
-		c, err := scanCategory(rows)
-		if err != nil {
-			return nil, view.Pagination{}, err
-		}
-		out = append(out, c)
-	}
-	return out, view.NewPagination(p, count), rows.Err()
 }
 
 // categoryRank numbers a merchant environment's live categories 1..n: the
@@ -81,4 +37,20 @@ func scanCategory(row pgx.Row) (view.Category, error) {
 	c.Position = int(rank)
 	c.CreatedAt, c.UpdatedAt = c.CreatedAt.UTC(), c.UpdatedAt.UTC()
 	return c, err
+}
+
+// EscrowCategory is the category an escrow shows (webhook payloads): nil
+// when there is none, or when the categories read model is not created yet
+// (a subscriber may run ahead of the projector role on a fresh database);
+// the payload then carries no category rather than waiting for it.
+func (q *Queries) EscrowCategory(ctx context.Context, id string) (*view.Category, error) {
+	c, ok, err := q.CategoryByID(ctx, id)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return nil, nil
+	}
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &c, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/projector"
-	"github.com/escrowd/escrowd/view"
 )
 
 // Escrows keeps every escrow's folded state (the domain's own Apply, so the
@@ -83,7 +81,7 @@ func (c *escrowStates) put(id string, rev uint64, s escrow.State) {
 
 func (Escrows) StreamPrefixes() []string { return []string{"escrow-"} }
 func (Escrows) Name() string             { return "escrows" }
-func (Escrows) Tables() []string         { return []string{"rm_escrows"} }
+func (Escrows) Tables() []string         { return []string{"rm_escrows", escrowsKept.counts} }
 func (Escrows) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_escrows (
@@ -106,7 +104,7 @@ CREATE INDEX IF NOT EXISTS rm_escrows_buyer ON rm_escrows (buyer_id, created_at 
 ALTER TABLE rm_escrows ADD COLUMN IF NOT EXISTS disputed_at timestamptz;
 ALTER TABLE rm_escrows ADD COLUMN IF NOT EXISTS payment_id text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS rm_escrows_disputes ON rm_escrows (merchant_id, environment, disputed_at DESC, seq DESC)
-    WHERE disputed_at IS NOT NULL;`
+    WHERE disputed_at IS NOT NULL;` + escrowListingDDL()
 }
 
 func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -210,13 +208,10 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		}
 		payments[i] = s.PaymentID
 	}
-	b.Queue(`INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
-		category_id, deleted, state, created_at, disputed_at, payment_id)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-			$9::bool[], $10::json[], $11::timestamptz[], $12::timestamptz[], $13::text[])
-		ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
-		deleted = excluded.deleted, state = excluded.state, disputed_at = excluded.disputed_at, payment_id = excluded.payment_id`,
-		ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments)
+	// The listings' counts move around the upsert (keptTable.deltaSQL).
+	escrowsKept.queueDelta(b, ids, -1)
+	b.Queue(escrowUpsertSQL, ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments)
+	escrowsKept.queueDelta(b, ids, 1)
 	return func() {
 		for _, id := range order {
 			p.states.put(id, pending[id].rev, pending[id].state)
@@ -273,72 +268,6 @@ type EscrowFilter struct {
 	From, To     *time.Time
 }
 
-// Escrows pages escrows newest first.
-func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p view.Page) ([]escrow.State, view.Pagination, error) {
-	where := ` WHERE merchant_id = $1 AND environment = $2 AND NOT deleted`
-	args := []any{f.MerchantID, string(f.Environment)}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	if f.SellerID != nil {
-		where += ` AND seller_id = ` + arg(*f.SellerID)
-	}
-	if f.BuyerID != nil {
-		where += ` AND buyer_id = ` + arg(*f.BuyerID)
-	}
-	if f.PartyID != "" {
-		a := arg(f.PartyID)
-		where += ` AND (seller_id = ` + a + ` OR buyer_id = ` + a + `)`
-	}
-	if f.Status != "" {
-		where += ` AND status = ` + arg(f.Status)
-	}
-	if f.CategoryID != "" {
-		where += ` AND category_id = ` + arg(f.CategoryID)
-	}
-	if f.PaymentToken != "" {
-		where += ` AND payment_token = ` + arg(f.PaymentToken)
-	}
-	if f.From != nil {
-		where += ` AND created_at >= ` + arg(*f.From)
-	}
-	if f.To != nil {
-		where += ` AND created_at < ` + arg(*f.To)
-	}
-	return q.pageEscrows(ctx, where, args, ` ORDER BY created_at DESC, seq DESC`, p)
-}
-
-// pageEscrows reads one page of the escrows where (with its args) selects,
-// in order, and their count.
-func (q *Queries) pageEscrows(ctx context.Context, where string, args []any, order string, p view.Page) ([]escrow.State, view.Pagination, error) {
-	var count int64
-	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_escrows`+where, args...).Scan(&count); err != nil {
-		return nil, view.Pagination{}, err
-	}
-	n := len(args)
-	args = append(args, p.Limit, (p.Page-1)*p.Limit)
-	rows, err := q.pool.Query(ctx, `SELECT state FROM rm_escrows`+where+order+` LIMIT $`+strconv.Itoa(n+1)+
-		` OFFSET $`+strconv.Itoa(n+2), args...)
-	if err != nil {
-		return nil, view.Pagination{}, err
-	}
-	defer rows.Close()
-	out := []escrow.State{}
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, view.Pagination{}, err
-		}
-		var s escrow.State
-		if err := domain.Unmarshal(doc, &s); err != nil {
-			return nil, view.Pagination{}, err
-		}
-		out = append(out, s)
-	}
-	return out, view.NewPagination(p, count), rows.Err()
-}
-
 // DisputeFilter selects the escrows of a merchant and environment that
 // ever had a dispute (resolved ones included).
 type DisputeFilter struct {
@@ -349,34 +278,4 @@ type DisputeFilter struct {
 	PaymentToken string
 	Status       string
 	From, To     *time.Time // when the dispute was opened
-}
-
-// Disputes pages disputed escrows, newest dispute first.
-func (q *Queries) Disputes(ctx context.Context, f DisputeFilter, p view.Page) ([]escrow.State, view.Pagination, error) {
-	where := ` WHERE merchant_id = $1 AND environment = $2 AND disputed_at IS NOT NULL`
-	args := []any{f.MerchantID, string(f.Environment)}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	if f.PartyID != "" {
-		a := arg(f.PartyID)
-		where += ` AND (seller_id = ` + a + ` OR buyer_id = ` + a + `)`
-	}
-	if f.PaymentID != "" {
-		where += ` AND payment_id = ` + arg(f.PaymentID)
-	}
-	if f.PaymentToken != "" {
-		where += ` AND payment_token = ` + arg(f.PaymentToken)
-	}
-	if f.Status != "" {
-		where += ` AND status = ` + arg(f.Status)
-	}
-	if f.From != nil {
-		where += ` AND disputed_at >= ` + arg(*f.From)
-	}
-	if f.To != nil {
-		where += ` AND disputed_at < ` + arg(*f.To)
-	}
-	return q.pageEscrows(ctx, where, args, ` ORDER BY disputed_at DESC, seq DESC`, p)
 }

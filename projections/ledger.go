@@ -24,7 +24,7 @@ type Ledger struct{}
 func (Ledger) StreamPrefixes() []string { return projector.EntryStreamPrefixes() }
 func (Ledger) Name() string             { return "ledger" }
 func (Ledger) Tables() []string {
-	return []string{"rm_balances", "rm_transactions", "rm_payouts_in_flight"}
+	return []string{"rm_balances", "rm_transactions", "rm_payouts_in_flight", transactionsKept.counts}
 }
 func (Ledger) Schema() string {
 	return `
@@ -63,7 +63,7 @@ CREATE TABLE IF NOT EXISTS rm_payouts_in_flight (
     debited_at  timestamptz NOT NULL,
     PRIMARY KEY (merchant_id, environment, reference)
 );
-CREATE INDEX IF NOT EXISTS rm_payouts_in_flight_debited ON rm_payouts_in_flight (debited_at);`
+CREATE INDEX IF NOT EXISTS rm_payouts_in_flight_debited ON rm_payouts_in_flight (debited_at);` + transactionListingDDL()
 }
 
 func (l Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -182,10 +182,9 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 				customers[i] = &recs[i].rec.CustomerID
 			}
 		}
-		b.Queue(`INSERT INTO rm_transactions (id, merchant_id, environment, customer_id, reference, transaction_type, status, record, created_at)
-			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::json[], $9::timestamptz[])
-			ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`,
-			ids, merchants, envs, customers, refs, types, statuses, docs, created)
+		transactionsKept.queueDelta(b, ids, -1)
+		b.Queue(transactionUpsertSQL, ids, merchants, envs, customers, refs, types, statuses, docs, created)
+		transactionsKept.queueDelta(b, ids, 1)
 	}
 	if len(payouts) > 0 {
 		var merchants, envs, refs []string

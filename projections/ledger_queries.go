@@ -2,14 +2,11 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
-	"strconv"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
-	"github.com/escrowd/escrowd/view"
 )
 
 // Balances is a holder's two balances.
@@ -86,56 +83,3 @@ type TransactionFilter struct {
 
 // FlatLimit bounds an unpaged (flat) listing.
 const FlatLimit = 1000
-
-// Transactions lists records newest first: a page (with its pagination),
-// or when flat, every match up to FlatLimit.
-func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.Page, flat bool) ([]json.RawMessage, view.Pagination, error) {
-	where := ` WHERE merchant_id = $1 AND environment = $2`
-	args := []any{f.MerchantID, string(f.Environment)}
-	arg := func(v any) string {
-		args = append(args, v)
-		return "$" + strconv.Itoa(len(args))
-	}
-	if f.CustomerID != "" {
-		where += ` AND customer_id = ` + arg(f.CustomerID)
-	} else {
-		where += ` AND customer_id IS NULL`
-	}
-	if len(f.Types) > 0 {
-		where += ` AND transaction_type = ANY(` + arg(f.Types) + `)`
-	}
-	if f.Reference != "" {
-		where += ` AND reference = ` + arg(f.Reference)
-	}
-	if f.From != nil {
-		where += ` AND created_at >= ` + arg(*f.From)
-	}
-	if f.To != nil {
-		where += ` AND created_at < ` + arg(*f.To)
-	}
-	var pg view.Pagination
-	limit, offset := FlatLimit, 0
-	if !flat {
-		var count int64
-		if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_transactions`+where, args...).Scan(&count); err != nil {
-			return nil, pg, err
-		}
-		pg = view.NewPagination(p, count)
-		limit, offset = p.Limit, (p.Page-1)*p.Limit
-	}
-	rows, err := q.pool.Query(ctx, `SELECT record FROM rm_transactions`+where+
-		` ORDER BY created_at DESC, seq DESC LIMIT `+arg(limit)+` OFFSET `+arg(offset), args...)
-	if err != nil {
-		return nil, pg, err
-	}
-	defer rows.Close()
-	out := []json.RawMessage{}
-	for rows.Next() {
-		var doc []byte
-		if err := rows.Scan(&doc); err != nil {
-			return nil, pg, err
-		}
-		out = append(out, doc)
-	}
-	return out, pg, rows.Err()
-}

@@ -42,5 +42,5 @@ func concerns(p Projector, events []eventstore.RecordedEvent) bool {
 // All lists every read model the service builds. Names are stored
 // checkpoints: add new projectors here, never rename one.
 func All() []Projector {
-	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, NewEscrows()}
+	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, NewEscrows(), AuditTrail{}}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/view"
 )
 
 // Queries reads the read models.
@@ -79,14 +78,17 @@ type Customer struct {
 const customerColumns = `customer_id, firstname, lastname, email, phone, bvn, dob, status, blocked_reason, blocked_at,
 	can_buy, can_sell, can_withdraw, country_id, merchant_id, environment, created_at, updated_at`
 
-func scanCustomer(row pgx.Row) (Customer, error) {
+func scanCustomer(row pgx.Row) (Customer, error) { return scanCustomerWith(row) }
+
+// scanCustomerWith scans customerColumns, then tail.
+func scanCustomerWith(row pgx.Row, tail ...any) (Customer, error) {
 	var (
 		c        Customer
 		bvn, dob string
 	)
-	err := row.Scan(&c.CustomerID, &c.Firstname, &c.Lastname, &c.Email, &c.Phone, &bvn, &dob, &c.Status,
+	err := row.Scan(append([]any{&c.CustomerID, &c.Firstname, &c.Lastname, &c.Email, &c.Phone, &bvn, &dob, &c.Status,
 		&c.BlockedReason, &c.BlockedAt, &c.Permissions.CanBuy, &c.Permissions.CanSell, &c.Permissions.CanWithdraw,
-		&c.CountryID, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt)
+		&c.CountryID, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt}, tail...)...)
 	if err != nil {
 		return c, err
 	}
@@ -111,30 +113,6 @@ func (q *Queries) CustomerByID(ctx context.Context, id string) (Customer, bool, 
 		return c, false, nil
 	}
 	return c, err == nil, err
-}
-
-// ListCustomers pages a merchant's customers, newest first.
-func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]Customer, view.Pagination, error) {
-	var count int64
-	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_customers WHERE merchant_id = $1 AND environment = $2`,
-		merchantID, string(env)).Scan(&count); err != nil {
-		return nil, view.Pagination{}, err
-	}
-	rows, err := q.pool.Query(ctx, `SELECT `+customerColumns+` FROM rm_customers WHERE merchant_id = $1 AND environment = $2
-		ORDER BY created_at DESC, seq DESC LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
-	if err != nil {
-		return nil, view.Pagination{}, err
-	}
-	defer rows.Close()
-	out := []Customer{}
-	for rows.Next() {
-		c, err := scanCustomer(rows)
-		if err != nil {
-			return nil, view.Pagination{}, err
-		}
-		out = append(out, c)
-	}
-	return out, view.NewPagination(p, count), rows.Err()
 }
 
 // FindCustomer looks a customer up by canonical email and/or any of the

@@ -270,7 +270,11 @@ func scanDelivery(row pgx.Row) (Delivery, *Attempt, error) {
 }
 
 // List pages a merchant's deliveries of env, newest first, with their
-// attempts, as of one moment (snapshot).
+// attempts, as of one moment (snapshot): page p.Page, or the deliveries
+// after the delivery p.After (the cursor form). Delivery states change in
+// the dispatcher, outside the log, so no projector keeps their totals: the
+// count stops at view.BoundedCount, as do page numbers; the cursor
+// reaches every row (docs/listings.md).
 func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environment, f DeliveryFilter, p view.Page) ([]Delivery, view.Pagination, error) {
 	where := ` WHERE merchant_id = $1 AND environment = $2`
 	args := []any{merchantID, string(env)}
@@ -285,19 +289,48 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 	var (
 		count int64
 		out   = []Delivery{}
+		next  *string
+		skip  = int64(p.Page-1) * int64(p.Limit)
 	)
 	err := o.snapshot(ctx, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries`+where, args...).Scan(&count); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries`+where+
+			` LIMIT `+strconv.Itoa(view.BoundedCount)+`) x`, args...).Scan(&count); err != nil {
 			return err
 		}
-		page := append(slices.Clip(args), p.Limit, (p.Page-1)*p.Limit)
+		page := slices.Clip(args)
+		if p.After != "" {
+			id, err := uuid.Parse(p.After)
+			if err != nil {
+				return view.ErrUnknownCursor
+			}
+			var seq int64
+			err = tx.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE id = $1 AND merchant_id = $2 AND environment = $3`,
+				id, merchantID, string(env)).Scan(&seq)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return view.ErrUnknownCursor
+			}
+			if err != nil {
+				return err
+			}
+			page = append(page, seq)
+			where += ` AND seq < $` + strconv.Itoa(len(page))
+			skip = 0
+		} else if skip >= count {
+			return nil
+		}
+		page = append(page, p.Limit+1, skip)
 		rows, err := tx.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries`+where+
-			` ORDER BY created_at DESC, seq DESC LIMIT $`+strconv.Itoa(len(page)-1)+` OFFSET $`+strconv.Itoa(len(page)), page...)
+			` ORDER BY seq DESC LIMIT $`+strconv.Itoa(len(page)-1)+` OFFSET $`+strconv.Itoa(len(page)), page...)
 		if err != nil {
 			return err
 		}
 		var lasts []*Attempt
 		for rows.Next() {
+			if len(out) == p.Limit {
+				id := out[len(out)-1].ID
+				next = &id
+				break
+			}
 			d, last, err := scanDelivery(rows)
 			if err != nil {
 				rows.Close()
@@ -316,7 +349,7 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 	if err != nil {
 		return nil, view.Pagination{}, err
 	}
-	return out, view.NewPagination(p, count), nil
+	return out, view.PageOf(p, count, next), nil
 }
 
 // attachAttempts fills the attempt log of ds: the attempts in

@@ -1,0 +1,43 @@
+package projections
+
+import (
+	"context"
+
+	"github.com/escrowd/escrowd/view"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/domain"
+)
+
+// customersKept counts the customer listing (key customers: every customer
+// of the tenant; none is ever removed).
+var customersKept = keptTable{table: "rm_customers", counts: "rm_customer_counts", id: "customer_id",
+	orders: []keyedOrder{{keys: "listing_keys", pos: "pos"}}}
+
+func customerListingDDL() string {
+	return `
+ALTER TABLE rm_customers ADD COLUMN IF NOT EXISTS pos bigint;
+ALTER TABLE rm_customers ADD COLUMN IF NOT EXISTS listing_keys text[] GENERATED ALWAYS AS (ARRAY['customers']) STORED;` +
+		countsDDL(customersKept.counts) + customersKept.backfillDDL([]backfill{{pos: "pos", where: "true", order: "seq"}}) + `
+CREATE UNIQUE INDEX IF NOT EXISTS rm_customers_pos ON rm_customers (merchant_id, environment, pos);`
+}
+
+// customerPosSQL is the position a new customer of ($2, $3) takes.
+const customerPosSQL = `(SELECT coalesce(max(pos), 0) + 1 FROM rm_customers WHERE merchant_id = $2 AND environment = $3)`
+
+// ListCustomers pages a merchant's customers, newest first.
+func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]Customer, view.Pagination, error) {
+	l := listing{kept: customersKept, pos: "pos", merchant: merchantID, environment: env, columns: customerColumns,
+		branches: []string{`true`}, keys: []string{"customers"}}
+	out := []Customer{}
+	pg, err := q.page(ctx, l, p, func(rows pgx.Rows, tail ...any) error {
+		c, err := scanCustomerWith(rows, tail...)
+		if err != nil {
+			return err
+		}
+		out = append(out, c)
+		return nil
+	})
+	return out, pg, err
+}

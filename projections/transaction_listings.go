@@ -1,0 +1,122 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+
+	"github.com/escrowd/escrowd/view"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// transactionsKept counts the transaction listings: the merchant's ledger
+// (records without a customer) and each customer's payment history, by
+// record type.
+var transactionsKept = keptTable{table: "rm_transactions", counts: "rm_transaction_counts", id: "id",
+	orders: []keyedOrder{{keys: "listing_keys", pos: "pos"}}}
+
+// transactionListingDDL adds the listing columns, counts and indexes to
+// rm_transactions. Keys: m, m|t=<type> for the merchant's records;
+// c|p=<customer>, c|p=<customer>|t=<type> for a customer's.
+func transactionListingDDL() string {
+	return `
+ALTER TABLE rm_transactions ADD COLUMN IF NOT EXISTS pos bigint;
+ALTER TABLE rm_transactions ADD COLUMN IF NOT EXISTS listing_keys text[] GENERATED ALWAYS AS (
+    CASE WHEN customer_id IS NULL THEN ARRAY['m', 'm|t=' || transaction_type]
+    ELSE ARRAY['c|p=' || customer_id, 'c|p=' || customer_id || '|t=' || transaction_type] END) STORED;` +
+		countsDDL(transactionsKept.counts) + transactionsKept.backfillDDL([]backfill{{pos: "pos", where: "true", order: "seq"}}) + `
+CREATE UNIQUE INDEX IF NOT EXISTS rm_transactions_pos ON rm_transactions (merchant_id, environment, pos);
+CREATE INDEX IF NOT EXISTS rm_transactions_merchant_pos ON rm_transactions (merchant_id, environment, pos)
+    WHERE customer_id IS NULL;
+CREATE INDEX IF NOT EXISTS rm_transactions_merchant_type_pos ON rm_transactions (merchant_id, environment, transaction_type, pos)
+    WHERE customer_id IS NULL;
+CREATE INDEX IF NOT EXISTS rm_transactions_customer_pos ON rm_transactions (customer_id, pos) WHERE customer_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS rm_transactions_customer_type_pos ON rm_transactions (customer_id, transaction_type, pos)
+    WHERE customer_id IS NOT NULL;`
+}
+
+// transactionUpsertSQL writes a batch's records; a new record takes the
+// next position of its tenant, in the batch's order.
+const transactionUpsertSQL = `INSERT INTO rm_transactions (id, merchant_id, environment, customer_id, reference, transaction_type,
+		status, record, created_at, pos)
+	SELECT x.id, x.merchant, x.env, x.customer, x.ref, x.typ, x.status, x.record, x.created,
+		CASE WHEN o.id IS NULL
+			THEN (SELECT coalesce(max(pos), 0) FROM rm_transactions WHERE merchant_id = x.merchant AND environment = x.env)
+				+ row_number() OVER (PARTITION BY x.merchant, x.env, o.id IS NULL ORDER BY x.ord)
+			ELSE o.pos END
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::json[], $9::timestamptz[])
+		WITH ORDINALITY AS x(id, merchant, env, customer, ref, typ, status, record, created, ord)
+	LEFT JOIN rm_transactions o ON o.id = x.id
+	ORDER BY x.ord
+	ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`
+
+// Transactions lists records newest first: a page (with its pagination),
+// or when flat, every match up to FlatLimit.
+func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.Page, flat bool) ([]json.RawMessage, view.Pagination, error) {
+	l := transactionsListing(f)
+	out := []json.RawMessage{}
+	scan := func(rows pgx.Rows, tail ...any) error {
+		var doc []byte
+		if err := rows.Scan(append([]any{&doc}, tail...)...); err != nil {
+			return err
+		}
+		out = append(out, doc)
+		return nil
+	}
+	if flat {
+		args := append([]any{l.merchant, string(l.environment)}, l.args...)
+		rows, err := q.pool.Query(ctx, `SELECT record FROM rm_transactions WHERE merchant_id = $1 AND environment = $2 AND ((`+
+			joinOr(l.branches)+`)) ORDER BY pos DESC LIMIT `+strconv.Itoa(FlatLimit), args...)
+		if err != nil {
+			return nil, view.Pagination{}, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return nil, view.Pagination{}, err
+			}
+		}
+		return out, view.Pagination{}, rows.Err()
+	}
+	pg, err := q.page(ctx, l, p, scan)
+	return out, pg, err
+}
+
+// transactionsListing is the listing f selects.
+func transactionsListing(f TransactionFilter) listing {
+	l := listing{kept: transactionsKept, pos: "pos", merchant: f.MerchantID, environment: f.Environment, columns: "record"}
+	var owner, key string
+	if f.CustomerID != "" {
+		owner, key = `customer_id = `+l.arg(f.CustomerID), "c|p="+f.CustomerID
+	} else {
+		owner, key = `customer_id IS NULL`, "m"
+	}
+	if len(f.Types) > 0 {
+		// One branch per type (disjoint, each on its type's index).
+		for _, t := range dedupe(f.Types) {
+			l.branches = append(l.branches, owner+` AND transaction_type = `+l.arg(t))
+			l.keys = append(l.keys, key+"|t="+t)
+		}
+	} else {
+		l.branches, l.keys = []string{owner}, []string{key}
+	}
+	if f.Reference != "" {
+		l.and(`reference = ` + l.arg(f.Reference))
+		l.keys = nil
+	}
+	l.keys = withDates(&l, "created_at", f.From, f.To, l.keys)
+	return l
+}
+
+func dedupe(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range s {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
