@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/internal/promreg"
 )
@@ -88,4 +89,26 @@ func (m *Metrics) refresh(ctx context.Context, pool *pgxpool.Pool) error {
 	m.oldest.Set(age)
 	m.failed.Set(float64(failed))
 	return nil
+}
+
+// refreshMetrics updates the outbox gauges every MetricsInterval until ctx
+// ends.
+func (d *Dispatcher) refreshMetrics(ctx context.Context) {
+	failing := false
+	for {
+		qctx, cancel := context.WithTimeout(ctx, max(d.MetricsInterval, time.Second))
+		err := d.Metrics.refresh(qctx, d.Pool)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !failing {
+			d.Log.Warn("webhooks: cannot refresh the outbox gauges", zap.Error(err))
+		}
+		failing = err != nil
+		sleepCtx(ctx, d.MetricsInterval)
+		if ctx.Err() != nil {
+			return
+		}
+	}
 }
