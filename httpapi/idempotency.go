@@ -4,22 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"hash"
-	"io"
-	"mime"
 	"net/http"
-	"os"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -149,100 +140,6 @@ func idempotentMethod(m string) bool {
 	return false
 }
 
-// spoolMemory is how much of a keyed request body is kept in memory; the
-// rest of a larger one (a multipart upload of images) waits in a temporary
-// file, so concurrent uploads cost disk, not up to the body limit of memory
-// each.
-const spoolMemory = 1 << 20
-
-// spoolBody reads the whole body once, hashing it for the fingerprint as it
-// goes, and puts an identical reader back for the handler: from memory, or
-// from a temporary file the caller removes (sp.remove) once the request is
-// done. A body over the route's limit is 413.
-func (s *IdempotencyStore) spoolBody(req *http.Request) (fp []byte, sp *spool, err error) {
-	fh := newFingerprinter(req)
-	if req.Body == nil || req.Body == http.NoBody {
-		return fh.sum(), nil, nil
-	}
-	// The route's body-limit middleware, which runs first, caps what is
-	// buffered here.
-	sp = &spool{}
-	_, err = sp.fill(io.TeeReader(req.Body, fh))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		sp.remove()
-		return nil, nil, echo.ErrStatusRequestEntityTooLarge
-	case err != nil:
-		sp.remove()
-		return nil, nil, err
-	}
-	body, err := sp.reader()
-	if err != nil {
-		sp.remove()
-		return nil, nil, err
-	}
-	req.Body = replayBody{Reader: body, orig: req.Body}
-	return fh.sum(), sp, nil
-}
-
-// spool holds a body: the first spoolMemory bytes in memory, all of it in
-// a temporary file once it grows past that.
-type spool struct {
-	mem  bytes.Buffer
-	file *os.File
-}
-
-// fill reads r to its end into the spool. Up to spoolMemory bytes are read
-// straight into memory, with no copy buffer in between: most keyed bodies
-// are a few hundred bytes of JSON, and io.Copy would allocate 32 KB for
-// each (the body limit's reader offers it no shortcut). A larger body
-// moves to a temporary file, and the rest is copied after it.
-func (sp *spool) fill(r io.Reader) (int64, error) {
-	n, err := sp.mem.ReadFrom(io.LimitReader(r, spoolMemory+1))
-	if err != nil || n <= spoolMemory {
-		return n, err
-	}
-	f, err := os.CreateTemp("", "escrowd-request-*")
-	if err != nil {
-		return n, err
-	}
-	sp.file = f
-	if _, err := f.Write(sp.mem.Bytes()); err != nil {
-		return n, err
-	}
-	sp.mem = bytes.Buffer{}
-	m, err := io.Copy(f, r)
-	return n + m, err
-}
-
-// reader reads the body back from its start.
-func (sp *spool) reader() (io.Reader, error) {
-	if sp.file == nil {
-		return bytes.NewReader(sp.mem.Bytes()), nil
-	}
-	if _, err := sp.file.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return sp.file, nil
-}
-
-// remove deletes the temporary file, if any; nil-safe and idempotent.
-func (sp *spool) remove() {
-	if sp == nil || sp.file == nil {
-		return
-	}
-	_ = sp.file.Close()
-	_ = os.Remove(sp.file.Name())
-	sp.file = nil
-}
-
-// replayBody serves the spooled bytes and closes the original body.
-type replayBody struct {
-	io.Reader
-	orig io.Closer
-}
-
 func (b replayBody) Close() error { return b.orig.Close() }
 
 // idempotencyScope is whose keys a key is among: the API key's, and within
@@ -257,76 +154,6 @@ func idempotencyScope(c echo.Context, keyID string) string {
 		return keyID + " customer:" + cu.ID
 	}
 	return keyID
-}
-
-// fingerprinter computes a request's fingerprint, SHA-256 over method, path
-// and query, media type and body, with the body written to it as it is
-// read. A multipart body's boundary is random per attempt, so every
-// "--boundary" in it is hashed as "--": a retry that re-encodes the same
-// form is the same request.
-type fingerprinter struct {
-	h     hash.Hash
-	delim []byte // "--boundary"; nil when the body is hashed as is
-	// pend holds the body's last len(delim)-1 bytes not yet hashed: they
-	// may be the start of a delimiter the next write completes.
-	pend []byte
-	// buf joins pend and a write; reused, so that spooling a large upload
-	// does not allocate a copy of every piece io.Copy hands over.
-	buf []byte
-}
-
-func newFingerprinter(req *http.Request) *fingerprinter {
-	f := &fingerprinter{h: sha256.New()}
-	mediaType, params, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
-	for _, part := range []string{req.Method, req.URL.EscapedPath(), req.URL.RawQuery, mediaType} {
-		f.h.Write([]byte(part))
-		f.h.Write([]byte{0})
-	}
-	if b := params["boundary"]; strings.HasPrefix(mediaType, "multipart/") && b != "" {
-		f.delim = []byte("--" + b)
-	}
-	return f
-}
-
-func (f *fingerprinter) Write(p []byte) (int, error) {
-	if f.delim == nil {
-		return f.h.Write(p)
-	}
-	f.buf = append(append(f.buf[:0], f.pend...), p...)
-	buf := f.buf
-	for {
-		i := bytes.Index(buf, f.delim)
-		if i < 0 {
-			break
-		}
-		f.h.Write(buf[:i])
-		f.h.Write([]byte("--"))
-		buf = buf[i+len(f.delim):]
-	}
-	// A delimiter starting before the kept tail would have ended inside
-	// buf and been found above.
-	keep := min(len(buf), len(f.delim)-1)
-	f.h.Write(buf[:len(buf)-keep])
-	f.pend = append(f.pend[:0], buf[len(buf)-keep:]...)
-	return len(p), nil
-}
-
-func (f *fingerprinter) sum() []byte {
-	f.h.Write(f.pend)
-	f.pend = nil
-	return f.h.Sum(nil)
-}
-
-// storedResponse is a completed (or in-flight) record.
-type storedResponse struct {
-	fingerprint []byte
-	owner       []byte
-	createdAt   time.Time
-	expiresAt   time.Time
-	complete    bool
-	status      int
-	headers     http.Header
-	body        []byte
 }
 
 func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Principal, key string, fp []byte) error {
@@ -375,24 +202,6 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 		return replayStored(c, rec)
 	}
 	return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
-}
-
-// claim inserts an in-flight row; it reports whether this request now owns
-// the key (false: the key has a row already).
-func (s *IdempotencyStore) claim(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
-	var one int
-	err := s.pool.QueryRow(ctx, `
-INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (key_id, idempotency_key) DO NOTHING
-RETURNING 1`, scope, key, fp, owner, now, now.Add(idempotencyTTL)).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("idempotency claim: %w", err)
-	}
-	return true, nil
 }
 
 type takeOverOutcome int
@@ -455,27 +264,6 @@ func lostOutcome() storedResponse {
 	body, _ := json.Marshal(idempotencyErrorBody{Status: http.StatusConflict, Message: msgIdempotencyOutcomeLost})
 	return storedResponse{complete: true, status: http.StatusConflict,
 		headers: http.Header{echo.HeaderContentType: {echo.MIMEApplicationJSON}}, body: append(body, '\n')}
-}
-
-func (s *IdempotencyStore) load(ctx context.Context, scope, key string) (storedResponse, bool, error) {
-	var (
-		rec    storedResponse
-		status *int32
-	)
-	err := s.pool.QueryRow(ctx, `
-SELECT fingerprint, owner, created_at, expires_at, completed_at IS NOT NULL, status, headers, body
-FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, key).
-		Scan(&rec.fingerprint, &rec.owner, &rec.createdAt, &rec.expiresAt, &rec.complete, &status, &rec.headers, &rec.body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rec, false, nil
-	}
-	if err != nil {
-		return rec, false, fmt.Errorf("idempotency load: %w", err)
-	}
-	if status != nil {
-		rec.status = int(*status)
-	}
-	return rec, true, nil
 }
 
 // execute runs the handler under a claim, capturing what it sends. Errors
@@ -552,130 +340,6 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
 	}
 	return nil
 }
-
-// release deletes this request's claim (not a successor's).
-func (s *IdempotencyStore) release(ctx context.Context, scope, key string, owner []byte) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.pool.Exec(ctx, `DELETE FROM http_idempotency_keys
-WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`, scope, key, owner); err != nil {
-		s.log.Error("idempotency: releasing key", zap.Error(err), zap.String("key_id", scope))
-	}
-}
-
-// maybeSweep deletes expired keys, once per idempotencySweepEvery per store
-// and at once again while the previous sweep left a backlog; one sweep of a
-// store runs at a time.
-func (s *IdempotencyStore) maybeSweep(ctx context.Context, now time.Time) {
-	last := s.lastSweep.Load()
-	if !s.backlog.Load() && now.UnixNano()-last < int64(idempotencySweepEvery) {
-		return
-	}
-	if !s.sweeping.CompareAndSwap(false, true) {
-		return
-	}
-	defer s.sweeping.Store(false)
-	s.lastSweep.Store(now.UnixNano())
-	n, err := s.sweep(ctx, now, idempotencySweepRounds)
-	s.backlog.Store(err == nil && n == idempotencySweepRounds*idempotencySweepBatch)
-	if err != nil {
-		s.log.Warn("idempotency: sweeping expired keys", zap.Error(err))
-	}
-}
-
-// sweep deletes up to rounds batches of keys expired at now and returns how
-// many it deleted; it stops at the first batch that is not full.
-func (s *IdempotencyStore) sweep(ctx context.Context, now time.Time, rounds int) (int64, error) {
-	var total int64
-	for range rounds {
-		tag, err := s.pool.Exec(ctx, `
-DELETE FROM http_idempotency_keys
-WHERE (key_id, idempotency_key) IN (
-        SELECT key_id, idempotency_key FROM http_idempotency_keys
-        WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-  AND expires_at <= $1`, now, idempotencySweepBatch)
-		if err != nil {
-			return total, err
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < idempotencySweepBatch {
-			break
-		}
-	}
-	return total, nil
-}
-
-// notReplayed are headers that describe the connection or this very
-// response, not the outcome being replayed.
-var notReplayed = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Date": true,
-	headerIdempotencyReplayed: true,
-}
-
-// handlerHeaders are the headers the handler (and inner middleware) set:
-// those that differ from before it ran. Outer middleware headers (request
-// id, rate limit) belong to each request and are set afresh on a replay.
-func handlerHeaders(before, after http.Header) http.Header {
-	out := http.Header{}
-	for k, vs := range after {
-		if notReplayed[k] {
-			continue
-		}
-		if old, ok := before[k]; ok && slices.Equal(old, vs) {
-			continue
-		}
-		out[k] = vs
-	}
-	return out
-}
-
-func replayStored(c echo.Context, rec storedResponse) error {
-	res := c.Response()
-	h := res.Header()
-	for k, vs := range rec.headers {
-		h[k] = vs
-	}
-	h.Set(headerIdempotencyReplayed, "true")
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	res.WriteHeader(status)
-	if len(rec.body) == 0 {
-		return nil
-	}
-	_, err := res.Write(rec.body)
-	return err
-}
-
-// captureWriter passes the response through and keeps a copy of the status,
-// the headers as sent and the body.
-type captureWriter struct {
-	http.ResponseWriter
-	status int
-	header http.Header
-	body   bytes.Buffer
-}
-
-func (w *captureWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 { // 1xx are interim, not the outcome
-		w.status = code
-		w.header = w.ResponseWriter.Header().Clone()
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *captureWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.body.Write(b[:n])
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach the connection (Flush etc.).
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // idempotencyErrorBody is the error envelope; written directly so these
 // answers do not depend on the server's error handler.
