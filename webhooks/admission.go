@@ -1,6 +1,3 @@
-// Admission: which attempts a dispatcher may start now, per merchant and in
-// all, and what the slow merchants may share.
-
 package webhooks
 
 import (
@@ -9,6 +6,58 @@ import (
 	"time"
 )
 
+// admission decides which attempts a dispatcher may start now: a prompt
+// merchant (seen answering within SlowAfter) may have up to perMerchant
+// attempts in flight, any other up to slowPerMerchant, the slow ones all
+// together up to slowShare, and everything up to workers. It also knows
+// what the claim under way may still lease, so that a Subscriber's
+// reservation (reserve) takes room beside it, never from it.
+//
+// It is the dispatcher's bookkeeping only: no I/O, no goroutines, no
+// clock and no lock. The Dispatcher's mu guards it, and the Dispatcher
+// passes the time in; admission_test.go tests its decisions on their own.
+type admission struct {
+	workers, perMerchant, slowPerMerchant, slowShare int
+	// shuffle orders the slow merchants of a window before the share goes
+	// out to them.
+	shuffle func([]string)
+
+	busy   map[string]int  // attempts in flight per merchant (in all: inFlight)
+	slow   map[string]bool // seen running past SlowAfter
+	prompt map[string]bool // seen answering within SlowAfter
+	// more: the last claim was cut short by free workers, or there were
+	// none to claim with.
+	more bool
+	// claiming: a claim is under way, with the attempts in flight as they
+	// were when it started.
+	claiming bool
+	// endedInClaim: an attempt ended while the claim under way ran, which
+	// counted it in flight.
+	endedInClaim bool
+	// claimN is how many attempts the claim under way may lease, and
+	// claimRooms what its window granted each merchant so far: reserve
+	// leaves both to it.
+	claimN     int
+	claimRooms map[string]int
+	// reservedAt is when a Subscriber last asked this dispatcher for room:
+	// while it does, claims leave it some (see handingOff).
+	reservedAt time.Time
+	// running: Run is delivering, and reserve may promise it attempts.
+	running bool
+}
+
+// newAdmission is the admission of a dispatcher with these limits, which
+// has seen no merchant yet.
+func newAdmission(workers, perMerchant, slowPerMerchant, slowShare int) admission {
+	return admission{
+		workers: workers, perMerchant: perMerchant, slowPerMerchant: slowPerMerchant, slowShare: slowShare,
+		shuffle: func(ms []string) { rand.Shuffle(len(ms), func(i, j int) { ms[i], ms[j] = ms[j], ms[i] }) },
+		busy:    map[string]int{},
+		slow:    map[string]bool{},
+		prompt:  map[string]bool{},
+	}
+}
+
 // handOffQuiet is how long after a Subscriber's last request for room
 // claims still leave it some. Past it the subscriber has stopped handing
 // over (its runner lost the lock to another process, or nothing happens),
@@ -16,38 +65,144 @@ import (
 const handOffQuiet = 10 * time.Second
 
 // handingOff reports whether a Subscriber asked for room within
-// handOffQuiet; mu held.
-func (d *Dispatcher) handingOff() bool {
-	return !d.reservedAt.IsZero() && d.Now().Sub(d.reservedAt) < handOffQuiet
+// handOffQuiet of now.
+func (ad *admission) handingOff(now time.Time) bool {
+	return !ad.reservedAt.IsZero() && now.Sub(ad.reservedAt) < handOffQuiet
+}
+
+// claimSize is how many attempts the next claim may lease: the free
+// workers, at most maxClaim, and only half of them while a Subscriber hands
+// attempts over and no backlog is being claimed.
+func (ad *admission) claimSize(now time.Time) int {
+	free := min(ad.workers-ad.inFlight(), maxClaim)
+	if ad.handingOff(now) && !ad.more && free > 1 {
+		// Half the free workers, so that a batch the subscriber
+		// enqueues while the claim runs still finds room: refused, it
+		// would be queued, its NOTIFY would start the next claim, which
+		// the next batch would find under way, and so on. Not while a
+		// backlog is being claimed (the last claim came back full, or
+		// no worker was free for it): then claims should take all they
+		// can, and fewer of them.
+		free = (free + 1) / 2
+	}
+	return free
+}
+
+// claimStarted records that a claim of up to n attempts is under way (none
+// when n is 0).
+func (ad *admission) claimStarted(n int) {
+	ad.claiming, ad.endedInClaim = n > 0, false
+	ad.claimN, ad.claimRooms = n, map[string]int{}
+}
+
+// claimFailed records that the claim under way leased nothing.
+func (ad *admission) claimFailed() {
+	ad.claiming, ad.claimN, ad.claimRooms = false, 0, nil
 }
 
 // claimPicked narrows what reserve leaves to the claim under way, once
 // its window has chosen: the rows it picked, in all and per merchant, are
 // all it will lease. Until then reserve left it its n and every room its
 // window granted.
-func (d *Dispatcher) claimPicked(picked map[string]int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+func (ad *admission) claimPicked(picked map[string]int) {
 	n := 0
 	for _, k := range picked {
 		n += k
 	}
-	d.claimN, d.claimRooms = n, maps.Clone(picked)
+	ad.claimN, ad.claimRooms = n, maps.Clone(picked)
+}
+
+// claimDone records the attempts a claim of up to n leased, which go in
+// flight, and whether it was starved (it left due rows for want of a
+// merchant's room or of the slow share). again says to claim once more
+// at once.
+//
+// A full claim may have left due rows behind: claim again now, and again
+// whenever a worker frees up, until a claim comes back short. A claim may
+// also have left rows for want of a merchant's room, or of the slow share
+// (starved): an attempt whose end gives that back wakes the dispatcher
+// (see freesRoom), and one that ended while the claim ran, which counted
+// it in flight, makes it claim again now. Only then: attempts end all the
+// time, and claiming again after every claim that saw one end would keep
+// claims running back to back, and Handoff's reservations waiting.
+//
+// With no worker free there was no claim, and whatever woke the
+// dispatcher may still be due (say a message the subscriber had no worker
+// left for, queued while the attempts it handed over hold them all): as
+// after a full claim, the next attempt to end wakes it (more). Else that
+// message waited for the poll: the end of an attempt of a merchant below
+// its cap wakes nobody.
+func (ad *admission) claimDone(n int, got []claimed, starved bool) (again bool) {
+	more := n > 0 && len(got) == n
+	again = more || starved && ad.endedInClaim
+	ad.claiming, ad.claimN, ad.claimRooms = false, 0, nil
+	ad.more = more || n == 0
+	for _, c := range got {
+		ad.busy[c.MerchantID]++
+	}
+	return again
+}
+
+// attemptEnded takes one of merchant m's attempts out of flight; rose says
+// the attempt made m's cap go up (see setSlow). wake says the dispatcher
+// should claim: a claim was cut short, or the end gives back room a claim
+// may have lacked.
+func (ad *admission) attemptEnded(m string, rose bool) (wake bool) {
+	wake = ad.more || rose || ad.freesRoom(m)
+	ad.endedInClaim = ad.endedInClaim || ad.claiming
+	ad.countOut(m)
+	return wake
+}
+
+// reserve takes room for the messages of msgs a Subscriber may hand over
+// now and reports which, in take (nil: none). It takes only what a claim
+// could have given: merchants seen answering in time and not slow, within
+// perMerchant and workers. It takes nothing while Run is not delivering.
+// A claim under way counted the attempts in flight as they were when it
+// started, and may still lease claimN of them, and what its window
+// granted each merchant: reserve takes room beside those, never from
+// them.
+func (ad *admission) reserve(now time.Time, msgs []Message) (take []bool) {
+	if !ad.running {
+		// Not recorded: a request Run never saw must not make it halve
+		// its claims once it starts (handingOff).
+		return nil
+	}
+	ad.reservedAt = now
+	free := ad.workers - ad.inFlight()
+	if ad.claiming {
+		free -= ad.claimN
+	}
+	for i, m := range msgs {
+		if free <= 0 {
+			break
+		}
+		if !ad.prompt[m.MerchantID] || ad.slow[m.MerchantID] || ad.busy[m.MerchantID]+ad.claimRooms[m.MerchantID] >= ad.perMerchant {
+			continue
+		}
+		if take == nil {
+			take = make([]bool, len(msgs))
+		}
+		take[i] = true
+		ad.busy[m.MerchantID]++
+		free--
+	}
+	return take
 }
 
 // countOut takes one attempt of merchant m out of busy (its attempt
-// ended, or its reservation will not be used). Callers hold d.mu.
-func (d *Dispatcher) countOut(m string) {
-	if d.busy[m]--; d.busy[m] <= 0 {
-		delete(d.busy, m)
+// ended, or its reservation will not be used).
+func (ad *admission) countOut(m string) {
+	if ad.busy[m]--; ad.busy[m] <= 0 {
+		delete(ad.busy, m)
 	}
 }
 
 // inFlight is the attempts in flight: the sum of busy, whose entries are
-// at most Workers. Callers hold d.mu.
-func (d *Dispatcher) inFlight() int {
+// at most workers.
+func (ad *admission) inFlight() int {
 	n := 0
-	for _, k := range d.busy {
+	for _, k := range ad.busy {
 		n += k
 	}
 	return n
@@ -59,7 +214,7 @@ func (d *Dispatcher) inFlight() int {
 // SlowShare. It is asked only about merchants the window holds, so what a
 // claim costs does not grow with the merchants the dispatcher remembers.
 type allotment struct {
-	d *Dispatcher
+	ad *admission
 	// full are merchants in flight that may get nothing more, whatever the
 	// window holds: the claim leaves their rows out from the start.
 	full []string
@@ -67,30 +222,29 @@ type allotment struct {
 	share int
 }
 
-// allot starts the allotment of a claim. Callers hold d.mu.
-func (d *Dispatcher) allot() *allotment {
-	a := &allotment{d: d, share: d.SlowShare}
-	for m, n := range d.busy {
-		if d.slow[m] {
+// allot starts the allotment of a claim.
+func (ad *admission) allot() *allotment {
+	a := &allotment{ad: ad, share: ad.slowShare}
+	for m, n := range ad.busy {
+		if ad.slow[m] {
 			a.share -= n
 		}
 	}
-	for m, n := range d.busy {
-		if n >= d.capOf(m) || d.slow[m] && a.share <= 0 {
+	for m, n := range ad.busy {
+		if n >= ad.capOf(m) || ad.slow[m] && a.share <= 0 {
 			a.full = append(a.full, m)
 		}
 	}
 	return a
 }
 
-// capOf is how many attempts merchant m may have in flight: PerMerchant
-// once seen answering in time, SlowPerMerchant otherwise. Callers hold
-// d.mu.
-func (d *Dispatcher) capOf(m string) int {
-	if d.prompt[m] {
-		return d.PerMerchant
+// capOf is how many attempts merchant m may have in flight: perMerchant
+// once seen answering in time, slowPerMerchant otherwise.
+func (ad *admission) capOf(m string) int {
+	if ad.prompt[m] {
+		return ad.perMerchant
 	}
-	return d.SlowPerMerchant
+	return ad.slowPerMerchant
 }
 
 // rooms returns how many more attempts each merchant of rows (merchants a
@@ -98,31 +252,28 @@ func (d *Dispatcher) capOf(m string) int {
 // get: its cap less its attempts in flight, and for a slow merchant no
 // more than its rows there nor than what is left of the share. The share
 // goes to the slow merchants in random order, so that no slow merchant
-// always comes last, and only as far as they have rows to take it. It
-// takes d.mu.
+// always comes last, and only as far as they have rows to take it.
 func (a *allotment) rooms(rows map[string]int) map[string]int {
-	d := a.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	ad := a.ad
 	out := make(map[string]int, len(rows))
 	var slow []string
 	for m := range rows {
-		if d.slow[m] {
+		if ad.slow[m] {
 			slow = append(slow, m)
 			continue
 		}
-		out[m] = max(d.capOf(m)-d.busy[m], 0)
-		if d.claimRooms != nil {
-			d.claimRooms[m] = out[m]
+		out[m] = max(ad.capOf(m)-ad.busy[m], 0)
+		if ad.claimRooms != nil {
+			ad.claimRooms[m] = out[m]
 		}
 	}
-	rand.Shuffle(len(slow), func(i, j int) { slow[i], slow[j] = slow[j], slow[i] })
+	ad.shuffle(slow)
 	for _, m := range slow {
-		r := max(min(d.SlowPerMerchant-d.busy[m], rows[m], a.share), 0)
+		r := max(min(ad.slowPerMerchant-ad.busy[m], rows[m], a.share), 0)
 		out[m] = r
 		a.share -= r
-		if d.claimRooms != nil {
-			d.claimRooms[m] = r
+		if ad.claimRooms != nil {
+			ad.claimRooms[m] = r
 		}
 	}
 	return out
@@ -131,10 +282,9 @@ func (a *allotment) rooms(rows map[string]int) map[string]int {
 // freesRoom says whether the end of one of merchant m's attempts in flight
 // gives back room a claim may have lacked: m's own, when m is at its cap,
 // or the slow share, when m is slow (its attempts end seldom, and the
-// share may have run out). Callers hold d.mu and have not yet counted the
-// attempt out of busy.
-func (d *Dispatcher) freesRoom(m string) bool {
-	return d.slow[m] || d.busy[m] >= d.capOf(m)
+// share may have run out). The attempt is not yet counted out of busy.
+func (ad *admission) freesRoom(m string) bool {
+	return ad.slow[m] || ad.busy[m] >= ad.capOf(m)
 }
 
 // maxRemembered bounds the merchants remembered as slow or prompt; past it
@@ -144,20 +294,18 @@ const maxRemembered = 100_000
 // setSlow records that a merchant's attempt ran past SlowAfter (slow) or
 // answered within it; rose says its cap went up (it answered in time, and
 // was not known to).
-func (d *Dispatcher) setSlow(merchantID string, slow bool) (rose bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.slow)+len(d.prompt) >= maxRemembered {
-		clear(d.slow)
-		clear(d.prompt)
+func (ad *admission) setSlow(merchantID string, slow bool) (rose bool) {
+	if len(ad.slow)+len(ad.prompt) >= maxRemembered {
+		clear(ad.slow)
+		clear(ad.prompt)
 	}
-	rose = !slow && !d.prompt[merchantID]
+	rose = !slow && !ad.prompt[merchantID]
 	if slow {
-		d.slow[merchantID] = true
-		delete(d.prompt, merchantID)
+		ad.slow[merchantID] = true
+		delete(ad.prompt, merchantID)
 	} else {
-		d.prompt[merchantID] = true
-		delete(d.slow, merchantID)
+		ad.prompt[merchantID] = true
+		delete(ad.slow, merchantID)
 	}
 	return rose
 }

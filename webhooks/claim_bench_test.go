@@ -33,9 +33,9 @@ func benchClaim(b *testing.B, remembered int) {
 	d.defaults()
 	for i := range remembered {
 		if i%2 == 0 {
-			d.prompt[fmt.Sprintf("idle-%d", i)] = true
+			d.adm.prompt[fmt.Sprintf("idle-%d", i)] = true
 		} else {
-			d.slow[fmt.Sprintf("idle-%d", i)] = true
+			d.adm.slow[fmt.Sprintf("idle-%d", i)] = true
 		}
 	}
 	const n = 64
@@ -60,8 +60,8 @@ func benchClaim(b *testing.B, remembered int) {
 // benchClaimOnce is the Run loop's claim of n rows.
 func benchClaimOnce(ctx context.Context, d *Dispatcher, n int) ([]claimed, error) {
 	d.mu.Lock()
-	a := d.allot()
+	a := d.adm.allot()
 	d.mu.Unlock()
-	got, _, err := claim(ctx, d.Pool, n, d.Lease, a.full, a.rooms)
+	got, _, err := claim(ctx, d.Pool, n, d.Lease, a.full, d.rooms(a))
 	return got, err
 }

@@ -129,19 +129,19 @@ func TestClaimWithManyRememberedMerchants(t *testing.T) {
 	d := &Dispatcher{Pool: pool, Workers: 64, PerMerchant: 4, SlowPerMerchant: 1, SlowShare: 3}
 	d.defaults()
 	for i := range 100_000 {
-		d.prompt[fmt.Sprintf("idle-prompt-%d", i)] = true
-		d.slow[fmt.Sprintf("idle-slow-%d", i)] = true
+		d.adm.prompt[fmt.Sprintf("idle-prompt-%d", i)] = true
+		d.adm.slow[fmt.Sprintf("idle-slow-%d", i)] = true
 	}
-	d.prompt["prompt"] = true
+	d.adm.prompt["prompt"] = true
 	for _, m := range []string{"slowA", "slowB", "slowC", "slowBusy"} {
-		d.slow[m] = true
+		d.adm.slow[m] = true
 	}
-	d.busy["slowBusy"] = 1 // at its cap; the share left is 3 - 1 = 2
+	d.adm.busy["slowBusy"] = 1 // at its cap; the share left is 3 - 1 = 2
 	seedDue(t, pool, interleaved(6, "slowBusy", "prompt", "slowA", "unknown", "slowB", "slowC"))
 	before := outboxRows(t, pool)
 
 	d.mu.Lock()
-	a := d.allot()
+	a := d.adm.allot()
 	d.mu.Unlock()
 	var asked []string
 	rooms := func(rows map[string]int) map[string]int {

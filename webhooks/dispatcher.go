@@ -86,30 +86,9 @@ type Dispatcher struct {
 	Metrics         *Metrics
 	MetricsInterval time.Duration
 
-	mu     sync.Mutex
-	busy   map[string]int  // attempts in flight per merchant (in all: inFlight)
-	slow   map[string]bool // seen running past SlowAfter
-	prompt map[string]bool // seen answering within SlowAfter
-	wake   chan struct{}
-	// more: the last claim was cut short by free workers, or there were
-	// none to claim with.
-	more bool
-	// claiming: a claim is under way, with the attempts in flight as they
-	// were when it started.
-	claiming bool
-	// endedInClaim: an attempt ended while the claim under way ran, which
-	// counted it in flight.
-	endedInClaim bool
-	// claimN is how many attempts the claim under way may lease, and
-	// claimRooms what its window granted each merchant so far: reserve
-	// leaves both to it.
-	claimN     int
-	claimRooms map[string]int
-	// reservedAt is when a Subscriber last asked this dispatcher for room:
-	// while it does, claims leave it some (see handingOff).
-	reservedAt time.Time
-	// running: Run is delivering, and reserve may promise it attempts.
-	running bool
+	mu   sync.Mutex
+	adm  admission // which attempts may start now; guarded by mu
+	wake chan struct{}
 	// handed are attempts a Subscriber stored already leased to this
 	// dispatcher (see reserve), not yet started; handedWake tells Run.
 	handed     []claimed
@@ -179,9 +158,9 @@ func (d *Dispatcher) defaults() {
 	if d.UserAgent == "" {
 		d.UserAgent = UserAgent
 	}
-	d.busy = map[string]int{}
-	d.slow = map[string]bool{}
-	d.prompt = map[string]bool{}
+	d.mu.Lock() // tests may watch a dispatcher whose Run is starting
+	d.adm = newAdmission(d.Workers, d.PerMerchant, d.SlowPerMerchant, d.SlowShare)
+	d.mu.Unlock()
 	d.wake = make(chan struct{}, 1)
 	d.handedWake = make(chan struct{}, 1)
 }
@@ -258,9 +237,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 						rose = d.setSlow(c.MerchantID, false)
 					}
 					d.mu.Lock()
-					wake := d.more || rose || d.freesRoom(c.MerchantID)
-					d.endedInClaim = d.endedInClaim || d.claiming
-					d.countOut(c.MerchantID)
+					wake := d.adm.attemptEnded(c.MerchantID, rose)
 					d.mu.Unlock()
 					if ok {
 						results <- o
@@ -277,14 +254,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}()
 	}
 	d.mu.Lock()
-	d.running = true
+	d.adm.running = true
 	d.mu.Unlock()
 	defer func() {
 		// Attempts handed over but not started go back to the queue with
 		// those abandoned (deferred calls run last in, first out: this
 		// one before the release above).
 		d.mu.Lock()
-		d.running = false
+		d.adm.running = false
 		handed := d.handed
 		d.handed = nil
 		d.mu.Unlock()
@@ -298,20 +275,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		start(d.takeHanded(), viaHandoff)
 		d.mu.Lock()
-		free := min(d.Workers-d.inFlight(), maxClaim)
-		if d.handingOff() && !d.more && free > 1 {
-			// Half the free workers, so that a batch the subscriber
-			// enqueues while the claim runs still finds room: refused, it
-			// would be queued, its NOTIFY would start the next claim, which
-			// the next batch would find under way, and so on. Not while a
-			// backlog is being claimed (the last claim came back full, or
-			// no worker was free for it): then claims should take all they
-			// can, and fewer of them.
-			free = (free + 1) / 2
-		}
-		a := d.allot()
-		d.claiming, d.endedInClaim = free > 0, false
-		d.claimN, d.claimRooms = free, map[string]int{}
+		free := d.adm.claimSize(d.Now())
+		a := d.adm.allot()
+		d.adm.claimStarted(free)
 		d.mu.Unlock()
 		var (
 			got     []claimed
@@ -319,10 +285,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		)
 		if free > 0 {
 			var err error
-			got, starved, err = claimReporting(ctx, d.Pool, free, d.Lease, a.full, a.rooms, d.claimPicked)
+			got, starved, err = claimReporting(ctx, d.Pool, free, d.Lease, a.full, d.rooms(a), d.claimPicked)
 			if err != nil {
 				d.mu.Lock()
-				d.claiming, d.claimN, d.claimRooms = false, 0, nil
+				d.adm.claimFailed()
 				d.mu.Unlock()
 				if ctx.Err() != nil {
 					break
@@ -334,30 +300,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 			backoff = 100 * time.Millisecond
 		}
-		// A full claim may have left due rows behind: claim again now, and
-		// again whenever a worker frees up, until a claim comes back short.
-		// A claim may also have left rows for want of a merchant's room,
-		// or of the slow share (starved): an attempt whose end gives that
-		// back wakes the dispatcher (see freesRoom), and one that ended
-		// while the claim ran, which counted it in flight, makes it claim
-		// again now. Only then: attempts end all the time, and claiming
-		// again after every claim that saw one end would keep claims
-		// running back to back, and Handoff's reservations waiting.
-		//
-		// With no worker free there was no claim, and whatever woke the
-		// dispatcher may still be due (say a message the subscriber had
-		// no worker left for, queued while the attempts it handed over
-		// hold them all): as after a full claim, the next attempt to end
-		// wakes it (d.more). Else that message waited for the poll: the
-		// end of an attempt of a merchant below its cap wakes nobody.
-		more := free > 0 && len(got) == free
+		// See claimDone for when to claim again at once.
 		d.mu.Lock()
-		again := more || starved && d.endedInClaim
-		d.claiming, d.claimN, d.claimRooms = false, 0, nil
-		d.more = more || free == 0
-		for _, c := range got {
-			d.busy[c.MerchantID]++
-		}
+		again := d.adm.claimDone(free, got, starved)
 		d.mu.Unlock()
 		start(got, viaClaim)
 		if again {
@@ -389,6 +334,32 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setSlow records that a merchant's attempt ran past SlowAfter (slow) or
+// answered within it (see admission.setSlow).
+func (d *Dispatcher) setSlow(merchantID string, slow bool) (rose bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.adm.setSlow(merchantID, slow)
+}
+
+// claimPicked tells the admission what the claim under way picked (see
+// admission.claimPicked); the claim calls it from its transaction.
+func (d *Dispatcher) claimPicked(picked map[string]int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.adm.claimPicked(picked)
+}
+
+// rooms is a.rooms under mu, for the claim under way to ask from its
+// transaction.
+func (d *Dispatcher) rooms(a *allotment) func(map[string]int) map[string]int {
+	return func(rows map[string]int) map[string]int {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return a.rooms(rows)
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -195,7 +195,7 @@ func TestNoEndpointThenRetry(t *testing.T) {
 	prompt := func() bool {
 		disp.mu.Lock()
 		defer disp.mu.Unlock()
-		return disp.prompt[m.MerchantID]
+		return disp.adm.prompt[m.MerchantID]
 	}
 	id := e.deposits(m.MerchantID, 1)[0].String()
 	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })

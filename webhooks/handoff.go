@@ -13,46 +13,20 @@ import (
 // reserve is how a Subscriber enqueueing msgs in this process hands their
 // first attempts to this dispatcher directly, instead of through a wake-up
 // and a claim (a select and an update per message). It takes room for the
-// messages it may take now and reports which, in take; the subscriber
-// stores those already leased for attempt 1 (when their order key lets
-// them go), and then calls unreserve for the ones it did not lease and
-// handOver for the others once they are committed. It takes only what a
-// claim could have given: merchants seen answering in time and not slow,
-// within PerMerchant and Workers. It takes nothing while Run is not
-// delivering. A claim under way counted the attempts in flight as they
-// were when it started, and may still lease claimN of them, and what its
-// window granted each merchant: reserve takes room beside those, never
-// from them. It never waits for the claim: the subscriber calls it inside
-// its transaction, and an open transaction holds back every reader of the
-// event log.
+// messages it may take now and reports which, in take (see
+// admission.reserve); the subscriber stores those already leased for
+// attempt 1 (when their order key lets them go), and then calls unreserve
+// for the ones it did not lease and handOver for the others once they are
+// committed. It never waits for a claim under way: the subscriber calls it
+// inside its transaction, and an open transaction holds back every reader
+// of the event log.
 func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.running {
-		// Not recorded: a request Run never saw must not make it halve
-		// its claims once it starts (handingOff).
+	if !d.adm.running {
 		return nil, 0
 	}
-	d.reservedAt = d.Now()
-	free := d.Workers - d.inFlight()
-	if d.claiming {
-		free -= d.claimN
-	}
-	for i, m := range msgs {
-		if free <= 0 {
-			break
-		}
-		if !d.prompt[m.MerchantID] || d.slow[m.MerchantID] || d.busy[m.MerchantID]+d.claimRooms[m.MerchantID] >= d.PerMerchant {
-			continue
-		}
-		if take == nil {
-			take = make([]bool, len(msgs))
-		}
-		take[i] = true
-		d.busy[m.MerchantID]++
-		free--
-	}
-	return take, d.Lease
+	return d.adm.reserve(d.Now(), msgs), d.Lease
 }
 
 // unreserve gives back the room reserve took for attempts that will not
@@ -63,7 +37,7 @@ func (d *Dispatcher) unreserve(merchants []string) {
 	}
 	d.mu.Lock()
 	for _, m := range merchants {
-		d.countOut(m)
+		d.adm.countOut(m)
 	}
 	d.mu.Unlock()
 	d.signal() // the room may be what a claim lacked
@@ -77,7 +51,7 @@ func (d *Dispatcher) handOver(cs []claimed) {
 		return
 	}
 	d.mu.Lock()
-	if d.running {
+	if d.adm.running {
 		d.handed = append(d.handed, cs...)
 		d.mu.Unlock()
 		select {
@@ -88,7 +62,7 @@ func (d *Dispatcher) handOver(cs []claimed) {
 	}
 	// Their room goes back too: busy counted them since reserve.
 	for _, c := range cs {
-		d.countOut(c.MerchantID)
+		d.adm.countOut(c.MerchantID)
 	}
 	d.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

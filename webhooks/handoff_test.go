@@ -229,26 +229,26 @@ func TestReserveTakesWhatAClaimCould(t *testing.T) {
 	if take, _ := d.reserve(msgs("m1")); take != nil {
 		t.Fatalf("reserved %v while Run is not delivering", take)
 	}
-	if d.handingOff() {
+	if d.adm.handingOff(d.Now()) {
 		t.Fatal("a request refused while Run is not delivering counts as handing off")
 	}
-	d.running = true
-	d.prompt["m1"], d.prompt["m2"], d.prompt["m3"] = true, true, true
-	d.slow["m3"] = true
+	d.adm.running = true
+	d.adm.prompt["m1"], d.adm.prompt["m2"], d.adm.prompt["m3"] = true, true, true
+	d.adm.slow["m3"] = true
 	take, lease := d.reserve(msgs("m1", "m1", "m1", "m3", "m4", "m2", "m2"))
 	want := []bool{true, true, false, false, false, true, false}
 	if !slices.Equal(take, want) || lease != d.Lease {
 		t.Fatalf("take %v lease %s, want %v %s", take, lease, want, d.Lease)
 	}
-	if d.busy["m1"] != 2 || d.busy["m2"] != 1 || len(d.busy) != 2 {
-		t.Fatalf("busy %v", d.busy)
+	if d.adm.busy["m1"] != 2 || d.adm.busy["m2"] != 1 || len(d.adm.busy) != 2 {
+		t.Fatalf("busy %v", d.adm.busy)
 	}
 	if take, _ := d.reserve(msgs("m2")); take != nil {
 		t.Fatalf("reserved %v beyond Workers", take)
 	}
 	d.unreserve([]string{"m1", "m2"})
-	if d.busy["m1"] != 1 || len(d.busy) != 1 {
-		t.Fatalf("busy after unreserve %v", d.busy)
+	if d.adm.busy["m1"] != 1 || len(d.adm.busy) != 1 {
+		t.Fatalf("busy after unreserve %v", d.adm.busy)
 	}
 }
 
@@ -258,25 +258,25 @@ func TestReserveTakesWhatAClaimCould(t *testing.T) {
 func TestReserveLeavesAClaimItsShare(t *testing.T) {
 	d := &Dispatcher{Workers: 4, PerMerchant: 3}
 	d.defaults()
-	d.running, d.prompt["m1"], d.prompt["m2"] = true, true, true
-	d.claiming, d.claimN, d.claimRooms = true, 2, map[string]int{"m1": 3}
+	d.adm.running, d.adm.prompt["m1"], d.adm.prompt["m2"] = true, true, true
+	d.adm.claiming, d.adm.claimN, d.adm.claimRooms = true, 2, map[string]int{"m1": 3}
 	msgs := []Message{{ID: uuid.New(), MerchantID: "m1"}, {ID: uuid.New(), MerchantID: "m2"},
 		{ID: uuid.New(), MerchantID: "m2"}, {ID: uuid.New(), MerchantID: "m2"}}
 	take, _ := d.reserve(msgs)
 	// m1: the claim may still give it all its room; m2: two, then the
 	// workers left beside the claim's 2 are taken.
-	if want := []bool{false, true, true, false}; !slices.Equal(take, want) || d.busy["m2"] != 2 || len(d.busy) != 1 {
-		t.Fatalf("take %v busy %v, want %v and m2 2", take, d.busy, want)
+	if want := []bool{false, true, true, false}; !slices.Equal(take, want) || d.adm.busy["m2"] != 2 || len(d.adm.busy) != 1 {
+		t.Fatalf("take %v busy %v, want %v and m2 2", take, d.adm.busy, want)
 	}
-	if !d.handingOff() {
+	if !d.adm.handingOff(d.Now()) {
 		t.Fatal("reserve did not mark the dispatcher as handing off")
 	}
 	// Once the window has chosen (one row, m1's), the claim keeps only
 	// that: m1 has room again, and so do the workers.
 	d.claimPicked(map[string]int{"m1": 1})
 	take, _ = d.reserve(msgs[:2])
-	if want := []bool{true, false}; !slices.Equal(take, want) || d.busy["m1"] != 1 || d.busy["m2"] != 2 {
-		t.Fatalf("after the pick: take %v busy %v, want %v", take, d.busy, want)
+	if want := []bool{true, false}; !slices.Equal(take, want) || d.adm.busy["m1"] != 1 || d.adm.busy["m2"] != 2 {
+		t.Fatalf("after the pick: take %v busy %v, want %v", take, d.adm.busy, want)
 	}
 }
 
@@ -322,7 +322,7 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 	m := e.merchant("http://127.0.0.1:1/")
 	d := &Dispatcher{Pool: e.pool}
 	d.defaults()
-	d.running, d.prompt[m.MerchantID] = true, true
+	d.adm.running, d.adm.prompt[m.MerchantID] = true, true
 	sub := NewSubscriber(e.store, e.pool)
 	sub.Handoff = d
 	for _, commit := range []bool{false, true} {
@@ -336,8 +336,8 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 			if err := sub.Apply(ctx, tx, events); err != nil {
 				t.Fatal(err)
 			}
-			if d.busy[m.MerchantID] != 1 {
-				t.Fatalf("busy %v while the batch is open", d.busy)
+			if d.adm.busy[m.MerchantID] != 1 {
+				t.Fatalf("busy %v while the batch is open", d.adm.busy)
 			}
 			if commit {
 				err = tx.Commit(ctx)
@@ -350,13 +350,13 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 			sub.Committed(commit)
 			h := d.takeHanded()
 			if !commit {
-				if len(h) != 0 || len(d.busy) != 0 {
-					t.Fatalf("rolled back: handed %d, busy %v", len(h), d.busy)
+				if len(h) != 0 || len(d.adm.busy) != 0 {
+					t.Fatalf("rolled back: handed %d, busy %v", len(h), d.adm.busy)
 				}
 				return
 			}
-			if len(h) != 1 || h[0].ID != id || h[0].Attempt != 1 || d.busy[m.MerchantID] != 1 {
-				t.Fatalf("committed: handed %+v, busy %v", h, d.busy)
+			if len(h) != 1 || h[0].ID != id || h[0].Attempt != 1 || d.adm.busy[m.MerchantID] != 1 {
+				t.Fatalf("committed: handed %+v, busy %v", h, d.adm.busy)
 			}
 			var status string
 			if err := e.pool.QueryRow(ctx, `SELECT status FROM webhook_deliveries WHERE id = $1`, id).Scan(&status); err != nil || status != StatusDelivering {
@@ -376,7 +376,7 @@ func TestHandedOverAttemptOfADeadDispatcherGoesOutAfterItsLease(t *testing.T) {
 	m := e.merchant(rc.srv.URL)
 	dead := &Dispatcher{Pool: e.pool, Lease: 300 * time.Millisecond}
 	dead.defaults()
-	dead.running, dead.prompt[m.MerchantID] = true, true
+	dead.adm.running, dead.adm.prompt[m.MerchantID] = true, true
 	e.runSubscriberHandingTo(e.pool, dead)
 	id := e.deposits(m.MerchantID, 1)[0]
 	// It never runs: what is handed over to it stays there.
@@ -410,10 +410,10 @@ func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
 	}); err != nil || len(leased) != 1 {
 		t.Fatalf("leased %v: %v", leased, err)
 	}
-	d.busy[msg.MerchantID] = 1 // reserved for it
+	d.adm.busy[msg.MerchantID] = 1 // reserved for it
 	d.handOver(leased)
-	if len(d.busy) != 0 {
-		t.Fatalf("busy %v after handing over to a stopped dispatcher, want its room back", d.busy)
+	if len(d.adm.busy) != 0 {
+		t.Fatalf("busy %v after handing over to a stopped dispatcher, want its room back", d.adm.busy)
 	}
 	var status string
 	var attempts int
@@ -432,14 +432,14 @@ func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
 func TestClaimRoomsAreRecordedForReserve(t *testing.T) {
 	d := &Dispatcher{}
 	d.defaults()
-	d.prompt["m1"], d.slow["s1"] = true, true
-	d.busy["m1"] = 1
-	d.claimRooms = map[string]int{}
-	a := d.allot()
+	d.adm.prompt["m1"], d.adm.slow["s1"] = true, true
+	d.adm.busy["m1"] = 1
+	d.adm.claimRooms = map[string]int{}
+	a := d.adm.allot()
 	got := a.rooms(map[string]int{"m1": 5, "s1": 3})
 	want := map[string]int{"m1": d.PerMerchant - 1, "s1": d.SlowPerMerchant}
-	if !maps.Equal(got, want) || !maps.Equal(d.claimRooms, want) {
-		t.Fatalf("rooms %v, recorded %v, want %v", got, d.claimRooms, want)
+	if !maps.Equal(got, want) || !maps.Equal(d.adm.claimRooms, want) {
+		t.Fatalf("rooms %v, recorded %v, want %v", got, d.adm.claimRooms, want)
 	}
 }
 
@@ -558,7 +558,7 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 	eventually(t, 10*time.Second, "Run delivering", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.running
+		return d.adm.running
 	})
 	time.Sleep(50 * time.Millisecond) // Run waits for work (PollInterval: an hour)
 	// Hold the dispatcher while it stops: its loop ends (on the context),
@@ -568,7 +568,7 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		d.handed = append(d.handed, leased...)
-		d.busy[msg.MerchantID]++
+		d.adm.busy[msg.MerchantID]++
 		d.mu.Unlock()
 	}()
 	stop()
@@ -713,7 +713,7 @@ func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
 		eventually(t, 10*time.Second, "no claim under way", func() bool {
 			d.mu.Lock()
 			defer d.mu.Unlock()
-			return !d.claiming
+			return !d.adm.claiming
 		})
 		ids := seedDue(t, e.pool, interleaved(n, "m1"))
 		d.signal()
@@ -818,7 +818,7 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 	m := e.merchant("http://127.0.0.1:1/")
 	d := &Dispatcher{Pool: e.pool}
 	d.defaults()
-	d.running, d.prompt[m.MerchantID] = true, true
+	d.adm.running, d.adm.prompt[m.MerchantID] = true, true
 	sub := NewSubscriber(e.store, e.pool)
 	sub.Handoff = d
 	apply := func() {
@@ -832,15 +832,15 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 		if err := sub.Apply(ctx, tx, events); err != nil {
 			t.Fatal(err)
 		}
-		if d.busy[m.MerchantID] != 1 {
-			t.Fatalf("busy %v while the batch is open, want 1 for its message", d.busy)
+		if d.adm.busy[m.MerchantID] != 1 {
+			t.Fatalf("busy %v while the batch is open, want 1 for its message", d.adm.busy)
 		}
 	}
 	apply() // never reported
 	apply()
 	sub.Committed(false)
-	if h := d.takeHanded(); len(h) != 0 || len(d.busy) != 0 {
-		t.Fatalf("handed %d, busy %v; want nothing held", len(h), d.busy)
+	if h := d.takeHanded(); len(h) != 0 || len(d.adm.busy) != 0 {
+		t.Fatalf("handed %d, busy %v; want nothing held", len(h), d.adm.busy)
 	}
 }
 
@@ -909,10 +909,10 @@ func TestWakeWithNoWorkerFreeIsNotLost(t *testing.T) {
 	eventually(t, 10*time.Second, "Run delivering", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.running
+		return d.adm.running
 	})
 	d.mu.Lock()
-	d.prompt["m1"] = true
+	d.adm.prompt["m1"] = true
 	d.mu.Unlock()
 	// What the subscriber does with a batch of three messages and two
 	// workers: it reserves two, stores them leased and hands them over;
