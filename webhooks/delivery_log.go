@@ -21,9 +21,11 @@ import (
 // Outbox reads and changes deliveries for the API.
 type Outbox struct {
 	pool *pgxpool.Pool
-	// read, in tests, runs between a delivery log read's statements.
-	read func()
 }
+
+// testHookBetweenReads, set only by tests (export_test.go), runs between
+// the statements of a delivery log read of o.
+var testHookBetweenReads func(o *Outbox)
 
 // snapshot runs the statements of one delivery log read in a read-only
 // repeatable-read transaction: the rows, their count and their attempts
@@ -35,10 +37,10 @@ func (o *Outbox) snapshot(ctx context.Context, f func(tx pgx.Tx) error) error {
 	})
 }
 
-// between calls the test hook read, if set.
+// between calls testHookBetweenReads, if set.
 func (o *Outbox) between() {
-	if o.read != nil {
-		o.read()
+	if testHookBetweenReads != nil {
+		testHookBetweenReads(o)
 	}
 }
 

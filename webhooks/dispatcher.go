@@ -93,10 +93,11 @@ type Dispatcher struct {
 	// dispatcher (see reserve), not yet started; handedWake tells Run.
 	handed     []claimed
 	handedWake chan struct{}
-	// waiting, when set (tests), is called each time Run has done what
-	// woke it and goes back to waiting for a wake-up.
-	waiting func()
 }
+
+// testHookWaiting, set only by tests (export_test.go), is called each time
+// Run has done what woke d and goes back to waiting for a wake-up.
+var testHookWaiting func(d *Dispatcher)
 
 // maxClaim bounds the rows one claim leases: a longer backlog goes out in
 // several claims, back to back (see Run).
@@ -315,8 +316,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		timer.Reset(d.PollInterval)
-		if d.waiting != nil {
-			d.waiting()
+		if testHookWaiting != nil {
+			testHookWaiting(d)
 		}
 	wait:
 		for {

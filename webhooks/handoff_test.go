@@ -856,7 +856,7 @@ type wakeWatch struct {
 
 func (w *wakeWatch) watch(d *Dispatcher) {
 	w.d = d
-	d.waiting = func() {
+	onWaiting(d, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		// Only Run's wait takes wake-ups: with none pending as Run goes
@@ -866,7 +866,7 @@ func (w *wakeWatch) watch(d *Dispatcher) {
 		if len(d.wake) == 0 {
 			w.handled = w.sent
 		}
-	}
+	})
 }
 
 func (w *wakeWatch) wake(t *testing.T) {

@@ -605,13 +605,13 @@ func TestDeliveryLogReadsOneMoment(t *testing.T) {
 	}
 	fail() // attempt 1, held by the row
 	reads := 0
-	box.read = func() {
+	betweenReads(box, func() {
 		// Two more attempts between the rows and the attempts: each
 		// outcome moves the attempt before it into webhook_attempts.
 		reads++
 		fail()
 		fail()
-	}
+	})
 	check := func(name string, d Delivery) {
 		t.Helper()
 		if d.Attempts != len(d.AttemptLog) {

@@ -42,9 +42,6 @@ type Store struct {
 	// Set it before the first Append.
 	AppendCalls int
 	group       appendGroup
-	// loseAnswer, in tests, drops the answer of a group call that
-	// committed, as a connection lost after the commit does.
-	loseAnswer func() bool
 }
 
 // New returns a store on pool and starts its LISTEN loop and NOTIFY sender.
