@@ -10,7 +10,7 @@ import (
 // merchant (seen answering within SlowAfter) may have up to perMerchant
 // attempts in flight, any other up to slowPerMerchant, the slow ones all
 // together up to slowShare, and everything up to workers. It also knows
-// what the claim under way may still lease, so that a Subscriber's
+// what the lease under way may still lease, so that a Subscriber's
 // reservation (reserve) takes room beside it, never from it.
 //
 // It is the dispatcher's bookkeeping only: no I/O, no goroutines, no
@@ -25,22 +25,22 @@ type admission struct {
 	busy   map[string]int  // attempts in flight per merchant (in all: inFlight)
 	slow   map[string]bool // seen running past SlowAfter
 	prompt map[string]bool // seen answering within SlowAfter
-	// more: the last claim was cut short by free workers, or there were
-	// none to claim with.
+	// more: the last lease was cut short by free workers, or there were
+	// none to lease with.
 	more bool
-	// claiming: a claim is under way, with the attempts in flight as they
+	// leasing: a lease is under way, with the attempts in flight as they
 	// were when it started.
-	claiming bool
-	// endedInClaim: an attempt ended while the claim under way ran, which
+	leasing bool
+	// endedInLease: an attempt ended while the lease under way ran, which
 	// counted it in flight.
-	endedInClaim bool
-	// claimN is how many attempts the claim under way may lease, and
-	// claimRooms what its window granted each merchant so far: reserve
+	endedInLease bool
+	// leaseN is how many attempts the lease under way may lease, and
+	// leaseRooms what its window granted each merchant so far: reserve
 	// leaves both to it.
-	claimN     int
-	claimRooms map[string]int
+	leaseN     int
+	leaseRooms map[string]int
 	// reservedAt is when a Subscriber last asked this dispatcher for room:
-	// while it does, claims leave it some (see handingOff).
+	// while it does, leases leave it some (see handingOff).
 	reservedAt time.Time
 	// running: Run is delivering, and reserve may promise it attempts.
 	running bool
@@ -59,9 +59,9 @@ func newAdmission(workers, perMerchant, slowPerMerchant, slowShare int) admissio
 }
 
 // handOffQuiet is how long after a Subscriber's last request for room
-// claims still leave it some. Past it the subscriber has stopped handing
+// leases still leave it some. Past it the subscriber has stopped handing
 // over (its runner lost the lock to another process, or nothing happens),
-// and claims take every free worker again.
+// and leases take every free worker again.
 const handOffQuiet = 10 * time.Second
 
 // handingOff reports whether a Subscriber asked for room within
@@ -70,72 +70,72 @@ func (ad *admission) handingOff(now time.Time) bool {
 	return !ad.reservedAt.IsZero() && now.Sub(ad.reservedAt) < handOffQuiet
 }
 
-// claimSize is how many attempts the next claim may lease: the free
-// workers, at most maxClaim, and only half of them while a Subscriber hands
-// attempts over and no backlog is being claimed.
-func (ad *admission) claimSize(now time.Time) int {
-	free := min(ad.workers-ad.inFlight(), maxClaim)
+// leaseSize is how many attempts the next lease may lease: the free
+// workers, at most maxLease, and only half of them while a Subscriber hands
+// attempts over and no backlog is being leased.
+func (ad *admission) leaseSize(now time.Time) int {
+	free := min(ad.workers-ad.inFlight(), maxLease)
 	if ad.handingOff(now) && !ad.more && free > 1 {
 		// Half the free workers, so that a batch the subscriber
-		// enqueues while the claim runs still finds room: refused, it
-		// would be queued, its NOTIFY would start the next claim, which
+		// enqueues while the lease runs still finds room: refused, it
+		// would be queued, its NOTIFY would start the next lease, which
 		// the next batch would find under way, and so on. Not while a
-		// backlog is being claimed (the last claim came back full, or
-		// no worker was free for it): then claims should take all they
+		// backlog is being leased (the last lease came back full, or
+		// no worker was free for it): then leases should take all they
 		// can, and fewer of them.
 		free = (free + 1) / 2
 	}
 	return free
 }
 
-// claimStarted records that a claim of up to n attempts is under way (none
+// leaseStarted records that a lease of up to n attempts is under way (none
 // when n is 0).
-func (ad *admission) claimStarted(n int) {
-	ad.claiming, ad.endedInClaim = n > 0, false
-	ad.claimN, ad.claimRooms = n, map[string]int{}
+func (ad *admission) leaseStarted(n int) {
+	ad.leasing, ad.endedInLease = n > 0, false
+	ad.leaseN, ad.leaseRooms = n, map[string]int{}
 }
 
-// claimFailed records that the claim under way leased nothing.
-func (ad *admission) claimFailed() {
-	ad.claiming, ad.claimN, ad.claimRooms = false, 0, nil
+// leaseFailed records that the lease under way leased nothing.
+func (ad *admission) leaseFailed() {
+	ad.leasing, ad.leaseN, ad.leaseRooms = false, 0, nil
 }
 
-// claimPicked narrows what reserve leaves to the claim under way, once
+// windowPicked narrows what reserve leaves to the lease under way, once
 // its window has chosen: the rows it picked, in all and per merchant, are
 // all it will lease. Until then reserve left it its n and every room its
 // window granted.
-func (ad *admission) claimPicked(picked map[string]int) {
+func (ad *admission) windowPicked(picked map[string]int) {
 	n := 0
 	for _, k := range picked {
 		n += k
 	}
-	ad.claimN, ad.claimRooms = n, maps.Clone(picked)
+	ad.leaseN, ad.leaseRooms = n, maps.Clone(picked)
 }
 
-// claimDone records the attempts a claim of up to n leased, which go in
+// leaseDone records the attempts a lease of up to n leased, which go in
 // flight, and whether it was starved (it left due rows for want of a
-// merchant's room or of the slow share). again says to claim once more
+// merchant's room or of the slow share). again says to lease once more
 // at once.
 //
-// A full claim may have left due rows behind: claim again now, and again
-// whenever a worker frees up, until a claim comes back short. A claim may
+// A full lease may have left due rows behind: lease again now, and again
+// whenever a worker frees up, until a lease comes back short. A lease may
 // also have left rows for want of a merchant's room, or of the slow share
 // (starved): an attempt whose end gives that back wakes the dispatcher
-// (see freesRoom), and one that ended while the claim ran, which counted
-// it in flight, makes it claim again now. Only then: attempts end all the
-// time, and claiming again after every claim that saw one end would keep
-// claims running back to back, and Handoff's reservations waiting.
+// (see freesRoom), and one that ended while the lease ran, which counted
+// it in flight, makes it lease again now. Only then: attempts end all the
+// time, and leasing again after every lease that saw one end would keep
+// leases running back to back, and Handoff's reservations waiting.
 //
-// With no worker free there was no claim, and whatever woke the
+// With no worker free there was no lease, and whatever woke the
 // dispatcher may still be due (say a message the subscriber had no worker
 // left for, queued while the attempts it handed over hold them all): as
-// after a full claim, the next attempt to end wakes it (more). Else that
+// after a full lease, the next attempt to end wakes it (more). Else that
 // message waited for the poll: the end of an attempt of a merchant below
 // its cap wakes nobody.
-func (ad *admission) claimDone(n int, got []claimed, starved bool) (again bool) {
+func (ad *admission) leaseDone(n int, got []leasedAttempt, starved bool) (again bool) {
 	more := n > 0 && len(got) == n
-	again = more || starved && ad.endedInClaim
-	ad.claiming, ad.claimN, ad.claimRooms = false, 0, nil
+	again = more || starved && ad.endedInLease
+	ad.leasing, ad.leaseN, ad.leaseRooms = false, 0, nil
 	ad.more = more || n == 0
 	for _, c := range got {
 		ad.busy[c.MerchantID]++
@@ -145,39 +145,39 @@ func (ad *admission) claimDone(n int, got []claimed, starved bool) (again bool) 
 
 // attemptEnded takes one of merchant m's attempts out of flight; rose says
 // the attempt made m's cap go up (see setSlow). wake says the dispatcher
-// should claim: a claim was cut short, or the end gives back room a claim
+// should lease: a lease was cut short, or the end gives back room a lease
 // may have lacked.
 func (ad *admission) attemptEnded(m string, rose bool) (wake bool) {
 	wake = ad.more || rose || ad.freesRoom(m)
-	ad.endedInClaim = ad.endedInClaim || ad.claiming
+	ad.endedInLease = ad.endedInLease || ad.leasing
 	ad.countOut(m)
 	return wake
 }
 
 // reserve takes room for the messages of msgs a Subscriber may hand over
-// now and reports which, in take (nil: none). It takes only what a claim
+// now and reports which, in take (nil: none). It takes only what a lease
 // could have given: merchants seen answering in time and not slow, within
 // perMerchant and workers. It takes nothing while Run is not delivering.
-// A claim under way counted the attempts in flight as they were when it
-// started, and may still lease claimN of them, and what its window
+// A lease under way counted the attempts in flight as they were when it
+// started, and may still lease leaseN of them, and what its window
 // granted each merchant: reserve takes room beside those, never from
 // them.
 func (ad *admission) reserve(now time.Time, msgs []Message) (take []bool) {
 	if !ad.running {
 		// Not recorded: a request Run never saw must not make it halve
-		// its claims once it starts (handingOff).
+		// its leases once it starts (handingOff).
 		return nil
 	}
 	ad.reservedAt = now
 	free := ad.workers - ad.inFlight()
-	if ad.claiming {
-		free -= ad.claimN
+	if ad.leasing {
+		free -= ad.leaseN
 	}
 	for i, m := range msgs {
 		if free <= 0 {
 			break
 		}
-		if !ad.prompt[m.MerchantID] || ad.slow[m.MerchantID] || ad.busy[m.MerchantID]+ad.claimRooms[m.MerchantID] >= ad.perMerchant {
+		if !ad.prompt[m.MerchantID] || ad.slow[m.MerchantID] || ad.busy[m.MerchantID]+ad.leaseRooms[m.MerchantID] >= ad.perMerchant {
 			continue
 		}
 		if take == nil {
@@ -208,21 +208,21 @@ func (ad *admission) inFlight() int {
 	return n
 }
 
-// allotment shares a claim's attempts out among the merchants of its
+// allotment shares a lease's attempts out among the merchants of its
 // window: a prompt merchant may have up to PerMerchant attempts in flight,
 // any other up to SlowPerMerchant, and the slow ones all together up to
 // SlowShare. It is asked only about merchants the window holds, so what a
-// claim costs does not grow with the merchants the dispatcher remembers.
+// lease costs does not grow with the merchants the dispatcher remembers.
 type allotment struct {
 	ad *admission
 	// full are merchants in flight that may get nothing more, whatever the
-	// window holds: the claim leaves their rows out from the start.
+	// window holds: the lease leaves their rows out from the start.
 	full []string
 	// share is what the slow merchants may still get together.
 	share int
 }
 
-// allot starts the allotment of a claim.
+// allot starts the allotment of a lease.
 func (ad *admission) allot() *allotment {
 	a := &allotment{ad: ad, share: ad.slowShare}
 	for m, n := range ad.busy {
@@ -248,7 +248,7 @@ func (ad *admission) capOf(m string) int {
 }
 
 // rooms returns how many more attempts each merchant of rows (merchants a
-// claim's window shows for the first time, each with its rows there) may
+// lease's window shows for the first time, each with its rows there) may
 // get: its cap less its attempts in flight, and for a slow merchant no
 // more than its rows there nor than what is left of the share. The share
 // goes to the slow merchants in random order, so that no slow merchant
@@ -263,8 +263,8 @@ func (a *allotment) rooms(rows map[string]int) map[string]int {
 			continue
 		}
 		out[m] = max(ad.capOf(m)-ad.busy[m], 0)
-		if ad.claimRooms != nil {
-			ad.claimRooms[m] = out[m]
+		if ad.leaseRooms != nil {
+			ad.leaseRooms[m] = out[m]
 		}
 	}
 	ad.shuffle(slow)
@@ -272,15 +272,15 @@ func (a *allotment) rooms(rows map[string]int) map[string]int {
 		r := max(min(ad.slowPerMerchant-ad.busy[m], rows[m], a.share), 0)
 		out[m] = r
 		a.share -= r
-		if ad.claimRooms != nil {
-			ad.claimRooms[m] = r
+		if ad.leaseRooms != nil {
+			ad.leaseRooms[m] = r
 		}
 	}
 	return out
 }
 
 // freesRoom says whether the end of one of merchant m's attempts in flight
-// gives back room a claim may have lacked: m's own, when m is at its cap,
+// gives back room a lease may have lacked: m's own, when m is at its cap,
 // or the slow share, when m is slow (its attempts end seldom, and the
 // share may have run out). The attempt is not yet counted out of busy.
 func (ad *admission) freesRoom(m string) bool {

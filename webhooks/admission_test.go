@@ -14,10 +14,10 @@ type admState struct {
 	busy         map[string]int
 	slow, prompt []string
 	more         bool
-	claiming     bool
-	endedInClaim bool
-	claimN       int
-	claimRooms   map[string]int
+	leasing      bool
+	endedInLease bool
+	leaseN       int
+	leaseRooms   map[string]int
 	reservedAgo  time.Duration // 0: never
 	running      bool
 }
@@ -34,8 +34,8 @@ func (s admState) build() *admission {
 	for _, m := range s.prompt {
 		ad.prompt[m] = true
 	}
-	ad.more, ad.claiming, ad.endedInClaim = s.more, s.claiming, s.endedInClaim
-	ad.claimN, ad.claimRooms = s.claimN, maps.Clone(s.claimRooms)
+	ad.more, ad.leasing, ad.endedInLease = s.more, s.leasing, s.endedInLease
+	ad.leaseN, ad.leaseRooms = s.leaseN, maps.Clone(s.leaseRooms)
 	if s.reservedAgo > 0 {
 		ad.reservedAt = admNow.Add(-s.reservedAgo)
 	}
@@ -43,15 +43,15 @@ func (s admState) build() *admission {
 	return &ad
 }
 
-func leasedOf(ms ...string) []claimed {
-	out := make([]claimed, len(ms))
+func leasedOf(ms ...string) []leasedAttempt {
+	out := make([]leasedAttempt, len(ms))
 	for i, m := range ms {
-		out[i] = claimed{MerchantID: m}
+		out[i] = leasedAttempt{MerchantID: m}
 	}
 	return out
 }
 
-func TestAdmissionClaimSize(t *testing.T) {
+func TestAdmissionLeaseSize(t *testing.T) {
 	tests := []struct {
 		name string
 		st   admState
@@ -60,52 +60,52 @@ func TestAdmissionClaimSize(t *testing.T) {
 		{"every free worker", admState{busy: map[string]int{"a": 3}}, 5},
 		{"no worker free", admState{busy: map[string]int{"a": 3, "b": 3, "c": 2}}, 0},
 		{"half while a subscriber hands over", admState{busy: map[string]int{"a": 3}, reservedAgo: time.Second}, 3},
-		{"all while a backlog is claimed", admState{busy: map[string]int{"a": 3}, reservedAgo: time.Second, more: true}, 5},
+		{"all while a backlog is leased", admState{busy: map[string]int{"a": 3}, reservedAgo: time.Second, more: true}, 5},
 		{"one free worker is not halved", admState{busy: map[string]int{"a": 7}, reservedAgo: time.Second}, 1},
 		{"all once the subscriber went quiet", admState{reservedAgo: handOffQuiet}, 8},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.st.build().claimSize(admNow); got != tt.want {
-				t.Fatalf("claimSize %d, want %d", got, tt.want)
+			if got := tt.st.build().leaseSize(admNow); got != tt.want {
+				t.Fatalf("leaseSize %d, want %d", got, tt.want)
 			}
 		})
 	}
-	big := newAdmission(4*maxClaim, 1, 1, 1)
-	if got := big.claimSize(admNow); got != maxClaim {
-		t.Fatalf("claimSize with %d free workers: %d, want maxClaim %d", 4*maxClaim, got, maxClaim)
+	big := newAdmission(4*maxLease, 1, 1, 1)
+	if got := big.leaseSize(admNow); got != maxLease {
+		t.Fatalf("leaseSize with %d free workers: %d, want maxLease %d", 4*maxLease, got, maxLease)
 	}
 }
 
-func TestAdmissionClaimDone(t *testing.T) {
+func TestAdmissionLeaseDone(t *testing.T) {
 	tests := []struct {
 		name      string
 		st        admState
 		n         int
-		got       []claimed
+		got       []leasedAttempt
 		starved   bool
 		wantAgain bool
 		wantMore  bool
 		wantBusy  map[string]int
 	}{
-		{"full claim: again", admState{}, 2, leasedOf("a", "b"), false, true, true, map[string]int{"a": 1, "b": 1}},
-		{"short claim: wait", admState{busy: map[string]int{"a": 1}}, 3, leasedOf("a"), false, false, false, map[string]int{"a": 2}},
+		{"full lease: again", admState{}, 2, leasedOf("a", "b"), false, true, true, map[string]int{"a": 1, "b": 1}},
+		{"short lease: wait", admState{busy: map[string]int{"a": 1}}, 3, leasedOf("a"), false, false, false, map[string]int{"a": 2}},
 		{"starved, nothing ended: wait", admState{}, 3, leasedOf("a"), true, false, false, map[string]int{"a": 1}},
-		{"starved, an attempt ended meanwhile: again", admState{endedInClaim: true}, 3, leasedOf("a"), true, true, false, map[string]int{"a": 1}},
-		{"ended meanwhile, not starved: wait", admState{endedInClaim: true}, 3, nil, false, false, false, map[string]int{}},
+		{"starved, an attempt ended meanwhile: again", admState{endedInLease: true}, 3, leasedOf("a"), true, true, false, map[string]int{"a": 1}},
+		{"ended meanwhile, not starved: wait", admState{endedInLease: true}, 3, nil, false, false, false, map[string]int{}},
 		{"no worker free: the next end wakes", admState{}, 0, nil, false, false, true, map[string]int{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ad := tt.st.build()
-			ad.claimStarted(tt.n)
-			ad.endedInClaim = tt.st.endedInClaim
-			again := ad.claimDone(tt.n, tt.got, tt.starved)
+			ad.leaseStarted(tt.n)
+			ad.endedInLease = tt.st.endedInLease
+			again := ad.leaseDone(tt.n, tt.got, tt.starved)
 			if again != tt.wantAgain || ad.more != tt.wantMore || !maps.Equal(ad.busy, tt.wantBusy) {
 				t.Fatalf("again %v more %v busy %v, want %v %v %v", again, ad.more, ad.busy, tt.wantAgain, tt.wantMore, tt.wantBusy)
 			}
-			if ad.claiming || ad.claimN != 0 || ad.claimRooms != nil {
-				t.Fatalf("claim still recorded: claiming %v n %d rooms %v", ad.claiming, ad.claimN, ad.claimRooms)
+			if ad.leasing || ad.leaseN != 0 || ad.leaseRooms != nil {
+				t.Fatalf("lease still recorded: leasing %v n %d rooms %v", ad.leasing, ad.leaseN, ad.leaseRooms)
 			}
 		})
 	}
@@ -126,15 +126,15 @@ func TestAdmissionAttemptEnded(t *testing.T) {
 		{"unknown at its cap of 1", admState{busy: map[string]int{"u": 1}}, "u", false, true, map[string]int{}, false},
 		{"slow: the share back", admState{busy: map[string]int{"s": 1, "p": 1}, slow: []string{"s"}, prompt: []string{"p"}}, "s", false, true, map[string]int{"p": 1}, false},
 		{"its cap rose", admState{busy: map[string]int{"p": 1}, prompt: []string{"p"}}, "p", true, true, map[string]int{}, false},
-		{"a claim was cut short", admState{busy: map[string]int{"p": 1}, prompt: []string{"p"}, more: true}, "p", false, true, map[string]int{}, false},
-		{"during a claim: counted", admState{busy: map[string]int{"p": 2}, prompt: []string{"p"}, claiming: true}, "p", false, false, map[string]int{"p": 1}, true},
+		{"a lease was cut short", admState{busy: map[string]int{"p": 1}, prompt: []string{"p"}, more: true}, "p", false, true, map[string]int{}, false},
+		{"during a lease: counted", admState{busy: map[string]int{"p": 2}, prompt: []string{"p"}, leasing: true}, "p", false, false, map[string]int{"p": 1}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ad := tt.st.build()
 			wake := ad.attemptEnded(tt.merchant, tt.rose)
-			if wake != tt.wantWake || !maps.Equal(ad.busy, tt.wantBusy) || ad.endedInClaim != tt.wantEnded {
-				t.Fatalf("wake %v busy %v endedInClaim %v, want %v %v %v", wake, ad.busy, ad.endedInClaim, tt.wantWake, tt.wantBusy, tt.wantEnded)
+			if wake != tt.wantWake || !maps.Equal(ad.busy, tt.wantBusy) || ad.endedInLease != tt.wantEnded {
+				t.Fatalf("wake %v busy %v endedInLease %v, want %v %v %v", wake, ad.busy, ad.endedInLease, tt.wantWake, tt.wantBusy, tt.wantEnded)
 			}
 		})
 	}
@@ -155,9 +155,9 @@ func TestAdmissionReserve(t *testing.T) {
 			[]string{"a", "a", "a"}, []bool{true, true, false}, map[string]int{"a": 3}},
 		{"within workers", admState{running: true, prompt: []string{"a", "b", "c"}, busy: map[string]int{"x": 3, "y": 3}},
 			[]string{"a", "b", "c"}, []bool{true, true, false}, map[string]int{"x": 3, "y": 3, "a": 1, "b": 1}},
-		{"beside a claim under way", admState{running: true, prompt: []string{"a", "b"}, claiming: true, claimN: 6, claimRooms: map[string]int{"a": 3}},
+		{"beside a lease under way", admState{running: true, prompt: []string{"a", "b"}, leasing: true, leaseN: 6, leaseRooms: map[string]int{"a": 3}},
 			[]string{"a", "b", "b", "b"}, []bool{false, true, true, false}, map[string]int{"b": 2}},
-		{"a claim's n counts only while it runs", admState{running: true, prompt: []string{"b"}, claimN: 5},
+		{"a lease's n counts only while it runs", admState{running: true, prompt: []string{"b"}, leaseN: 5},
 			[]string{"b", "b", "b"}, []bool{true, true, true}, map[string]int{"b": 3}},
 	}
 	for _, tt := range tests {
@@ -206,29 +206,29 @@ func TestAdmissionRooms(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ad := tt.st.build()
-			ad.claimStarted(8)
+			ad.leaseStarted(8)
 			a := ad.allot()
 			full := slices.Sorted(slices.Values(a.full))
 			rooms := a.rooms(tt.rows)
 			if !slices.Equal(full, tt.wantFull) || !maps.Equal(rooms, tt.wantRooms) {
 				t.Fatalf("full %v rooms %v, want %v %v", full, rooms, tt.wantFull, tt.wantRooms)
 			}
-			if !maps.Equal(ad.claimRooms, tt.wantRooms) {
-				t.Fatalf("recorded for reserve %v, want %v", ad.claimRooms, tt.wantRooms)
+			if !maps.Equal(ad.leaseRooms, tt.wantRooms) {
+				t.Fatalf("recorded for reserve %v, want %v", ad.leaseRooms, tt.wantRooms)
 			}
 		})
 	}
 }
 
-// TestAdmissionClaimPicked: once the window has chosen, the claim keeps
+// TestAdmissionLeasePicked: once the window has chosen, the lease keeps
 // only what it picked, in all and per merchant.
-func TestAdmissionClaimPicked(t *testing.T) {
+func TestAdmissionLeasePicked(t *testing.T) {
 	ad := admState{running: true, prompt: []string{"a", "b"}}.build()
-	ad.claimStarted(8)
+	ad.leaseStarted(8)
 	ad.allot().rooms(map[string]int{"a": 3, "b": 3})
-	ad.claimPicked(map[string]int{"a": 1})
-	if ad.claimN != 1 || !maps.Equal(ad.claimRooms, map[string]int{"a": 1}) {
-		t.Fatalf("after the pick: n %d rooms %v, want 1 and a:1", ad.claimN, ad.claimRooms)
+	ad.windowPicked(map[string]int{"a": 1})
+	if ad.leaseN != 1 || !maps.Equal(ad.leaseRooms, map[string]int{"a": 1}) {
+		t.Fatalf("after the pick: n %d rooms %v, want 1 and a:1", ad.leaseN, ad.leaseRooms)
 	}
 	take := ad.reserve(admNow, []Message{{MerchantID: "a"}, {MerchantID: "a"}, {MerchantID: "a"}, {MerchantID: "b"}})
 	if want := []bool{true, true, false, true}; !slices.Equal(take, want) {

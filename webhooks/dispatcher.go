@@ -13,7 +13,7 @@ import (
 
 // Dispatcher delivers the outbox. Any number of dispatchers (in one process
 // or many) share the work: each attempt is leased to one of them by the
-// claim (FOR UPDATE SKIP LOCKED), numbered, and its outcome is stored only
+// lease (FOR UPDATE SKIP LOCKED), numbered, and its outcome is stored only
 // while that lease holds. Deliveries run on a bounded pool of workers with a
 // cap per merchant, so a slow or dead receiver holds at most PerMerchant
 // workers; nothing of it touches the API's request path.
@@ -91,7 +91,7 @@ type Dispatcher struct {
 	wake chan struct{}
 	// handed are attempts a Subscriber stored already leased to this
 	// dispatcher (see reserve), not yet started; handedWake tells Run.
-	handed     []claimed
+	handed     []leasedAttempt
 	handedWake chan struct{}
 }
 
@@ -99,9 +99,9 @@ type Dispatcher struct {
 // Run has done what woke d and goes back to waiting for a wake-up.
 var testHookWaiting func(d *Dispatcher)
 
-// maxClaim bounds the rows one claim leases: a longer backlog goes out in
-// several claims, back to back (see Run).
-const maxClaim = 256
+// maxLease bounds the rows one lease leases: a longer backlog goes out in
+// several leases, back to back (see Run).
+const maxLease = 256
 
 func (d *Dispatcher) defaults() {
 	if d.Log == nil {
@@ -182,7 +182,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	results := make(chan outcome, 4*d.Workers)
 	var (
 		wg       sync.WaitGroup
-		aborted  []claimed
+		aborted  []leasedAttempt
 		abortMu  sync.Mutex
 		flushed  = make(chan struct{})
 		listened = make(chan struct{})
@@ -211,9 +211,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}()
 	// start runs attempts, each in its own goroutine; they are counted in
 	// busy already. The endpoints are looked up (a read per merchant) off
-	// the loop, which goes on claiming and taking handed-over attempts
+	// the loop, which goes on leasing and taking handed-over attempts
 	// meanwhile.
-	start := func(got []claimed, via string) {
+	start := func(got []leasedAttempt, via string) {
 		if len(got) == 0 {
 			return
 		}
@@ -276,36 +276,36 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		start(d.takeHanded(), viaHandoff)
 		d.mu.Lock()
-		free := d.adm.claimSize(d.Now())
+		free := d.adm.leaseSize(d.Now())
 		a := d.adm.allot()
-		d.adm.claimStarted(free)
+		d.adm.leaseStarted(free)
 		d.mu.Unlock()
 		var (
-			got     []claimed
+			got     []leasedAttempt
 			starved bool
 		)
 		if free > 0 {
 			var err error
-			got, starved, err = claimReporting(ctx, d.Pool, free, d.Lease, a.full, d.rooms(a), d.claimPicked)
+			got, starved, err = leaseDueReporting(ctx, d.Pool, free, d.Lease, a.full, d.rooms(a), d.windowPicked)
 			if err != nil {
 				d.mu.Lock()
-				d.adm.claimFailed()
+				d.adm.leaseFailed()
 				d.mu.Unlock()
 				if ctx.Err() != nil {
 					break
 				}
-				d.Log.Error("webhooks: claim failed", zap.Error(err))
+				d.Log.Error("webhooks: lease failed", zap.Error(err))
 				sleepCtx(ctx, backoff)
 				backoff = min(2*backoff, 10*time.Second)
 				continue
 			}
 			backoff = 100 * time.Millisecond
 		}
-		// See claimDone for when to claim again at once.
+		// See leaseDone for when to lease again at once.
 		d.mu.Lock()
-		again := d.adm.claimDone(free, got, starved)
+		again := d.adm.leaseDone(free, got, starved)
 		d.mu.Unlock()
-		start(got, viaClaim)
+		start(got, viaLease)
 		if again {
 			continue
 		}
@@ -329,7 +329,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			case <-timer.C:
 				break wait
 			case <-d.handedWake:
-				// Handed-over attempts need no claim.
+				// Handed-over attempts need no lease.
 				start(d.takeHanded(), viaHandoff)
 			}
 		}
@@ -345,15 +345,15 @@ func (d *Dispatcher) setSlow(merchantID string, slow bool) (rose bool) {
 	return d.adm.setSlow(merchantID, slow)
 }
 
-// claimPicked tells the admission what the claim under way picked (see
-// admission.claimPicked); the claim calls it from its transaction.
-func (d *Dispatcher) claimPicked(picked map[string]int) {
+// windowPicked tells the admission what the lease under way picked (see
+// admission.windowPicked); the lease calls it from its transaction.
+func (d *Dispatcher) windowPicked(picked map[string]int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.adm.claimPicked(picked)
+	d.adm.windowPicked(picked)
 }
 
-// rooms is a.rooms under mu, for the claim under way to ask from its
+// rooms is a.rooms under mu, for the lease under way to ask from its
 // transaction.
 func (d *Dispatcher) rooms(a *allotment) func(map[string]int) map[string]int {
 	return func(rows map[string]int) map[string]int {

@@ -12,12 +12,12 @@ import (
 
 // reserve is how a Subscriber enqueueing msgs in this process hands their
 // first attempts to this dispatcher directly, instead of through a wake-up
-// and a claim (a select and an update per message). It takes room for the
+// and a lease (a select and an update per message). It takes room for the
 // messages it may take now and reports which, in take (see
 // admission.reserve); the subscriber stores those already leased for
 // attempt 1 (when their order key lets them go), and then calls unreserve
 // for the ones it did not lease and handOver for the others once they are
-// committed. It never waits for a claim under way: the subscriber calls it
+// committed. It never waits for a lease under way: the subscriber calls it
 // inside its transaction, and an open transaction holds back every reader
 // of the event log.
 func (d *Dispatcher) reserve(msgs []Message) (take []bool, lease time.Duration) {
@@ -40,13 +40,13 @@ func (d *Dispatcher) unreserve(merchants []string) {
 		d.adm.countOut(m)
 	}
 	d.mu.Unlock()
-	d.signal() // the room may be what a claim lacked
+	d.signal() // the room may be what a lease lacked
 }
 
 // handOver gives Run attempts stored leased to it (see reserve), whose room
 // is taken. If Run has stopped meanwhile they go back to the queue, as
 // attempts abandoned at shutdown do.
-func (d *Dispatcher) handOver(cs []claimed) {
+func (d *Dispatcher) handOver(cs []leasedAttempt) {
 	if len(cs) == 0 {
 		return
 	}
@@ -73,7 +73,7 @@ func (d *Dispatcher) handOver(cs []claimed) {
 }
 
 // takeHanded returns the attempts handed over and not yet started.
-func (d *Dispatcher) takeHanded() []claimed {
+func (d *Dispatcher) takeHanded() []leasedAttempt {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	h := d.handed

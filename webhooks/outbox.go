@@ -51,12 +51,12 @@ func distinctMessages(msgs []Message) []Message {
 
 // enqueue inserts msgs (of distinct ids) within tx, skipping any already
 // stored. take[i] (take may be nil) asks for msgs[i] to be stored leased
-// for its first attempt, for lease, as a claim would lease it: it is
+// for its first attempt, for lease, as a lease would lease it: it is
 // unless an earlier message of its order key is undelivered (stored, or
 // earlier in msgs). It returns how many rows it inserted and the attempts
 // it leased, and notifies dispatchers when a message is pending (see
 // queueEnqueue).
-func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease time.Duration) (int64, []claimed, error) {
+func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease time.Duration) (int64, []leasedAttempt, error) {
 	b := &pgx.Batch{}
 	res := queueEnqueue(b, msgs, take, lease)
 	if b.Len() == 0 {
@@ -72,7 +72,7 @@ func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease 
 // batch's results are read.
 type enqueued struct {
 	inserted int64
-	leased   []claimed
+	leased   []leasedAttempt
 }
 
 // queueEnqueue queues enqueue's statement on b, to run in the same
@@ -85,7 +85,7 @@ type enqueued struct {
 //   - a notification to dispatchers if it inserted a message pending;
 //   - synchronous_commit on if it inserted a message leased: an attempt's
 //     number must survive a database crash before the attempt is made, or
-//     the next lease would reuse it (as a claim's commit).
+//     the next lease would reuse it (as a lease's commit).
 func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration) *enqueued {
 	res := &enqueued{}
 	if len(msgs) == 0 {
@@ -104,7 +104,7 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 		}
 		takes[i] = take != nil && take[i]
 	}
-	// The order gate is the claim's: a message waits while an earlier one
+	// The order gate is the lease's: a message waits while an earlier one
 	// of its key is pending or delivering. Within the batch only the
 	// first message of a key may be leased (its next ones are behind it).
 	b.Queue(`
@@ -160,7 +160,7 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 				continue
 			}
 			m := msgs[byID[id.Bytes]]
-			res.leased = append(res.leased, claimed{ID: m.ID, MerchantID: m.MerchantID, Environment: m.Environment,
+			res.leased = append(res.leased, leasedAttempt{ID: m.ID, MerchantID: m.MerchantID, Environment: m.Environment,
 				Event: m.Event, Body: m.Body, Attempt: 1})
 		}
 		return rows.Err()

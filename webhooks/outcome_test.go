@@ -33,7 +33,7 @@ func (e *testEnv) insertDelivery(merchantID, orderKey string) uuid.UUID {
 	return id
 }
 
-// lease leases delivery id for its next attempt, as a claim does, and
+// lease leases delivery id for its next attempt, as a lease does, and
 // returns the attempt's number.
 func (e *testEnv) lease(id uuid.UUID) int {
 	e.t.Helper()
@@ -390,7 +390,7 @@ func TestStaleOutcomeMovesNothing(t *testing.T) {
 		return []outcome{retried(id, n, 503, "HTTP 503", base, 5*time.Millisecond)}
 	})
 	stale := w.lease() // its dispatcher's lease runs out...
-	n = w.lease()      // ...and another dispatcher claims the message
+	n = w.lease()      // ...and another dispatcher leases the message
 	x := e.xmin(w.a)
 	d := w.record("stale outcome", func(id uuid.UUID) []outcome {
 		return []outcome{delivered(id, stale, base.Add(time.Minute), 30*time.Second)}

@@ -43,7 +43,7 @@ type outcome struct {
 // one (a retry), into webhook_attempts; a first attempt writes nothing
 // else. An outcome that does not apply still happened, so it is logged as
 // it always was, into webhook_attempts (an earlier attempt than the row's
-// claim), unless the row holds that very attempt (the outcome recorded
+// lease), unless the row holds that very attempt (the outcome recorded
 // twice) or is gone (swept; the foreign key used to fail the whole batch);
 // it moves and overwrites nothing. ON CONFLICT DO NOTHING makes recording
 // an outcome again harmless.
@@ -130,7 +130,7 @@ func recordOutcomes(ctx context.Context, pool *pgxpool.Pool, outs []outcome) (bo
 // the receiver, so the attempt still counts. It notifies the dispatchers
 // when it returned any: the one releasing is stopping, and the others
 // would otherwise find them only at their next poll.
-func release(ctx context.Context, pool *pgxpool.Pool, cs []claimed) error {
+func release(ctx context.Context, pool *pgxpool.Pool, cs []leasedAttempt) error {
 	if len(cs) == 0 {
 		return nil
 	}

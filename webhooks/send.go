@@ -53,9 +53,9 @@ type endpointResult struct {
 	err error
 }
 
-// endpoints looks up each merchant and environment of a claimed batch once,
+// endpoints looks up each merchant and environment of a leased batch once,
 // concurrently.
-func (d *Dispatcher) endpoints(ctx context.Context, cs []claimed) map[endpointKey]endpointResult {
+func (d *Dispatcher) endpoints(ctx context.Context, cs []leasedAttempt) map[endpointKey]endpointResult {
 	var keys []endpointKey
 	seen := map[endpointKey]bool{}
 	for _, c := range cs {
@@ -84,7 +84,7 @@ func (d *Dispatcher) endpoints(ctx context.Context, cs []claimed) map[endpointKe
 
 // attempt makes one delivery attempt; ok is false when ctx ended first
 // (the dispatcher is stopping: the attempt is abandoned, not judged).
-func (d *Dispatcher) attempt(ctx context.Context, c claimed, ep endpointResult) (outcome, bool) {
+func (d *Dispatcher) attempt(ctx context.Context, c leasedAttempt, ep endpointResult) (outcome, bool) {
 	o := outcome{ID: c.ID, Attempt: c.Attempt, At: d.Now()}
 	if ep.err != nil {
 		if ctx.Err() != nil {
@@ -144,7 +144,7 @@ var errEndpointLookup = errors.New("the callback endpoint could not be looked up
 // maxErrorBody is how much of a failing response is kept in the log.
 const maxErrorBody = 256
 
-func (d *Dispatcher) send(ctx context.Context, c claimed, ep Endpoint) (int, error) {
+func (d *Dispatcher) send(ctx context.Context, c leasedAttempt, ep Endpoint) (int, error) {
 	u, err := url.Parse(ep.URL)
 	if err != nil {
 		return 0, errors.New("callback URL is invalid")

@@ -9,13 +9,13 @@ import (
 	"time"
 )
 
-// slowLaneDispatcher is a dispatcher's claim bookkeeping without a pool:
+// slowLaneDispatcher is a dispatcher's lease bookkeeping without a pool:
 // PerMerchant 4, SlowPerMerchant 1, SlowShare 2.
 func slowLaneDispatcher() *Dispatcher {
 	return &Dispatcher{PerMerchant: 4, SlowPerMerchant: 1, SlowShare: 2, adm: newAdmission(0, 4, 1, 2)}
 }
 
-// roomsOf is what a claim whose window holds merchants ms, each with more
+// roomsOf is what a lease whose window holds merchants ms, each with more
 // rows than any cap, may give each of them (allotment.rooms).
 func roomsOf(d *Dispatcher, ms ...string) map[string]int {
 	rows := map[string]int{}
@@ -25,12 +25,12 @@ func roomsOf(d *Dispatcher, ms ...string) map[string]int {
 	return d.adm.allot().rooms(rows)
 }
 
-// TestAllotmentSlowLane: what the claim may still give each merchant. A
+// TestAllotmentSlowLane: what the lease may still give each merchant. A
 // prompt merchant has room up to PerMerchant; one never seen answering up
 // to SlowPerMerchant; slow merchants share SlowShare between them, counting
 // the attempts they already hold, so dead receivers that already hold the
 // slow share get nothing more. Merchants in flight with no room are known
-// before the window is read: the claim leaves their rows out.
+// before the window is read: the lease leaves their rows out.
 func TestAllotmentSlowLane(t *testing.T) {
 	d := slowLaneDispatcher()
 	d.adm.busy = map[string]int{"slowA": 2, "prompt": 1, "unknownBusy": 1}
@@ -99,7 +99,7 @@ func TestAllotmentSlowLane(t *testing.T) {
 }
 
 // TestAllotmentSlowShareBound: whatever the slow merchants already hold,
-// the claim never lets them together exceed SlowShare (unless they already
+// the lease never lets them together exceed SlowShare (unless they already
 // do), nor any of them SlowPerMerchant, nor gives one more than its rows
 // in the window; the share is not left unused while a slow merchant below
 // its cap has rows.
@@ -120,7 +120,7 @@ func TestAllotmentSlowShareBound(t *testing.T) {
 				held += n
 			}
 		}
-		// Rounds as a claim's selects bring them: each merchant once.
+		// Rounds as a lease's selects bring them: each merchant once.
 		a := d.adm.allot()
 		rooms := map[string]int{}
 		for m, n := range rows {
@@ -187,7 +187,7 @@ func TestSlowLaneMemoryIsBounded(t *testing.T) {
 }
 
 // TestAttemptEndFreesRoom: which ends of attempts wake the dispatcher
-// besides a full claim's: those that give a merchant at its cap room, those
+// besides a full lease's: those that give a merchant at its cap room, those
 // of slow merchants (the slow share), and answers in time that raise a
 // merchant's cap to PerMerchant; not those of a merchant still below its
 // cap.

@@ -41,7 +41,7 @@ type Subscriber struct {
 
 	// Handoff, when set, is a dispatcher running in this process: the
 	// messages it has room for are stored leased to it and handed over as
-	// soon as their batch commits, which spares each a wake-up, a claim's
+	// soon as their batch commits, which spares each a wake-up, a lease's
 	// select and its update. The rest are queued for any dispatcher, as
 	// without Handoff. It relies on the runner's Committed calls.
 	Handoff *Dispatcher
@@ -98,7 +98,7 @@ func (s *Subscriber) StreamPrefixes() []string {
 //
 // With Handoff the batch commits synchronously when it leased anything:
 // an attempt's number must survive a database crash before the attempt
-// is made, or the next lease would reuse it (as a claim's commit).
+// is made, or the next lease would reuse it (as a lease's commit).
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	return projections.ApplyPlan(ctx, s, tx, events)
 }
@@ -143,7 +143,7 @@ func (s *Subscriber) settle(committed bool) {
 	if p == nil || s.Handoff == nil {
 		return
 	}
-	var leased []claimed
+	var leased []leasedAttempt
 	if committed {
 		leased = p.res.leased
 	}

@@ -1,4 +1,4 @@
-// Claiming due deliveries: a window of the outbox, chosen within each
+// Leasing due deliveries: a window of the outbox, chosen within each
 // merchant's room and leased to one dispatcher for one attempt.
 
 package webhooks
@@ -14,8 +14,8 @@ import (
 	"github.com/escrowd/escrowd/domain"
 )
 
-// claimed is a delivery a dispatcher leased for one attempt.
-type claimed struct {
+// leasedAttempt is a delivery a dispatcher leased for one attempt.
+type leasedAttempt struct {
 	ID          uuid.UUID
 	MerchantID  string
 	Environment domain.Environment
@@ -24,7 +24,7 @@ type claimed struct {
 	Attempt     int
 }
 
-// claim leases up to n (> 0) due deliveries for one attempt each, in due
+// lease leases up to n (> 0) due deliveries for one attempt each, in due
 // order, skipping rows other dispatchers hold (SKIP LOCKED), messages
 // queued behind an earlier undelivered message of their order key, and
 // merchants without room. full are merchants known to have none; rooms
@@ -36,25 +36,25 @@ type claimed struct {
 // It is one transaction: it selects and locks the window, chooses here
 // which of its rows to lease, updates only those and commits, which
 // releases the others untouched. rooms is asked only about the merchants
-// the window holds, so a claim costs the same however many merchants the
-// dispatcher remembers. The claim commits synchronously (unlike outcomes):
-// its attempt number must survive a database crash, or the next claim
+// the window holds, so a lease costs the same however many merchants the
+// dispatcher remembers. The lease commits synchronously (unlike outcomes):
+// its attempt number must survive a database crash, or the next lease
 // would reuse it.
 //
-// starved says the claim may have left due rows for want of room: the
+// starved says the lease may have left due rows for want of room: the
 // window left a merchant out (it showed no room, or its room ran out
 // there). Merchants full from the start do not count: an attempt of theirs
 // that ends wakes the dispatcher anyway (freesRoom), and counting them made
-// every claim starved while any merchant was at its cap.
-func claim(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) (got []claimed, starved bool, err error) {
-	return claimReporting(ctx, pool, n, lease, full, rooms, nil)
+// every lease starved while any merchant was at its cap.
+func leaseDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string, rooms func(map[string]int) map[string]int) (got []leasedAttempt, starved bool, err error) {
+	return leaseDueReporting(ctx, pool, n, lease, full, rooms, nil)
 }
 
-// claimReporting is claim that also tells picked (when not nil) how many
+// leaseDueReporting is lease that also tells picked (when not nil) how many
 // rows it picked per merchant, once it has chosen them and before it
 // leases them.
-func claimReporting(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string,
-	rooms func(map[string]int) map[string]int, picked func(map[string]int)) (got []claimed, starved bool, err error) {
+func leaseDueReporting(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string,
+	rooms func(map[string]int) map[string]int, picked func(map[string]int)) (got []leasedAttempt, starved bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
@@ -78,7 +78,7 @@ func claimReporting(ctx context.Context, pool *pgxpool.Pool, n int, lease time.D
 	return got, len(w.exclude) > len(full), err
 }
 
-// candidate is a due row of a claim's window.
+// candidate is a due row of a lease's window.
 type candidate struct {
 	ID         uuid.UUID
 	MerchantID string
@@ -86,9 +86,9 @@ type candidate struct {
 	Seq        int64
 }
 
-// window is the part of the outbox a claim looks at, and the rows it picks
+// window is the part of the outbox a lease looks at, and the rows it picks
 // there. It is read in due order, by selects of up to size rows each (4n,
-// at most 1,000: further than n, so that rows the claim cannot take do not
+// at most 1,000: further than n, so that rows the lease cannot take do not
 // cost a round trip each), each going on after the last row seen, and it
 // picks each row whose merchant has room left, until it has n rows or the
 // due rows run out. A merchant without room is left out of the selects
@@ -108,7 +108,7 @@ type window struct {
 	pickedBy map[string]int // picked rows per merchant
 }
 
-// newWindow is the window of a claim of n rows; full are merchants known
+// newWindow is the window of a lease of n rows; full are merchants known
 // to have no room, rooms tells the room of merchants as they show up (see
 // allotment.rooms).
 func newWindow(n int, full []string, rooms func(map[string]int) map[string]int) *window {
@@ -158,7 +158,7 @@ func (w *window) add(cands []candidate, limit int) {
 // selectWindow selects and locks up to limit due rows after after, of
 // merchants not in exclude, skipping rows other transactions hold and rows
 // queued behind an earlier undelivered row of their order key. begin starts
-// the claim's transaction in the same round trip.
+// the lease's transaction in the same round trip.
 func selectWindow(ctx context.Context, conn *pgx.Conn, begin bool, after candidate, exclude []string, limit int) ([]candidate, error) {
 	b := &pgx.Batch{}
 	if begin {
@@ -195,10 +195,10 @@ func selectWindow(ctx context.Context, conn *pgx.Conn, begin bool, after candida
 	return cands, br.Close()
 }
 
-// leasePicked leases the rows picked, as the claim's attempt, and commits
+// leasePicked leases the rows picked, as the lease's attempt, and commits
 // in the same round trip. With none picked it rolls back instead: there is
 // nothing to keep, so nothing to wait for.
-func leasePicked(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, lease time.Duration) ([]claimed, error) {
+func leasePicked(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, lease time.Duration) ([]leasedAttempt, error) {
 	if len(ids) == 0 {
 		_, err := conn.Exec(ctx, `ROLLBACK`)
 		return nil, err
@@ -220,7 +220,7 @@ func leasePicked(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, lease tim
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, scanClaimed)
+	out, err := pgx.CollectRows(rows, scanLeased)
 	if err != nil {
 		return nil, err
 	}
@@ -230,8 +230,8 @@ func leasePicked(ctx context.Context, conn *pgx.Conn, ids []uuid.UUID, lease tim
 	return out, br.Close()
 }
 
-func scanClaimed(row pgx.CollectableRow) (claimed, error) {
-	var c claimed
+func scanLeased(row pgx.CollectableRow) (leasedAttempt, error) {
+	var c leasedAttempt
 	var env string
 	err := row.Scan(&c.ID, &c.MerchantID, &env, &c.Event, &c.Body, &c.Attempt)
 	c.Environment = domain.Environment(env)
