@@ -20,7 +20,7 @@ import (
 )
 
 // Idempotency-Key handling (api-decisions §2), after Stripe: the first
-// request with a key claims it and runs; its response is stored and replayed
+// request with a key reserves it and runs; its response is stored and replayed
 // byte for byte to every repeat with the same request for 24 hours.
 const (
 	headerIdempotencyKey      = "Idempotency-Key"
@@ -33,7 +33,7 @@ const (
 	// be replayed, short enough that refusals cannot pile up for a day.
 	// Running such a request again moves nothing twice: it moved nothing.
 	idempotencyRefusalTTL = time.Hour
-	// idempotencyAbandonAfter is how long a claim may stay in flight before
+	// idempotencyAbandonAfter is how long a reservation may stay in flight before
 	// it is presumed to belong to a crashed process and may be taken over.
 	idempotencyAbandonAfter = 2 * time.Minute
 	idempotencySweepEvery   = time.Minute
@@ -43,9 +43,9 @@ const (
 	// sweeps again at once instead of a minute later, so removal keeps pace
 	// with any rate of keyed requests.
 	idempotencySweepRounds = 4
-	// idempotencyClaimAttempts bounds the claim/read loop: a read can miss a
-	// row its owner just released, and then the claim is tried again.
-	idempotencyClaimAttempts = 3
+	// idempotencyReserveAttempts bounds the reservation/read loop: a read can miss a
+	// row its owner just released, and then the reservation is tried again.
+	idempotencyReserveAttempts = 3
 )
 
 const (
@@ -59,7 +59,7 @@ const (
 // server instance sharing the database honours them.
 type IdempotencyStore struct {
 	pool      *pgxpool.Pool
-	fencer    ClaimFencer
+	fencer    ReservationFencer
 	now       func() time.Time
 	log       *zap.Logger
 	lastSweep atomic.Int64
@@ -82,16 +82,16 @@ func WithIdempotencyLogger(l *zap.Logger) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.log = l }
 }
 
-// ClaimFencer ties idempotency claims to the writes made under them (see
-// app.Claim); *app.Engine is one.
-type ClaimFencer interface {
-	FenceClaim(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (wrote bool, err error)
+// ReservationFencer ties idempotency reservations to the writes made under them (see
+// app.Reservation); *app.Engine is one.
+type ReservationFencer interface {
+	FenceReservation(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (wrote bool, err error)
 }
 
 // WithIdempotencyFence makes every command a request runs write under its
-// claim, so a retry that takes an abandoned claim over never runs a request
+// reservation, so a retry that takes an abandoned reservation over never runs a request
 // that already wrote. Without it a takeover cannot tell.
-func WithIdempotencyFence(f ClaimFencer) IdempotencyOption {
+func WithIdempotencyFence(f ReservationFencer) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.fencer = f }
 }
 
@@ -159,16 +159,16 @@ func idempotencyScope(c echo.Context, keyID string) string {
 func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Principal, key string, fp []byte) error {
 	ctx := c.Request().Context()
 	scope := idempotencyScope(c, p.KeyID)
-	for range idempotencyClaimAttempts {
+	for range idempotencyReserveAttempts {
 		now := s.now()
 		s.maybeSweep(ctx, now)
 		owner := make([]byte, 16)
 		_, _ = rand.Read(owner)
-		claimed, err := s.claim(ctx, scope, key, fp, owner, now)
+		reserved, err := s.reserve(ctx, scope, key, fp, owner, now)
 		if err != nil {
 			return err
 		}
-		if claimed {
+		if reserved {
 			return s.execute(c, next, scope, key, owner)
 		}
 		rec, found, err := s.load(ctx, scope, key)
@@ -176,7 +176,7 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 			return err
 		}
 		if !found {
-			continue // released (failed or swept) since our claim: claim again
+			continue // released (failed or swept) since our reservation: reserve again
 		}
 		expired := !rec.expiresAt.After(now)
 		sameRequest := bytes.Equal(rec.fingerprint, fp)
@@ -212,9 +212,9 @@ const (
 	answered                        // the request had run: its outcome was answered
 )
 
-// takeOver claims a key whose row has expired (any request may) or whose
-// in-flight claim was abandoned (a retry of the same request). An in-flight
-// claim is fenced first, so its request can never write after this point;
+// takeOver reserves a key whose row has expired (any request may) or whose
+// in-flight reservation was abandoned (a retry of the same request). An in-flight
+// reservation is fenced first, so its request can never write after this point;
 // if it already wrote, a retry of it is not run again but answered that
 // the outcome was lost.
 func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, scope, key string, fp, owner []byte, old storedResponse, expired bool, now time.Time) (takeOverOutcome, error) {
@@ -222,7 +222,7 @@ func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, scope, key stri
 	wrote := false
 	if !old.complete && s.fencer != nil {
 		var err error
-		wrote, err = s.fencer.FenceClaim(ctx, old.owner, scope, key, domain.Meta{MerchantID: p.MerchantID,
+		wrote, err = s.fencer.FenceReservation(ctx, old.owner, scope, key, domain.Meta{MerchantID: p.MerchantID,
 			Environment: domain.Environment(p.Environment), Actor: p.KeyID, RequestID: c.Request().Header.Get("X-Request-Id")})
 		if err != nil {
 			return lostRace, fmt.Errorf("idempotency fence: %w", err)
@@ -266,10 +266,10 @@ func lostOutcome() storedResponse {
 		headers: http.Header{echo.HeaderContentType: {echo.MIMEApplicationJSON}}, body: append(body, '\n')}
 }
 
-// execute runs the handler under a claim, capturing what it sends. Errors
+// execute runs the handler under a reservation, capturing what it sends. Errors
 // are rendered here (c.Error) so the real status is known: 4xx outcomes are
 // stored and replayed like successes (for idempotencyRefusalTTL only when
-// the request wrote nothing); 5xx, a panic or a lost claim release the key
+// the request wrote nothing); 5xx, a panic or a lost reservation release the key
 // so the client can retry.
 func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope, key string, owner []byte) error {
 	res := c.Response()
@@ -280,16 +280,16 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// The response may be gone to the client while the request context is
 	// cancelled; recording it must not be.
 	ctx := context.WithoutCancel(c.Request().Context())
-	claim := app.NewClaim(owner, scope, key)
+	reservation := app.NewReservation(owner, scope, key)
 	if s.fencer != nil {
 		req := c.Request()
-		c.SetRequest(req.WithContext(app.WithClaim(req.Context(), claim)))
+		c.SetRequest(req.WithContext(app.WithReservation(req.Context(), reservation)))
 	}
 	defer func() {
 		res.Writer = capture.ResponseWriter
 		// Panicking: the recover middleware answers 500. A request that
-		// wrote keeps its claim; a retry finds it abandoned and fenced.
-		if !done && !claim.Wrote() && !claim.OutcomeUnknown() {
+		// wrote keeps its reservation; a retry finds it abandoned and fenced.
+		if !done && !reservation.Wrote() && !reservation.OutcomeUnknown() {
 			s.release(ctx, scope, key, owner)
 		}
 	}()
@@ -307,7 +307,7 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// so does one whose repeat resumes the request (domain.IsResumable);
 	// any other after a write (the read models lagging behind a saved
 	// change) is the outcome, stored and replayed like any other.
-	if status >= http.StatusInternalServerError && claim.OutcomeUnknown() {
+	if status >= http.StatusInternalServerError && reservation.OutcomeUnknown() {
 		// An append may have committed without our knowing: the key stays
 		// in flight, so a retry waits for the takeover, whose fence tells
 		// whether the request wrote, instead of running it again.
@@ -315,14 +315,14 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 			zap.String("key_id", scope))
 		return nil
 	}
-	if status >= http.StatusInternalServerError && (!claim.Wrote() || domain.IsResumable(err)) {
+	if status >= http.StatusInternalServerError && (!reservation.Wrote() || domain.IsResumable(err)) {
 		s.release(ctx, scope, key, owner)
 		return nil
 	}
 	headers := handlerHeaders(before, capture.header)
 	doneAt := s.now()
-	var expires *time.Time // nil: as claimed, idempotencyTTL after the claim
-	if status >= 400 && status < 500 && !claim.Wrote() {
+	var expires *time.Time // nil: as reserved, idempotencyTTL after the reservation
+	if status >= 400 && status < 500 && !reservation.Wrote() {
 		e := doneAt.Add(idempotencyRefusalTTL)
 		expires = &e
 	}

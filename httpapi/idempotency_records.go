@@ -26,9 +26,9 @@ type storedResponse struct {
 	body        []byte
 }
 
-// claim inserts an in-flight row; it reports whether this request now owns
+// reserve inserts an in-flight row; it reports whether this request now owns
 // the key (false: the key has a row already).
-func (s *IdempotencyStore) claim(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
+func (s *IdempotencyStore) reserve(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
 	var one int
 	err := s.pool.QueryRow(ctx, `
 INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at, expires_at)
@@ -39,7 +39,7 @@ RETURNING 1`, scope, key, fp, owner, now, now.Add(idempotencyTTL)).Scan(&one)
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("idempotency claim: %w", err)
+		return false, fmt.Errorf("idempotency reservation: %w", err)
 	}
 	return true, nil
 }
@@ -65,7 +65,7 @@ FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, k
 	return rec, true, nil
 }
 
-// release deletes this request's claim (not a successor's).
+// release deletes this request's reservation (not a successor's).
 func (s *IdempotencyStore) release(ctx context.Context, scope, key string, owner []byte) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
