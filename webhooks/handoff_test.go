@@ -809,7 +809,7 @@ func TestRepeatedEnqueueChangesNothing(t *testing.T) {
 
 // TestUnreportedBatchGivesBackItsRoom: a batch applied without a
 // Committed call (Apply outside the runner's pipeline: rebuilds,
-// catch-ups) is settled as not committed when the next batch is planned,
+// catch-ups) is handed off as not committed when the next batch is planned,
 // so its reservation is given back rather than held by the dispatcher for
 // good.
 func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {

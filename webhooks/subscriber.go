@@ -108,7 +108,7 @@ func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.R
 // enqueue leased is learnt from the batch's results and handed over, or
 // its room given back, when the runner reports the commit (Committed).
 func (s *Subscriber) Plan(ctx context.Context, _ projections.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
-	s.settle(false) // a batch whose commit was never reported
+	s.finishHandoff(false) // a batch whose commit was never reported
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
@@ -135,9 +135,9 @@ type pendingEnqueue struct {
 // batch committed, and gives back the room of what it did not lease (all of
 // it when the batch did not commit). An ambiguous commit that did commit
 // leaves its attempts to their lease: delivered a lease later, never twice.
-func (s *Subscriber) Committed(ok bool) { s.settle(ok) }
+func (s *Subscriber) Committed(ok bool) { s.finishHandoff(ok) }
 
-func (s *Subscriber) settle(committed bool) {
+func (s *Subscriber) finishHandoff(committed bool) {
 	p := s.pending
 	s.pending = nil
 	if p == nil || s.Handoff == nil {

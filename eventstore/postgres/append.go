@@ -124,7 +124,7 @@ func (s *Store) appendOne(ctx context.Context, r *appendReq) {
 	err := call(false)
 	if err != nil && len(r.ids) > 0 && isRaceLoss(err) {
 		// If any of the ids is stored now, a second call with the check
-		// settles it: events only ever get added, so it takes the idempotent
+		// decides it: events only ever get added, so it takes the idempotent
 		// path or reports the ids as stored elsewhere.
 		var stored bool
 		if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, r.ids).Scan(&stored); qerr != nil {

@@ -282,7 +282,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 	}
 	// A refused append with events may be the retry of one stored already
 	// (its first attempt moved the revision it expects): one query finds
-	// which refused appends have events stored, and es_append alone settles
+	// which refused appends have events stored, and es_append alone decides
 	// those (and otherwise refuses again: revisions only grow).
 	var refusedIDs []pgtype.UUID
 	for k, r := range batch {
@@ -346,7 +346,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 
 // AppendStats counts how this store's appends went: sent alone, or in
 // grouped calls of es_append_batch (Calls of them, carrying Grouped
-// appends). A refused append that es_append then settles alone (a retry
+// appends). A refused append that es_append then decides alone (a retry
 // of one stored already) counts in its group; the appends of a group call
 // that failed as a whole count as sent alone, as they then were.
 type AppendStats struct {
