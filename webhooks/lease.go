@@ -24,7 +24,7 @@ type leasedAttempt struct {
 	Attempt     int
 }
 
-// lease leases up to n (> 0) due deliveries for one attempt each, in due
+// leaseDue leases up to n (> 0) due deliveries for one attempt each, in due
 // order, skipping rows other dispatchers hold (SKIP LOCKED), messages
 // queued behind an earlier undelivered message of their order key, and
 // merchants without room. full are merchants known to have none; rooms
@@ -50,7 +50,7 @@ func leaseDue(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duratio
 	return leaseDueReporting(ctx, pool, n, lease, full, rooms, nil)
 }
 
-// leaseDueReporting is lease that also tells picked (when not nil) how many
+// leaseDueReporting is leaseDue that also tells picked (when not nil) how many
 // rows it picked per merchant, once it has chosen them and before it
 // leases them.
 func leaseDueReporting(ctx context.Context, pool *pgxpool.Pool, n int, lease time.Duration, full []string,
