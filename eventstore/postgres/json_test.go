@@ -208,35 +208,3 @@ func TestEmptyDataIsStoredAsNull(t *testing.T) {
 		}
 	}
 }
-
-// TestPre0007AppendStillWorks: a binary older than migration 0007 calls
-// es_append with jsonb[] data and metadata, exactly as below. During a
-// rolling upgrade its appends must still work (the jsonb[] overload),
-// store the event and move the stream, and read back through the adapter.
-func TestPre0007AppendStillWorks(t *testing.T) {
-	s, pool := newStore(t)
-	ctx := context.Background()
-	stream, id := "old-binary-"+uuid.NewString()[:8], uuid.New()
-	var tx string
-	var lastSeq int64
-	var revs []int64
-	err := pool.QueryRow(ctx,
-		`SELECT tx, last_seq, revisions FROM es_append($1, $2, $3, $4::uuid[], $5, $6::jsonb[], $7::jsonb[], $8, $9, $10)`,
-		[]string{stream}, []int64{-1}, []int32{1}, []uuid.UUID{id}, []string{"E"}, []string{`{"b": 1, "a": 2}`}, []*string{nil},
-		[]int32{1}, []int32{0}, false).Scan(&tx, &lastSeq, &revs)
-	if err != nil {
-		t.Fatalf("an old binary's append: %v", err)
-	}
-	if len(revs) != 1 || revs[0] != 0 {
-		t.Fatalf("revisions %v, want [0]", revs)
-	}
-	// The new adapter appends after it, checking the revision it moved.
-	if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: stream, Expected: eventstore.Exact(0),
-		Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{"c":3}`)}}}); err != nil {
-		t.Fatal(err)
-	}
-	events, err := s.ReadStream(ctx, stream, 0, 10)
-	if err != nil || len(events) != 2 || events[0].ID != id || string(events[0].Data) != `{"a": 2, "b": 1}` || string(events[1].Data) != `{"c":3}` {
-		t.Fatalf("read back %+v (%v)", events, err)
-	}
-}
