@@ -120,7 +120,7 @@ func applyPlanned(ctx context.Context, pool *pgxpool.Pool, p Projector, pl Plann
 }
 
 // advanceSQL moves checkpoint $1 to ($2, $3) if it is at ($4, $5), and
-// raises EP001 if it is not (migrations/0010): the one move of every
+// raises EP001 if it is not (migrations/0001_baseline.sql): the one move of every
 // single applier, waiting for the row lock so that an overlapping
 // applier's commit decides (its move wins, this one finds the checkpoint
 // elsewhere). advanceArgs gives its arguments, advanceErr reads its error.

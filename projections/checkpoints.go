@@ -11,7 +11,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-// Checkpoints live in projection_checkpoints (migrations/0002). Every batch
+// Checkpoints live in projection_checkpoints (migrations/0001_baseline.sql). Every batch
 // locks its projector's row FOR UPDATE before writing, so whoever applies
 // events (the active runner, a standby that just took over, an operator's
 // catch-up, a rebuild's swap) is serialised on that row, and each of them

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// The outbox is webhook_deliveries (migrations/0004_webhooks.sql); this file
+// The outbox is webhook_deliveries (migrations/0001_baseline.sql); this file
 // holds every statement on it.
 
 // notifyChannel wakes dispatchers: sent inside the enqueueing transaction,

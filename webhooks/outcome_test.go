@@ -84,7 +84,7 @@ func TestOrderedOutcomeWithoutRequestNotifies(t *testing.T) {
 }
 
 // recordBefore0009 records outcomes as recordOutcomes did before the last
-// attempt moved onto the delivery row (migrations/0009): the update (which
+// attempt moved onto the delivery row (migrations/0001_baseline.sql): the update (which
 // leaves the row's attempt columns alone) and an insert of every sent
 // outcome into webhook_attempts. It writes what a binary older than 0009
 // writes, and its attempt log is the one recordOutcomes must keep.

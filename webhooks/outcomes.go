@@ -38,7 +38,7 @@ type outcome struct {
 //
 // A sent outcome is logged, in the same statement: the delivery row holds
 // its last logged attempt, webhook_attempts the ones before it
-// (migrations/0009_webhook_last_attempt.sql). An outcome that applies puts
+// (migrations/0001_baseline.sql). An outcome that applies puts
 // its attempt on the row and moves the row's previous attempt, if it has
 // one (a retry), into webhook_attempts; a first attempt writes nothing
 // else. An outcome that does not apply still happened, so it is logged as
