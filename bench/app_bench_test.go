@@ -24,6 +24,7 @@ import (
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -103,7 +104,7 @@ func benchCustomerCreate(b *testing.B, keyed bool) {
 	defer cancel()
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	go func() { _ = runner.Run(ctx) }()
-	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test}, store, pool, runner, zap.NewNop(), nil)
+	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test}, store, pool, runner, zap.NewNop(), nil)
 	defer api.Close()
 	svc := api.App()
 	srv := httptest.NewServer(api.Handler())

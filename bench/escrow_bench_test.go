@@ -71,7 +71,7 @@ func BenchmarkEscrowLifecycleHTTP(b *testing.B) {
 }
 
 // benchEscrowLifecycle runs whole escrow lifecycles through the real
-// server (a loopback listener over httpapi.NewStack with a live projection
+// server (a loopback listener over wiring.API with a live projection
 // runner, rate limiting off), at a fixed concurrency of clients client
 // goroutines. One op is one lifecycle of three requests:
 //

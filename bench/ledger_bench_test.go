@@ -257,7 +257,7 @@ func (c *ledgerClient) walletCents(key, cid string) (int64, error) {
 }
 
 // BenchmarkWalletTransferHTTP moves money between wallets through the real
-// server (a loopback listener over httpapi.NewStack with a live projection
+// server (a loopback listener over wiring.API with a live projection
 // runner, rate limiting off). ledgerCustomers customers are each topped up
 // to ledgerFunding; then ledgerClients goroutines each repeat one transfer
 // of ledgerTransfer between two random distinct customers: POST

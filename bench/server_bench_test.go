@@ -21,6 +21,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -63,7 +64,7 @@ func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Stor
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
-	api := httpapi.NewStack(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
+	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
 	srv := httptest.NewServer(api.Handler())
 	bs := &benchServer{ctx: ctx, pool: pool, store: store, close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
 	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)

@@ -26,6 +26,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -134,14 +135,14 @@ func benchWebhooks(b *testing.B, rate int) {
 	}
 	// Wired as `escrowd serve` wires them: the subscriber hands its
 	// dispatcher what it has room for.
-	d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store}, AllowPrivate: true} // the receiver is on loopback
+	d := &webhooks.Dispatcher{Pool: pool, Endpoints: wiring.Endpoints(store), AllowPrivate: true} // the receiver is on loopback
 	// WEBHOOK_BENCH_HANDOFF=off measures without the handoff: every first
 	// attempt through a lease.
-	sub := webhooks.NewSubscriber(store, pool)
+	sub := wiring.Subscriber(store, pool)
 	if os.Getenv("WEBHOOK_BENCH_HANDOFF") != "off" {
 		sub.Handoff = d
 	}
-	runner, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), sub)
+	runner, err := wiring.SubscriberRunner(ctx, store, pool, zap.NewNop(), sub)
 	if err != nil {
 		b.Fatal(err)
 	}

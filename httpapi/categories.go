@@ -9,7 +9,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 // categoryRoutes: merchant-defined escrow categories. They belong to the
@@ -27,11 +27,11 @@ func (s *Server) categoryRoutes() {
 
 // ownCategory reads a live category of the caller's merchant and
 // environment; anything else is 404 Category not found.
-func (s *Server) ownCategory(c echo.Context, id string) (projections.Category, error) {
+func (s *Server) ownCategory(c echo.Context, id string) (view.Category, error) {
 	p, _ := PrincipalFrom(c)
 	q, err := s.readModels(c)
 	if err != nil {
-		return projections.Category{}, err
+		return view.Category{}, err
 	}
 	cat, ok, err := q.CategoryByID(c.Request().Context(), id)
 	if err != nil {

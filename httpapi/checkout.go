@@ -45,7 +45,7 @@ func (s *Server) checkoutURL(id string) string {
 
 func (s *Server) viewCheckout(st checkout.State) checkoutSessionView {
 	return checkoutSessionView{ID: st.ID, URL: s.checkoutURL(st.ID), PaymentToken: st.PaymentToken,
-		CustomerID: st.CustomerID, AmountDue: st.AmountDue, Status: st.StatusAt(s.app.Engine.Now()),
+		CustomerID: st.CustomerID, AmountDue: st.AmountDue, Status: st.StatusAt(s.app.Now()),
 		ExpiresAt: st.ExpiresAt, SuccessURL: st.SuccessURL, CancelURL: st.CancelURL, Reference: st.Reference,
 		CreatedAt: st.CreatedAt}
 }

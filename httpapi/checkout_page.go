@@ -199,7 +199,7 @@ func (s *Server) checkoutPageFor(c echo.Context, id string, problem *domain.Erro
 	}
 	st := v.Session
 	d := pageData{ID: st.ID, Token: st.FormToken, View: v, Delivery: deliveryInWords(v.Escrow.Terms),
-		Total: v.Escrow.Due(), Status: st.StatusAt(s.app.Engine.Now()),
+		Total: v.Escrow.Due(), Status: st.StatusAt(s.app.Now()),
 		ExpiresAt: st.ExpiresAt, Live: st.Environment == domain.Live, Error: message}
 	switch d.Status {
 	case checkout.Complete:

@@ -11,6 +11,7 @@ import (
 	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 func (s *Server) customerRoutes() {
@@ -117,7 +118,7 @@ func (s *Server) listCustomers(c echo.Context) error {
 		return notFound
 	}
 	return respond(c, http.StatusOK, "Customers fetched successfully", map[string]any{
-		"data": []projections.Customer{cu}, "pagination": projections.NewPagination(projections.Page{Page: 1, Limit: 1}, 1)})
+		"data": []projections.Customer{cu}, "pagination": view.NewPagination(view.Page{Page: 1, Limit: 1}, 1)})
 }
 
 // phoneCandidates are the stored forms a phone spelling may denote,

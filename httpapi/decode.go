@@ -12,7 +12,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/app"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 // decodeJSON reads a JSON object body into dst. An empty body is an empty
@@ -54,8 +54,8 @@ const maxPage = 1_000_000
 
 // pageParams applies the paging rules: default 10, ceiling capped, a
 // non-positive or non-numeric value falls back to the default.
-func pageParams(c echo.Context, ceiling int) projections.Page {
-	p := projections.Page{Page: 1, Limit: 10}
+func pageParams(c echo.Context, ceiling int) view.Page {
+	p := view.Page{Page: 1, Limit: 10}
 	switch v, err := strconv.Atoi(c.QueryParam("page")); {
 	case err == nil && v > 0:
 		p.Page = min(v, maxPage)

@@ -13,6 +13,7 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 func (s *Server) disputeRoutes() {
@@ -140,7 +141,7 @@ func disputeFilter(c echo.Context) (projections.DisputeFilter, error) {
 
 func (s *Server) listDisputes(c echo.Context, f projections.DisputeFilter) error {
 	return s.respondEscrowPage(c, "Disputes fetched successfully",
-		func(q *projections.Queries, p projections.Page) ([]escrow.State, projections.Pagination, error) {
+		func(q *projections.Queries, p view.Page) ([]escrow.State, view.Pagination, error) {
 			return q.Disputes(c.Request().Context(), f, p)
 		})
 }

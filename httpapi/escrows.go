@@ -15,6 +15,7 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 func (s *Server) escrowRoutes() {
@@ -36,36 +37,36 @@ func (s *Server) escrowRoutes() {
 // viewEscrows renders escrows for the acting customer. Their categories
 // come from the event store, not the read models, so that a write answers
 // without waiting for the projectors (readModels).
-func (s *Server) viewEscrows(c echo.Context, list []escrow.State) ([]projections.EscrowView, error) {
+func (s *Server) viewEscrows(c echo.Context, list []escrow.State) ([]view.Escrow, error) {
 	cid := sellerOf(c) // the acting customer
-	cats := map[string]*projections.Category{}
-	out := make([]projections.EscrowView, 0, len(list))
+	cats := map[string]*view.Category{}
+	out := make([]view.Escrow, 0, len(list))
 	for _, e := range list {
-		var cat *projections.Category
+		var cat *view.Category
 		if id := e.Terms.CategoryID; id != "" {
 			c2, ok := cats[id]
 			if !ok {
-				st, _, err := app.Load(c.Request().Context(), s.app.Engine, app.CategoryKind, id)
+				st, err := s.app.Category(c.Request().Context(), id)
 				if err != nil {
 					return nil, err
 				}
 				if st.Exists() {
-					v := projections.CategoryOf(st)
+					v := view.CategoryOf(st)
 					c2 = &v
 				}
 				cats[id] = c2
 			}
 			cat = c2
 		}
-		out = append(out, projections.RenderEscrow(e, cat, cid))
+		out = append(out, view.RenderEscrow(e, cat, cid))
 	}
 	return out, nil
 }
 
-func (s *Server) viewEscrow(c echo.Context, e escrow.State) (projections.EscrowView, error) {
+func (s *Server) viewEscrow(c echo.Context, e escrow.State) (view.Escrow, error) {
 	v, err := s.viewEscrows(c, []escrow.State{e})
 	if err != nil {
-		return projections.EscrowView{}, err
+		return view.Escrow{}, err
 	}
 	return v[0], nil
 }
@@ -177,8 +178,8 @@ func deref(s *string) string {
 }
 
 // newEscrowDraft reads a create request (standard or milestone): its
-// fields, the draft of the escrow terms and the seller, checking what
-// every creation requires. whoPays is required unless whoPaysDefault.
+// fields, the draft of the escrow terms and the seller. whoPays is
+// required unless whoPaysDefault.
 func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMessage, escrow.Draft, string, error) {
 	f, err := escrowFields(c)
 	if err != nil {
@@ -188,21 +189,18 @@ func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMes
 	if err != nil {
 		return nil, escrow.Draft{}, "", err
 	}
+	// What the request must hold to be read; the rules of the terms (a
+	// purpose, the minimum amount, who may sell) are the domain's and the
+	// application's, whose errors reach the client as they are.
 	switch {
 	case p.Amount == nil:
 		return nil, escrow.Draft{}, "", domain.Invalidf("amount is required")
-	case p.Purpose == nil || strings.TrimSpace(*p.Purpose) == "":
-		return nil, escrow.Draft{}, "", domain.Invalidf("purpose is required")
 	case p.WhoPays == nil && !whoPaysDefault:
 		return nil, escrow.Draft{}, "", domain.Invalidf("whoPays is required")
 	}
-	seller := sellerOf(c)
-	if pr, _ := PrincipalFrom(c); seller == "" && !pr.Business {
-		return nil, escrow.Draft{}, "", app.ErrMerchantCannotSell
-	}
-	return f, escrow.Draft{Amount: *p.Amount, Purpose: *p.Purpose, Description: deref(p.Description), WhoPays: deref(p.WhoPays),
+	return f, escrow.Draft{Amount: *p.Amount, Purpose: deref(p.Purpose), Description: deref(p.Description), WhoPays: deref(p.WhoPays),
 		MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline), TotalQuantity: p.TotalQuantity,
-		CategoryID: deref(p.CategoryID)}, seller, nil
+		CategoryID: deref(p.CategoryID)}, sellerOf(c), nil
 }
 
 func (s *Server) createEscrow(c echo.Context) error {
@@ -349,9 +347,6 @@ func (s *Server) setAdditionalFee(c echo.Context) error {
 	if err != nil || body.AdditionalFee[0] == '"' {
 		return domain.Invalidf("additionalFee must be an integer")
 	}
-	if fee < 0 {
-		return escrow.ErrNegativeFee
-	}
 	id, err := s.escrowByToken(c)
 	if err != nil {
 		return err
@@ -408,7 +403,7 @@ func (s *Server) payEscrow(c echo.Context) error {
 	}
 	return respond(c, http.StatusOK, "Payment successful", struct {
 		ledger.Record
-		Escrows []projections.EscrowView `json:"escrows"`
+		Escrows []view.Escrow `json:"escrows"`
 	}{res.Record, views})
 }
 
@@ -423,7 +418,7 @@ func (s *Server) escrowTransactions(c echo.Context) error {
 	case "buy":
 		if party == "" { // the merchant never buys
 			return respond(c, http.StatusOK, "Transaction fetched successfully", map[string]any{
-				"data": []any{}, "pagination": projections.NewPagination(pageParams(c, historyCeiling), 0)})
+				"data": []any{}, "pagination": view.NewPagination(pageParams(c, historyCeiling), 0)})
 		}
 		f.BuyerID = &party
 	default:
@@ -433,7 +428,7 @@ func (s *Server) escrowTransactions(c echo.Context) error {
 }
 
 func (s *Server) listEscrows(c echo.Context, f projections.EscrowFilter, msg string) error {
-	return s.respondEscrowPage(c, msg, func(q *projections.Queries, p projections.Page) ([]escrow.State, projections.Pagination, error) {
+	return s.respondEscrowPage(c, msg, func(q *projections.Queries, p view.Page) ([]escrow.State, view.Pagination, error) {
 		return q.Escrows(c.Request().Context(), f, p)
 	})
 }
@@ -441,7 +436,7 @@ func (s *Server) listEscrows(c echo.Context, f projections.EscrowFilter, msg str
 // respondEscrowPage answers with one page of escrows that read selects
 // from the read models (behind the read fence), rendered for the caller.
 func (s *Server) respondEscrowPage(c echo.Context, msg string,
-	read func(*projections.Queries, projections.Page) ([]escrow.State, projections.Pagination, error)) error {
+	read func(*projections.Queries, view.Page) ([]escrow.State, view.Pagination, error)) error {
 	q, err := s.readModels(c)
 	if err != nil {
 		return err

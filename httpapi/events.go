@@ -12,7 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/redact"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 // The audit trail's page sizes (api-decisions §7).
@@ -91,7 +91,7 @@ func (s *Server) listEvents(c echo.Context) error {
 		return respond(c, http.StatusOK, "Events fetched successfully", map[string]any{
 			"data": out, "nextAfter": next.String(), "hasMore": more})
 	}
-	page := projections.Page{Page: 1, Limit: limit}
+	page := view.Page{Page: 1, Limit: limit}
 	if v, err := strconv.Atoi(c.QueryParam("page")); err == nil && v > 0 {
 		page.Page = v
 	}
@@ -108,7 +108,7 @@ func (s *Server) listEvents(c echo.Context) error {
 		return err
 	}
 	return respond(c, http.StatusOK, "Events fetched successfully", map[string]any{
-		"data": out, "pagination": projections.NewPagination(page, count)})
+		"data": out, "pagination": view.NewPagination(page, count)})
 }
 
 // auditEvents shows stored events as the audit trail does: data with

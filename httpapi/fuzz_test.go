@@ -51,7 +51,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	// name must not become a DNS query.
 	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DataDir: f.TempDir(),
 		WebhookAllowPrivate: true, MaxReadyHorizon: time.Minute}
-	api := NewStack(cfg, store, pool, runner, zap.NewNop(), nil)
+	api := wired.API(cfg, store, pool, runner, zap.NewNop(), nil)
 	f.Cleanup(api.Close)
 	m, err := api.App().CreateMerchant(context.Background(), "Fuzz", true, "NG", KeyDigest)
 	if err != nil {

@@ -111,7 +111,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	if log == nil {
 		log = zap.NewNop()
 	}
-	api := NewStack(cfg, store, pool, runner, log, nil)
+	api := wired.API(cfg, store, pool, runner, log, nil)
 	t.Cleanup(api.Close)
 	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
 	limits := DefaultLimits

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 
@@ -108,14 +107,14 @@ func testCheckpointsAcrossRestarts(t *testing.T) {
 		expect(t, 200, "Webhook updated successfully")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	d := &webhooks.Dispatcher{Pool: h.pool, Endpoints: &webhooks.StoreEndpoints{Store: h.store}, AllowPrivate: true, PollInterval: 20 * time.Millisecond}
+	d := &webhooks.Dispatcher{Pool: h.pool, Endpoints: wired.Endpoints(h.store), AllowPrivate: true, PollInterval: 20 * time.Millisecond}
 	dispatching := make(chan struct{})
 	go func() { defer close(dispatching); _ = d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-dispatching })
 	// startHooks runs the webhook subscriber as a new process would.
 	startHooks := func() (stop func()) {
 		rctx, rcancel := context.WithCancel(ctx)
-		r, err := webhooks.NewRunner(rctx, h.store, h.pool, zap.NewNop(), webhooks.NewSubscriber(h.store, h.pool))
+		r, err := subscriberRunner(rctx, h.store, h.pool)
 		if err != nil {
 			t.Fatal(err)
 		}

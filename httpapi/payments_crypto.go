@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
 )
 
 // cryptoRoutes: the platform's BSC deposit address, customers' withdrawal
@@ -25,9 +26,6 @@ func (s *Server) cryptoRoutes() {
 	s.handle(http.MethodGet, "/v1/payment/deposit/wallet", Policy{CID: CIDIgnored}, s.masterWallet)
 	s.handle(http.MethodPost, "/v1/payment/virtual-account", Policy{CID: CIDIgnored}, s.virtualAccount)
 }
-
-// errCryptoNotConfigured: no master address for the request's environment.
-var errCryptoNotConfigured = domain.Invalidf("Crypto is not configured for this environment")
 
 // bscNetworks are the chain id and explorer of BSC per environment.
 var bscNetworks = map[domain.Environment]struct {
@@ -61,7 +59,7 @@ func (s *Server) masterWallet(c echo.Context) error {
 	addr := s.cfg.BSCMasterAddress[p.Environment]
 	nw, ok := bscNetworks[p.Environment]
 	if addr == "" || !ok {
-		return errCryptoNotConfigured
+		return app.ErrCryptoNotConfigured // no master address for the environment
 	}
 	qr, err := s.masterQR.get(addr)
 	if err != nil {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/projections"
@@ -56,7 +54,7 @@ func TestReadyzChecksWebhookSubscriber(t *testing.T) {
 		return lag > 2 && out["projectionLag"] == 0.0
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := webhooks.NewRunner(ctx, h.store, h.pool, zap.NewNop(), webhooks.NewSubscriber(h.store, h.pool))
+	r, err := subscriberRunner(ctx, h.store, h.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

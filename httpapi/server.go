@@ -128,6 +128,9 @@ type Deps struct {
 	Ping      func(context.Context) error
 	Directory Directory
 	Webhooks  *webhooks.Outbox
+	// Closers stop background work of the dependencies (the auth cache's
+	// log tail) when the server is closed.
+	Closers []func()
 }
 
 // New builds the API.
@@ -157,7 +160,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.DataDir = "./.data"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks}
+		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, closers: d.Closers}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -181,6 +184,25 @@ func New(cfg Config, d Deps) *Server {
 	s.e = e
 	s.routes()
 	return s
+}
+
+// Close stops the server's background work (the auth cache's log tail). It
+// does not close the store or the pool, which the caller owns.
+func (s *Server) Close() {
+	for _, c := range s.closers {
+		c()
+	}
+}
+
+// App returns the application the server drives (tests issue commands
+// through it directly).
+func (s *Server) App() *app.Service { return s.app }
+
+func orNop(l *zap.Logger) *zap.Logger {
+	if l == nil {
+		return zap.NewNop()
+	}
+	return l
 }
 
 // Handler is the http.Handler of the API.

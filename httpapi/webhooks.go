@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -42,7 +41,7 @@ func newWebhookView(url string, env domain.Environment) webhookView {
 
 func (s *Server) getWebhook(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
-	m, _, err := app.Load(c.Request().Context(), s.app.Engine, app.MerchantKind, p.MerchantID)
+	m, err := s.app.Merchant(c.Request().Context(), p.MerchantID)
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
@@ -41,11 +40,11 @@ func newWebhookHarnessWith(t *testing.T, tune func(*webhooks.Dispatcher), mutate
 	// ESCROW_WEBHOOK_ALLOW_PRIVATE allows it (mutate may turn it off).
 	mutate = append([]func(*Config){func(c *Config) { c.WebhookAllowPrivate = true }}, mutate...)
 	return startHarness(t, func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) []func(context.Context) error {
-		hooks, err := webhooks.NewRunner(ctx, store, pool, zap.NewNop(), webhooks.NewSubscriber(store, pool))
+		hooks, err := subscriberRunner(ctx, store, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := &webhooks.Dispatcher{Pool: pool, Endpoints: &webhooks.StoreEndpoints{Store: store},
+		d := &webhooks.Dispatcher{Pool: pool, Endpoints: wired.Endpoints(store),
 			PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
 			AllowPrivate: true}
 		if tune != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/view"
 )
 
 // The category read model lists live categories newest first per tenant,
@@ -51,7 +52,7 @@ func TestCategoriesProjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := NewQueries(e.pool)
-	list := func(env domain.Environment, p Page) ([]Category, Pagination) {
+	list := func(env domain.Environment, p view.Page) ([]view.Category, view.Pagination) {
 		t.Helper()
 		got, pg, err := q.ListCategories(ctx, actor.MerchantID, env, p)
 		if err != nil {
@@ -59,7 +60,7 @@ func TestCategoriesProjection(t *testing.T) {
 		}
 		return got, pg
 	}
-	all := Page{Page: 1, Limit: 100}
+	all := view.Page{Page: 1, Limit: 100}
 	want, pg := list(domain.Test, all)
 	var gotIDs []string
 	for _, c := range want {
@@ -86,7 +87,7 @@ func TestCategoriesProjection(t *testing.T) {
 	}
 
 	// Paging.
-	page2, pg := list(domain.Test, Page{Page: 2, Limit: 3})
+	page2, pg := list(domain.Test, view.Page{Page: 2, Limit: 3})
 	if len(page2) != 1 || page2[0].ID != ids[0] || pg.Pages != 2 || !pg.IsLastPage || pg.PreviousPage == nil || *pg.PreviousPage != 1 {
 		t.Fatalf("page 2: %+v %+v", page2, pg)
 	}

@@ -3,40 +3,17 @@ package projections
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/category"
+	"github.com/escrowd/escrowd/view"
 )
-
-// Category is a merchant's escrow category record.
-type Category struct {
-	ID          string `json:"id"`
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	ImageURL    string `json:"imageUrl"`
-	// Position is the category's 1-based place in listings (api-decisions
-	// §7); 0 (omitted) where it is not known, as in an escrow's copy.
-	Position    int       `json:"position,omitempty"`
-	MerchantID  string    `json:"merchantId"`
-	Environment string    `json:"environment"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
-}
-
-// CategoryOf is the view of a category aggregate, as the read model holds
-// it: times in UTC, to the microsecond PostgreSQL stores.
-func CategoryOf(st category.State) Category {
-	return Category{ID: st.ID, Name: st.Name, Description: st.Description, ImageURL: st.ImageURL, MerchantID: st.MerchantID,
-		Environment: string(st.Environment), CreatedAt: st.CreatedAt.UTC().Truncate(time.Microsecond),
-		UpdatedAt: st.UpdatedAt.UTC().Truncate(time.Microsecond)}
-}
 
 // CategoryByID returns a live (not deleted) category of any merchant: the
 // caller decides ownership from MerchantID and Environment.
-func (q *Queries) CategoryByID(ctx context.Context, id string) (Category, bool, error) {
+func (q *Queries) CategoryByID(ctx context.Context, id string) (view.Category, bool, error) {
 	c, err := scanCategory(q.pool.QueryRow(ctx, `SELECT `+categoryColumns+` FROM (
 		SELECT *, `+categoryRank+` AS rank FROM rm_categories
 		WHERE (merchant_id, environment) = (SELECT merchant_id, environment FROM rm_categories WHERE category_id = $1)
@@ -47,31 +24,47 @@ func (q *Queries) CategoryByID(ctx context.Context, id string) (Category, bool, 
 	return c, err == nil, err
 }
 
+// EscrowCategory is the category an escrow shows (webhook payloads): nil
+// when there is none, or when the categories read model is not created yet
+// (a subscriber may run ahead of the projector role on a fresh database);
+// the payload then carries no category rather than waiting for it.
+func (q *Queries) EscrowCategory(ctx context.Context, id string) (*view.Category, error) {
+	c, ok, err := q.CategoryByID(ctx, id)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return nil, nil
+	}
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &c, nil
+}
+
 // ListCategories pages a merchant's live categories of env in position
 // order (categoryRank).
-func (q *Queries) ListCategories(ctx context.Context, merchantID string, env domain.Environment, p Page) ([]Category, Pagination, error) {
+func (q *Queries) ListCategories(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]view.Category, view.Pagination, error) {
 	var count int64
 	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_categories
 		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL`, merchantID, string(env)).Scan(&count); err != nil {
-		return nil, Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
 	rows, err := q.pool.Query(ctx, `SELECT `+categoryColumns+` FROM (
 		SELECT *, `+categoryRank+` AS rank FROM rm_categories
 		WHERE merchant_id = $1 AND environment = $2 AND deleted_at IS NULL) ranked
 		ORDER BY rank LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
 	if err != nil {
-		return nil, Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
 	defer rows.Close()
-	out := []Category{}
+	out := []view.Category{}
 	for rows.Next() {
 		c, err := scanCategory(rows)
 		if err != nil {
-			return nil, Pagination{}, err
+			return nil, view.Pagination{}, err
 		}
 		out = append(out, c)
 	}
-	return out, NewPagination(p, count), rows.Err()
+	return out, view.NewPagination(p, count), rows.Err()
 }
 
 // categoryRank numbers a merchant environment's live categories 1..n: the
@@ -81,8 +74,8 @@ const categoryRank = `row_number() OVER (ORDER BY position IS NULL, position, cr
 
 const categoryColumns = `category_id, name, description, image_url, rank, merchant_id, environment, created_at, updated_at`
 
-func scanCategory(row pgx.Row) (Category, error) {
-	var c Category
+func scanCategory(row pgx.Row) (view.Category, error) {
+	var c view.Category
 	var rank int64
 	err := row.Scan(&c.ID, &c.Name, &c.Description, &c.ImageURL, &rank, &c.MerchantID, &c.Environment, &c.CreatedAt, &c.UpdatedAt)
 	c.Position = int(rank)

@@ -14,6 +14,8 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/projector"
+	"github.com/escrowd/escrowd/view"
 )
 
 // Escrows keeps every escrow's folded state (the domain's own Apply, so the
@@ -108,7 +110,7 @@ CREATE INDEX IF NOT EXISTS rm_escrows_disputes ON rm_escrows (merchant_id, envir
 }
 
 func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return ApplyPlan(ctx, p, tx, events)
+	return projector.ApplyPlan(ctx, p, tx, events)
 }
 
 // Plan folds consecutive events of one escrow in memory and writes once:
@@ -272,7 +274,7 @@ type EscrowFilter struct {
 }
 
 // Escrows pages escrows newest first.
-func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow.State, Pagination, error) {
+func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p view.Page) ([]escrow.State, view.Pagination, error) {
 	where := ` WHERE merchant_id = $1 AND environment = $2 AND NOT deleted`
 	args := []any{f.MerchantID, string(f.Environment)}
 	arg := func(v any) string {
@@ -309,32 +311,32 @@ func (q *Queries) Escrows(ctx context.Context, f EscrowFilter, p Page) ([]escrow
 
 // pageEscrows reads one page of the escrows where (with its args) selects,
 // in order, and their count.
-func (q *Queries) pageEscrows(ctx context.Context, where string, args []any, order string, p Page) ([]escrow.State, Pagination, error) {
+func (q *Queries) pageEscrows(ctx context.Context, where string, args []any, order string, p view.Page) ([]escrow.State, view.Pagination, error) {
 	var count int64
 	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_escrows`+where, args...).Scan(&count); err != nil {
-		return nil, Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
 	n := len(args)
 	args = append(args, p.Limit, (p.Page-1)*p.Limit)
 	rows, err := q.pool.Query(ctx, `SELECT state FROM rm_escrows`+where+order+` LIMIT $`+strconv.Itoa(n+1)+
 		` OFFSET $`+strconv.Itoa(n+2), args...)
 	if err != nil {
-		return nil, Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
 	defer rows.Close()
 	out := []escrow.State{}
 	for rows.Next() {
 		var doc []byte
 		if err := rows.Scan(&doc); err != nil {
-			return nil, Pagination{}, err
+			return nil, view.Pagination{}, err
 		}
 		var s escrow.State
 		if err := domain.Unmarshal(doc, &s); err != nil {
-			return nil, Pagination{}, err
+			return nil, view.Pagination{}, err
 		}
 		out = append(out, s)
 	}
-	return out, NewPagination(p, count), rows.Err()
+	return out, view.NewPagination(p, count), rows.Err()
 }
 
 // DisputeFilter selects the escrows of a merchant and environment that
@@ -350,7 +352,7 @@ type DisputeFilter struct {
 }
 
 // Disputes pages disputed escrows, newest dispute first.
-func (q *Queries) Disputes(ctx context.Context, f DisputeFilter, p Page) ([]escrow.State, Pagination, error) {
+func (q *Queries) Disputes(ctx context.Context, f DisputeFilter, p view.Page) ([]escrow.State, view.Pagination, error) {
 	where := ` WHERE merchant_id = $1 AND environment = $2 AND disputed_at IS NOT NULL`
 	args := []any{f.MerchantID, string(f.Environment)}
 	arg := func(v any) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/projector"
 )
 
 // Ledger builds balances (summed from the postings of every movement) and
@@ -20,7 +21,7 @@ import (
 // visible together.
 type Ledger struct{}
 
-func (Ledger) StreamPrefixes() []string { return EntryStreamPrefixes() }
+func (Ledger) StreamPrefixes() []string { return projector.EntryStreamPrefixes() }
 func (Ledger) Name() string             { return "ledger" }
 func (Ledger) Tables() []string {
 	return []string{"rm_balances", "rm_transactions", "rm_payouts_in_flight"}
@@ -66,7 +67,7 @@ CREATE INDEX IF NOT EXISTS rm_payouts_in_flight_debited ON rm_payouts_in_flight 
 }
 
 func (l Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return ApplyPlan(ctx, l, tx, events)
+	return projector.ApplyPlan(ctx, l, tx, events)
 }
 
 // Plan queues the batch's changes as a few statements whatever its size:
@@ -95,7 +96,7 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 		payouts[k] = debited
 	}
 	for _, re := range events {
-		e, ok, err := DecodeEntry(re)
+		e, ok, err := projector.DecodeEntry(re)
 		if err != nil {
 			return nil, err
 		}

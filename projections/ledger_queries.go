@@ -9,6 +9,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/view"
 )
 
 // Balances is a holder's two balances.
@@ -88,7 +89,7 @@ const FlatLimit = 1000
 
 // Transactions lists records newest first: a page (with its pagination),
 // or when flat, every match up to FlatLimit.
-func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p Page, flat bool) ([]json.RawMessage, Pagination, error) {
+func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.Page, flat bool) ([]json.RawMessage, view.Pagination, error) {
 	where := ` WHERE merchant_id = $1 AND environment = $2`
 	args := []any{f.MerchantID, string(f.Environment)}
 	arg := func(v any) string {
@@ -112,14 +113,14 @@ func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p Page,
 	if f.To != nil {
 		where += ` AND created_at < ` + arg(*f.To)
 	}
-	var pg Pagination
+	var pg view.Pagination
 	limit, offset := FlatLimit, 0
 	if !flat {
 		var count int64
 		if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_transactions`+where, args...).Scan(&count); err != nil {
 			return nil, pg, err
 		}
-		pg = NewPagination(p, count)
+		pg = view.NewPagination(p, count)
 		limit, offset = p.Limit, (p.Page-1)*p.Limit
 	}
 	rows, err := q.pool.Query(ctx, `SELECT record FROM rm_transactions`+where+

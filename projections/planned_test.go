@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/projector"
 )
 
 // planned is a Planner writing one row per batch into planned_rows: the
@@ -36,7 +37,7 @@ CREATE CONSTRAINT TRIGGER planned_at_commit AFTER INSERT ON planned_rows
 }
 func (*planned) Tables() []string { return []string{"planned_rows"} }
 func (p *planned) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return ApplyPlan(ctx, p, tx, events)
+	return projector.ApplyPlan(ctx, p, tx, events)
 }
 func (p *planned) Plan(_ context.Context, _ Querier, _ []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	if p.syncOn {

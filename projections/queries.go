@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/view"
 )
 
 // Queries reads the read models.
@@ -112,63 +113,28 @@ func (q *Queries) CustomerByID(ctx context.Context, id string) (Customer, bool, 
 	return c, err == nil, err
 }
 
-// Page is a page request (1-based).
-type Page struct {
-	Page, Limit int
-}
-
-// Pagination is the spec's pagination object.
-type Pagination struct {
-	Count        int64 `json:"count"`
-	Pages        int64 `json:"pages"`
-	IsLastPage   bool  `json:"isLastPage"`
-	NextPage     *int  `json:"nextPage"`
-	PreviousPage *int  `json:"previousPage"`
-}
-
-// NewPagination computes the pagination object of a page over count rows.
-func NewPagination(p Page, count int64) Pagination {
-	pages := (count + int64(p.Limit) - 1) / int64(p.Limit)
-	if pages == 0 {
-		pages = 1
-	}
-	pg := Pagination{Count: count, Pages: pages, IsLastPage: int64(p.Page) >= pages}
-	if !pg.IsLastPage {
-		n := p.Page + 1
-		pg.NextPage = &n
-	}
-	if p.Page > 1 {
-		prev := p.Page - 1
-		if int64(prev) > pages {
-			prev = int(pages)
-		}
-		pg.PreviousPage = &prev
-	}
-	return pg
-}
-
 // ListCustomers pages a merchant's customers, newest first.
-func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p Page) ([]Customer, Pagination, error) {
+func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]Customer, view.Pagination, error) {
 	var count int64
 	if err := q.pool.QueryRow(ctx, `SELECT count(*) FROM rm_customers WHERE merchant_id = $1 AND environment = $2`,
 		merchantID, string(env)).Scan(&count); err != nil {
-		return nil, Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
 	rows, err := q.pool.Query(ctx, `SELECT `+customerColumns+` FROM rm_customers WHERE merchant_id = $1 AND environment = $2
 		ORDER BY created_at DESC, seq DESC LIMIT $3 OFFSET $4`, merchantID, string(env), p.Limit, (p.Page-1)*p.Limit)
 	if err != nil {
-		return nil, Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
 	defer rows.Close()
 	out := []Customer{}
 	for rows.Next() {
 		c, err := scanCustomer(rows)
 		if err != nil {
-			return nil, Pagination{}, err
+			return nil, view.Pagination{}, err
 		}
 		out = append(out, c)
 	}
-	return out, NewPagination(p, count), rows.Err()
+	return out, view.NewPagination(p, count), rows.Err()
 }
 
 // FindCustomer looks a customer up by canonical email and/or any of the

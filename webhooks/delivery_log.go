@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 // Outbox reads and changes deliveries for the API.
@@ -115,7 +115,7 @@ func scanDelivery(row pgx.Row) (Delivery, *Attempt, error) {
 
 // List pages a merchant's deliveries of env, newest first, with their
 // attempts, as of one moment (snapshot).
-func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environment, f DeliveryFilter, p projections.Page) ([]Delivery, projections.Pagination, error) {
+func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environment, f DeliveryFilter, p view.Page) ([]Delivery, view.Pagination, error) {
 	where := ` WHERE merchant_id = $1 AND environment = $2`
 	args := []any{merchantID, string(env)}
 	if f.Status != "" {
@@ -158,9 +158,9 @@ func (o *Outbox) List(ctx context.Context, merchantID string, env domain.Environ
 		return attachAttempts(ctx, tx, out, lasts)
 	})
 	if err != nil {
-		return nil, projections.Pagination{}, err
+		return nil, view.Pagination{}, err
 	}
-	return out, projections.NewPagination(p, count), nil
+	return out, view.NewPagination(p, count), nil
 }
 
 // attachAttempts fills the attempt log of ds: the attempts in

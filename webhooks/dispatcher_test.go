@@ -16,7 +16,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -25,6 +24,7 @@ import (
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 func TestSubscriberStartsAtInstallAndEnqueuesOnce(t *testing.T) {
@@ -61,7 +61,7 @@ func TestSubscriberStartsAtInstallAndEnqueuesOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := NewSubscriber(e.store, e.pool)
+	sub := newSubscriber(e.store, e.pool)
 	if err := pgx.BeginFunc(context.Background(), e.pool, func(tx pgx.Tx) error {
 		return sub.Apply(context.Background(), tx, events)
 	}); err != nil {
@@ -112,7 +112,7 @@ func TestReceiverFailingThenRecoveringGetsEverything(t *testing.T) {
 		}
 	}
 	// The delivery log shows the retries.
-	list, pg, err := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{}, projections.Page{Page: 1, Limit: 100})
+	list, pg, err := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{}, view.Page{Page: 1, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +135,10 @@ func TestReceiverFailingThenRecoveringGetsEverything(t *testing.T) {
 		}
 	}
 	// Filters.
-	if l, _, _ := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{Status: StatusFailed}, projections.Page{Page: 1, Limit: 10}); len(l) != 0 {
+	if l, _, _ := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{Status: StatusFailed}, view.Page{Page: 1, Limit: 10}); len(l) != 0 {
 		t.Fatalf("failed filter: %v", l)
 	}
-	if l, _, _ := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{Event: "payment.deposit.success"}, projections.Page{Page: 1, Limit: 3}); len(l) != 3 {
+	if l, _, _ := e.box.List(context.Background(), m.MerchantID, domain.Test, DeliveryFilter{Event: "payment.deposit.success"}, view.Page{Page: 1, Limit: 3}); len(l) != 3 {
 		t.Fatalf("event filter: %v", l)
 	}
 }
@@ -623,11 +623,11 @@ func TestCrashHelperProcess(t *testing.T) {
 	client := &http.Client{Transport: senderTransport{"child"}}
 	// SlowPerMerchant: a merchant never seen answering may have several
 	// attempts in flight, so several hang when the process is killed.
-	d := &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: store}, Lease: time.Second, Timeout: time.Minute,
+	d := &Dispatcher{Pool: pool, Endpoints: endpointsOf(store), Lease: time.Second, Timeout: time.Minute,
 		PollInterval: 20 * time.Millisecond, Client: client, SlowPerMerchant: 8}
-	sub := NewSubscriber(store, pool) // wired as serve wires it
+	sub := newSubscriber(store, pool) // wired as serve wires it
 	sub.Handoff = d
-	r, err := NewRunner(ctx, store, pool, zap.NewNop(), sub)
+	r, err := newSubscriberRunner(ctx, store, pool, sub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,9 @@ package webhooks
 
 import (
 	"context"
-	"sync"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/domain/merchant"
 )
 
 // Endpoint is where and how a merchant's messages of one environment go.
@@ -21,22 +19,21 @@ type Endpoints interface {
 	Endpoint(ctx context.Context, merchantID string, env domain.Environment) (Endpoint, error)
 }
 
-// StoreEndpoints reads the merchant aggregate through the command engine's
-// cache: each lookup reads only the merchant's events after the cached
-// state, usually none.
-type StoreEndpoints struct {
-	Store eventstore.Store
-
-	once   sync.Once
-	engine *app.Engine
+// Merchants reads a merchant's current state. The application provides it
+// (app.Service.Merchant reads the event store through the command engine's
+// cache, so a change is seen by the next lookup); the wiring injects it.
+type Merchants interface {
+	Merchant(ctx context.Context, id string) (merchant.State, error)
 }
 
-// maxCachedMerchants bounds the cache (least recently used go first).
-const maxCachedMerchants = 10_000
+// MerchantEndpoints are the endpoints merchants have set, read from their
+// current state at each lookup.
+type MerchantEndpoints struct {
+	Merchants Merchants
+}
 
-func (s *StoreEndpoints) Endpoint(ctx context.Context, merchantID string, env domain.Environment) (Endpoint, error) {
-	s.once.Do(func() { s.engine = app.NewEngine(s.Store, maxCachedMerchants) })
-	m, _, err := app.Load(ctx, s.engine, app.MerchantKind, merchantID)
+func (e MerchantEndpoints) Endpoint(ctx context.Context, merchantID string, env domain.Environment) (Endpoint, error) {
+	m, err := e.Merchants.Merchant(ctx, merchantID)
 	if err != nil {
 		return Endpoint{}, err
 	}

@@ -323,7 +323,7 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 	d := &Dispatcher{Pool: e.pool}
 	d.defaults()
 	d.adm.running, d.adm.prompt[m.MerchantID] = true, true
-	sub := NewSubscriber(e.store, e.pool)
+	sub := newSubscriber(e.store, e.pool)
 	sub.Handoff = d
 	for _, commit := range []bool{false, true} {
 		t.Run(fmt.Sprint("commit=", commit), func(t *testing.T) {
@@ -819,7 +819,7 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 	d := &Dispatcher{Pool: e.pool}
 	d.defaults()
 	d.adm.running, d.adm.prompt[m.MerchantID] = true, true
-	sub := NewSubscriber(e.store, e.pool)
+	sub := newSubscriber(e.store, e.pool)
 	sub.Handoff = d
 	apply := func() {
 		t.Helper()

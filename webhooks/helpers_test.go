@@ -23,6 +23,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
 )
 
 // testEnv is one fresh database with the event store, the command service
@@ -129,9 +130,9 @@ func (e *testEnv) runSubscriber(pool *pgxpool.Pool) (stop func()) {
 func (e *testEnv) runSubscriberHandingTo(pool *pgxpool.Pool, handoff *Dispatcher) (stop func()) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	sub := NewSubscriber(e.store, pool)
+	sub := newSubscriber(e.store, pool)
 	sub.Handoff = handoff
-	r, err := NewRunner(ctx, e.store, pool, zap.NewNop(), sub)
+	r, err := newSubscriberRunner(ctx, e.store, pool, sub)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func (e *testEnv) runDispatcher(pool *pgxpool.Pool, mutate ...func(*Dispatcher))
 	e.t.Helper()
 	// The receivers listen on loopback: AllowPrivate, as the operator's
 	// ESCROW_WEBHOOK_ALLOW_PRIVATE does (tests of the guard turn it off).
-	d = &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: e.store}, PollInterval: 20 * time.Millisecond,
+	d = &Dispatcher{Pool: pool, Endpoints: endpointsOf(e.store), PollInterval: 20 * time.Millisecond,
 		Schedule: fastSchedule, Rand: func() float64 { return 0.5 }, AllowPrivate: true}
 	for _, m := range mutate {
 		m(d)
@@ -297,4 +298,24 @@ const loggedAttempts = `(SELECT delivery_id, attempt FROM webhook_attempts
 
 func secretOf(m app.CreatedMerchant) func() string {
 	return func() string { return m.SigningSecrets[domain.Test] }
+}
+
+// The webhook role as the wiring (internal/wiring) assembles it, which
+// these tests cannot import (it imports webhooks): the subscriber's
+// category lookup from the read models, the endpoints from the
+// application, and the subscriber's own runner after Install.
+
+func newSubscriber(store eventstore.Store, pool *pgxpool.Pool) *Subscriber {
+	return NewSubscriber(store, projections.NewQueries(pool).EscrowCategory)
+}
+
+func endpointsOf(store eventstore.Store) Endpoints {
+	return MerchantEndpoints{Merchants: app.NewService(app.NewEngine(store, 1000))}
+}
+
+func newSubscriberRunner(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, sub *Subscriber) (*projections.Runner, error) {
+	if _, err := Install(ctx, store, pool); err != nil {
+		return nil, err
+	}
+	return projections.NewRunner(store, pool, zap.NewNop(), sub), nil
 }

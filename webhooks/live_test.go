@@ -65,7 +65,7 @@ func TestAllowPrivateHelperProcess(t *testing.T) {
 	}
 	pool := pgtest.OpenPool(t, url)
 	store := postgres.New(pool)
-	d := &Dispatcher{Pool: pool, Endpoints: &StoreEndpoints{Store: store}, AllowPrivate: true,
+	d := &Dispatcher{Pool: pool, Endpoints: endpointsOf(store), AllowPrivate: true,
 		PollInterval: 20 * time.Millisecond, Schedule: fastSchedule}
 	_ = d.Run(context.Background()) // until killed
 }

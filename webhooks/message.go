@@ -15,7 +15,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 // Message is one webhook as enqueued: the receiver gets Body, byte for byte,
@@ -81,12 +81,12 @@ func newMessage(id uuid.UUID, merchantID string, env domain.Environment, event, 
 // purchased clone is created too), escrow.<status> for every change of
 // status, whatever event made it, and escrow.deleted. data is the escrow
 // as the API shows it to the merchant; cat is its category, if known.
-func EscrowMessages(eventID uuid.UUID, ev domain.Event, before, after escrow.State, cat *projections.Category, at time.Time) ([]Message, error) {
+func EscrowMessages(eventID uuid.UUID, ev domain.Event, before, after escrow.State, cat *view.Category, at time.Time) ([]Message, error) {
 	events := EscrowEvents(ev, before, after)
 	if len(events) == 0 {
 		return nil, nil
 	}
-	data := projections.RenderEscrow(after, cat, "")
+	data := view.RenderEscrow(after, cat, "")
 	out := make([]Message, 0, len(events))
 	for _, name := range events {
 		m, err := newMessage(uuid.NewSHA1(messageNamespace, []byte(eventID.String()+"|"+name)),

@@ -15,7 +15,7 @@ import (
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 30, 45, 123456789, time.FixedZone("WAT", 3600))
@@ -113,7 +113,7 @@ func TestEscrowMessageCategory(t *testing.T) {
 	c := created()
 	c.Terms.CategoryID = "cat1"
 	after := escrow.Apply(escrow.State{}, c)
-	cat := &projections.Category{ID: "cat1", Name: "Phones"}
+	cat := &view.Category{ID: "cat1", Name: "Phones"}
 	msgs, err := EscrowMessages(uuid.New(), c, escrow.State{}, after, cat, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -348,9 +348,9 @@ func TestNonPublic(t *testing.T) {
 // costs no read-model query.
 func TestSubscriberLooksCategoriesUpOnlyForMessages(t *testing.T) {
 	lookups := 0
-	s := &Subscriber{Category: func(context.Context, string) (*projections.Category, error) {
+	s := &Subscriber{Category: func(context.Context, string) (*view.Category, error) {
 		lookups++
-		return &projections.Category{ID: "cat1", Name: "Phones"}, nil
+		return &view.Category{ID: "cat1", Name: "Phones"}, nil
 	}}
 	c := created()
 	c.Terms.CategoryID = "cat1"

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/view"
 )
 
 // insertDelivery inserts a message of merchantID (test environment) as
@@ -527,7 +527,7 @@ func TestListShowsEachRowsAttempt(t *testing.T) {
 		return []outcome{delivered(id, n, base.Add(time.Minute), time.Millisecond)}
 	})
 	fresh := e.insertDelivery(testMerchant, "")
-	list, _, err := e.box.List(context.Background(), testMerchant, domain.Test, DeliveryFilter{}, projections.Page{Page: 1, Limit: 10})
+	list, _, err := e.box.List(context.Background(), testMerchant, domain.Test, DeliveryFilter{}, view.Page{Page: 1, Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,7 +623,7 @@ func TestDeliveryLogReadsOneMoment(t *testing.T) {
 			}
 		}
 	}
-	list, _, err := box.List(ctx, "m-1", domain.Test, DeliveryFilter{}, projections.Page{Page: 1, Limit: 10})
+	list, _, err := box.List(ctx, "m-1", domain.Test, DeliveryFilter{}, view.Page{Page: 1, Limit: 10})
 	if err != nil || len(list) != 1 {
 		t.Fatalf("list: %v %v", list, err)
 	}

@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -10,34 +9,34 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/eventstore"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/internal/projector"
+	"github.com/escrowd/escrowd/view"
 )
 
 // SubscriberName is the subscriber's stored checkpoint: never rename it.
 const SubscriberName = "webhooks"
 
 // Subscriber turns the global event log into outbox messages. It is a
-// projections.Projector, so the runner applies each batch and moves the
+// projector.Projector, so the runner applies each batch and moves the
 // checkpoint in one transaction: a batch's messages are enqueued exactly
 // when the checkpoint passes its events, never twice and never lost.
 //
 // It is deliberately not in projections.All(): `projections rebuild` replays
 // the log from the start, which for a read model is harmless but here would
-// send every message again. Run it with its own runner (NewRunner).
+// send every message again. Run it with its own runner, after Install
+// (the wiring does both).
 type Subscriber struct {
 	store eventstore.Store
 	// Category finds an escrow's category for the payload; nil when unknown.
 	// The categories read model may lag behind the subscriber: then the
 	// payload carries no category rather than waiting for it.
-	Category func(ctx context.Context, id string) (*projections.Category, error)
+	Category func(ctx context.Context, id string) (*view.Category, error)
 
 	// Handoff, when set, is a dispatcher running in this process: the
 	// messages it has room for are stored leased to it and handed over as
@@ -60,21 +59,11 @@ type foldedEscrow struct {
 // maxCachedEscrows bounds the fold cache; past it, the cache starts over.
 const maxCachedEscrows = 50_000
 
-// NewSubscriber returns the subscriber over store; pool serves the
-// category lookups.
-func NewSubscriber(store eventstore.Store, pool *pgxpool.Pool) *Subscriber {
-	q := projections.NewQueries(pool)
-	return &Subscriber{store: store, Category: func(ctx context.Context, id string) (*projections.Category, error) {
-		c, ok, err := q.CategoryByID(ctx, id)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "42P01" { // categories read model not created yet
-			return nil, nil
-		}
-		if err != nil || !ok {
-			return nil, err
-		}
-		return &c, nil
-	}}
+// NewSubscriber returns the subscriber over store; categories finds an
+// escrow's category for the payloads (nil when unknown), and is provided by
+// the read side (projections.Queries.EscrowCategory).
+func NewSubscriber(store eventstore.Store, categories func(ctx context.Context, id string) (*view.Category, error)) *Subscriber {
+	return &Subscriber{store: store, Category: categories}
 }
 
 func (*Subscriber) Name() string     { return SubscriberName }
@@ -84,7 +73,7 @@ func (*Subscriber) Tables() []string { return nil }
 // StreamPrefixes are the streams messages come from (escrows and every
 // ledger entry); the runner only moves the checkpoint past other batches.
 func (s *Subscriber) StreamPrefixes() []string {
-	return append([]string{"escrow-"}, projections.EntryStreamPrefixes()...)
+	return append([]string{"escrow-"}, projector.EntryStreamPrefixes()...)
 }
 
 // Apply enqueues the messages of events within the runner's transaction.
@@ -100,14 +89,14 @@ func (s *Subscriber) StreamPrefixes() []string {
 // an attempt's number must survive a database crash before the attempt
 // is made, or the next lease would reuse it (as a lease's commit).
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	return projections.ApplyPlan(ctx, s, tx, events)
+	return projector.ApplyPlan(ctx, s, tx, events)
 }
 
-// Plan queues the batch's enqueue on b (projections.Planner), so that the
+// Plan queues the batch's enqueue on b (projector.Planner), so that the
 // runner sends it with the checkpoint move in one round trip. What the
 // enqueue leased is learnt from the batch's results and handed over, or
 // its room given back, when the runner reports the commit (Committed).
-func (s *Subscriber) Plan(ctx context.Context, _ projections.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+func (s *Subscriber) Plan(ctx context.Context, _ projector.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	s.finishHandoff(false) // a batch whose commit was never reported
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
@@ -180,7 +169,7 @@ func (s *Subscriber) Messages(ctx context.Context, events []eventstore.RecordedE
 			}
 			out = append(out, msgs...)
 			entry, ok = ev.(ledger.Entry) // decoded once for both
-		} else if entry, ok, err = projections.DecodeEntry(re); err != nil {
+		} else if entry, ok, err = projector.DecodeEntry(re); err != nil {
 			return nil, fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
 		}
 		if ok {
@@ -211,7 +200,7 @@ func (s *Subscriber) escrowMessages(ctx context.Context, re eventstore.RecordedE
 	if len(EscrowEvents(ev, before, after)) == 0 {
 		return nil, ev, nil // nothing announced: no category to look up
 	}
-	var cat *projections.Category
+	var cat *view.Category
 	if id := after.Terms.CategoryID; id != "" && s.Category != nil {
 		if cat, err = s.Category(ctx, id); err != nil {
 			return nil, ev, err
@@ -276,14 +265,4 @@ func Install(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) (e
 	_, err = pool.Exec(ctx, `INSERT INTO projection_checkpoints (name, commit_pos, prepare_pos)
 		VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING`, SubscriberName, int64(head.Commit), int64(head.Prepare))
 	return head, err
-}
-
-// NewRunner installs the subscriber (see Install) and returns its own
-// projections runner: one process at a time is active for it (advisory
-// lock), the others stand by.
-func NewRunner(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, sub *Subscriber) (*projections.Runner, error) {
-	if _, err := Install(ctx, store, pool); err != nil {
-		return nil, fmt.Errorf("webhooks: install subscriber: %w", err)
-	}
-	return projections.NewRunner(store, pool, log, sub), nil
 }

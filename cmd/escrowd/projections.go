@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -52,7 +53,7 @@ session holding them. Safe while servers run.
 }
 
 func projectionsStatus(ctx context.Context, env *cliEnv, asJSON bool, now time.Time) error {
-	ps := append(append([]projections.Projector(nil), env.Projectors...), webhooks.NewSubscriber(env.Store, env.Pool))
+	ps := append(append([]projections.Projector(nil), env.Projectors...), wiring.Subscriber(env.Store, env.Pool))
 	st, err := projections.Status(ctx, env.Pool, env.Store, ps...)
 	if err != nil {
 		return err

@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -47,7 +48,7 @@ func newRegistry() *prometheus.Registry {
 func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) *httpapi.Server {
 	hc := httpConfig(cfg)
 	hc.ReadyWebhooks = webhooksRole
-	return httpapi.NewStack(hc, env.Store, env.Pool, runner, env.Log, reg)
+	return wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
 }
 
 var serveCommand = &command{

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -26,14 +27,14 @@ import (
 // own some first attempts directly), which also sweeps the outbox
 // (ESCROW_WEBHOOK_RETENTION) and keeps the outbox gauges on reg.
 func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Registerer) error {
-	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: &webhooks.StoreEndpoints{Store: env.Store}, Log: env.Log,
+	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: wiring.Endpoints(env.Store), Log: env.Log,
 		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg),
 		SignatureHeaders: cfg.WebhookSignatureHeaders, UserAgent: cfg.WebhookUserAgent}
 	// While this process's subscriber is the active one, it hands this
 	// dispatcher the first attempts it has room for directly.
-	sub := webhooks.NewSubscriber(env.Store, env.Pool)
+	sub := wiring.Subscriber(env.Store, env.Pool)
 	sub.Handoff = d
-	runner, err := webhooks.NewRunner(ctx, env.Store, env.Pool, env.Log, sub)
+	runner, err := wiring.SubscriberRunner(ctx, env.Store, env.Pool, env.Log, sub)
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/escrowd/escrowd/internal/audit"
 	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/projector"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -342,7 +343,7 @@ func recordSettledAt(t *testing.T, e *env, id string) eventstore.Position {
 		t.Fatal(err)
 	}
 	for _, re := range events {
-		entry, ok, err := projections.DecodeEntry(re)
+		entry, ok, err := projector.DecodeEntry(re)
 		if err != nil || !ok {
 			continue
 		}

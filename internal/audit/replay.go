@@ -13,7 +13,7 @@ import (
 	"github.com/escrowd/escrowd/domain/wallet"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
-	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/internal/projector"
 )
 
 // balanceKey is one account of the merchant: accounts are scoped by the
@@ -85,7 +85,7 @@ func (r *replay) apply(re eventstore.RecordedEvent) {
 		r.applyWallet(cid, re)
 		return
 	}
-	e, ok, err := projections.DecodeEntry(re)
+	e, ok, err := projector.DecodeEntry(re)
 	if err != nil {
 		// Another merchant's unreadable event is that merchant's audit's.
 		if metaMerchant(re) == r.merchantID {

@@ -1,4 +1,4 @@
-package projections
+package view
 
 import (
 	"strconv"
@@ -9,8 +9,8 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 )
 
-// EscrowView is the spec's Escrow object.
-type EscrowView struct {
+// Escrow is the spec's Escrow object.
+type Escrow struct {
 	ID                      string             `json:"id"`
 	Amount                  money.Amount       `json:"amount"`
 	Purpose                 string             `json:"purpose"`
@@ -26,7 +26,7 @@ type EscrowView struct {
 	State                   escrow.Phase       `json:"state"`
 	Channel                 string             `json:"channel"`
 	IsSeller                bool               `json:"isSeller"`
-	Dispute                 []DisputeView      `json:"dispute"`
+	Dispute                 []Dispute      `json:"dispute"`
 	Category                *Category          `json:"category"`
 	CategoryID              *string            `json:"categoryId"`
 	CompletedAt             *time.Time         `json:"completedAt"`
@@ -34,8 +34,8 @@ type EscrowView struct {
 	DeliveryTimeline        string             `json:"deliveryTimeline"`
 	TotalQuantity           int                `json:"totalQuantity"`
 	SettlementType          string             `json:"settlementType"`
-	Milestones              []MilestoneView    `json:"milestones"`
-	Participants            []ParticipantView  `json:"participants"`
+	Milestones              []Milestone    `json:"milestones"`
+	Participants            []Participant  `json:"participants"`
 	WinnerID                *string            `json:"winnerId"`
 	CreatedAt               time.Time          `json:"createdAt"`
 	UpdatedAt               time.Time          `json:"updatedAt"`
@@ -50,11 +50,11 @@ type EscrowView struct {
 	Environment             domain.Environment `json:"environment"`
 	IsMerchant              bool               `json:"isMerchant"`
 	ParentID                *string            `json:"parentId,omitempty"`
-	Split                   *SplitView         `json:"split,omitempty"`
+	Split                   *Split         `json:"split,omitempty"`
 }
 
-// DisputeView is the spec's dispute entry.
-type DisputeView struct {
+// Dispute is the spec's dispute entry.
+type Dispute struct {
 	UserID    string  `json:"userId"`
 	Message   string  `json:"message"`
 	ProofURL  string  `json:"proofUrl"`
@@ -64,16 +64,16 @@ type DisputeView struct {
 	Type      string  `json:"type"`
 }
 
-// SplitView is the spec's Split object.
-type SplitView struct {
+// Split is the spec's Split object.
+type Split struct {
 	SellerAmount money.Amount `json:"sellerAmount"`
 	BuyerAmount  money.Amount `json:"buyerAmount"`
 	Pool         money.Amount `json:"pool"`
 	ResolvedAt   time.Time    `json:"resolvedAt"`
 }
 
-// MilestoneView is the spec's Milestone object.
-type MilestoneView struct {
+// Milestone is the spec's Milestone object.
+type Milestone struct {
 	ID          string                 `json:"id"`
 	Title       string                 `json:"title"`
 	Description string                 `json:"description"`
@@ -84,8 +84,8 @@ type MilestoneView struct {
 	ReleasedAt  *time.Time             `json:"releasedAt"`
 }
 
-// ParticipantView is the spec's VaultParticipant.
-type ParticipantView struct {
+// Participant is the spec's VaultParticipant.
+type Participant struct {
 	CustomerID string                   `json:"customerId"`
 	Amount     money.Amount             `json:"amount"`
 	Status     escrow.ParticipantStatus `json:"status"`
@@ -104,13 +104,13 @@ func nonEmpty(s string) *string {
 
 // RenderEscrow is the escrow as the API and webhooks show it. viewerID is
 // the customer looking ("" for the merchant), for isSeller.
-func RenderEscrow(e escrow.State, cat *Category, viewerID string) EscrowView {
-	v := EscrowView{ID: e.ID, Amount: e.Terms.Amount, Purpose: e.Terms.Purpose, Description: e.Terms.Description,
+func RenderEscrow(e escrow.State, cat *Category, viewerID string) Escrow {
+	v := Escrow{ID: e.ID, Amount: e.Terms.Amount, Purpose: e.Terms.Purpose, Description: e.Terms.Description,
 		WhoPays: e.Terms.WhoPays, ImageURL: append([]string{}, e.ImageURLs...), Fee: e.Fee, AdditionalFee: e.AdditionalFee,
 		AdditionalFeeRefundable: e.AdditionalFeeRefundable, PaymentToken: e.PaymentToken, Status: e.Status, State: e.Status.Phase(),
 		Channel: e.Channel, IsSeller: e.Type() != escrow.VaultSettlement && e.SellerID == viewerID, Category: cat, CategoryID: nonEmpty(e.Terms.CategoryID),
 		MaxDelivery: e.Terms.MaxDelivery, DeliveryTimeline: e.Terms.DeliveryTimeline, TotalQuantity: e.TotalQuantity,
-		SettlementType: string(e.Type()), Milestones: []MilestoneView{}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
+		SettlementType: string(e.Type()), Milestones: []Milestone{}, CreatedAt: e.CreatedAt, UpdatedAt: e.UpdatedAt,
 		SellerID: nonEmpty(e.SellerID), BuyerID: nonEmpty(e.BuyerID), Logs: append([]string{}, e.Logs...),
 		PaymentID: nonEmpty(e.PaymentID), MerchantID: e.MerchantID, Environment: e.Environment,
 		IsMerchant: e.IsMerchantSale(), ParentID: nonEmpty(e.ParentID)}
@@ -118,21 +118,21 @@ func RenderEscrow(e escrow.State, cat *Category, viewerID string) EscrowView {
 		v.PaidAt = nonEmpty(unixString(e.PaidAt))
 	}
 	for _, d := range e.Disputes {
-		v.Dispute = append(v.Dispute, DisputeView{UserID: d.UserID, Message: d.Message, ProofURL: d.ProofURL,
+		v.Dispute = append(v.Dispute, Dispute{UserID: d.UserID, Message: d.Message, ProofURL: d.ProofURL,
 			CreatedAt: unixString(d.CreatedAt), Name: d.Name, Type: d.Type})
 	}
 	if sp := e.Split; sp != nil {
-		v.Split = &SplitView{SellerAmount: sp.SellerAmount, BuyerAmount: sp.BuyerAmount, Pool: sp.Pool, ResolvedAt: sp.ResolvedAt}
+		v.Split = &Split{SellerAmount: sp.SellerAmount, BuyerAmount: sp.BuyerAmount, Pool: sp.Pool, ResolvedAt: sp.ResolvedAt}
 	}
 	v.RefundedBy = nonEmpty(e.RefundedBy)
 	for _, m := range e.Milestones {
-		v.Milestones = append(v.Milestones, MilestoneView{ID: m.ID, Title: m.Title, Description: m.Description, Amount: m.Amount,
+		v.Milestones = append(v.Milestones, Milestone{ID: m.ID, Title: m.Title, Description: m.Description, Amount: m.Amount,
 			DueDate: m.DueDate, CustomerID: nonEmpty(m.CustomerID), Status: m.Status, ReleasedAt: m.ReleasedAt})
 	}
 	if e.Type() == escrow.VaultSettlement {
-		v.Participants = []ParticipantView{}
+		v.Participants = []Participant{}
 		for _, p := range e.Participants {
-			pv := ParticipantView{CustomerID: p.CustomerID, Amount: p.Amount, Status: p.Status, StakedAt: unixString(p.StakedAt)}
+			pv := Participant{CustomerID: p.CustomerID, Amount: p.Amount, Status: p.Status, StakedAt: unixString(p.StakedAt)}
 			if p.SettledAt != nil {
 				pv.SettledAt = nonEmpty(unixString(*p.SettledAt))
 			}

@@ -1,4 +1,4 @@
-package projections
+package projector
 
 import (
 	"reflect"

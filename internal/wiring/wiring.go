@@ -1,0 +1,92 @@
+// Package wiring assembles the process: the application over the event
+// store, the HTTP API over it and the read models, and the webhook role
+// (subscriber, its runner, the endpoint lookup). cmd/escrowd and the
+// benchmarks build the service through it, and the httpapi end-to-end
+// harness too (see httpapi/wiring_ext_test.go), so every one of them runs
+// the wiring production runs. Nothing else imports it: it is the one
+// package that may import every adapter.
+package wiring
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/httpapi"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/projections"
+	"github.com/escrowd/escrowd/webhooks"
+)
+
+// aggregateCacheSize bounds the API's command engine's aggregate cache.
+const aggregateCacheSize = 100_000
+
+// maxCachedMerchants bounds the webhook role's engine cache: it reads
+// merchants only (least recently used go first).
+const maxCachedMerchants = 10_000
+
+// API assembles the HTTP API over an event store and its PostgreSQL pool
+// (read models, rate limits, idempotency keys); waiter is the projection
+// runner reads wait for. reg may be nil. Close the server to stop its
+// background work; the store and the pool stay the caller's.
+func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter httpapi.Waiter, log *zap.Logger, reg *prometheus.Registry) *httpapi.Server {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	q := projections.NewQueries(pool)
+	auth := httpapi.NewAuthCache(httpapi.QueriesDirectory{Q: q}, store, log)
+	// The engine's appends are watched, so that an auth change made through
+	// this server counts for the next request at once (see AuthCache).
+	engine := app.NewEngine(auth.WatchStore(store), aggregateCacheSize)
+	svc := app.NewService(engine)
+	for env, addr := range cfg.BSCMasterAddress {
+		if addr != "" {
+			svc.CryptoMaster[env] = addr
+		}
+	}
+	return httpapi.New(cfg, httpapi.Deps{
+		Log:      log,
+		App:      svc,
+		Queries:  q,
+		Last:     store.Last,
+		EventLog: store,
+		Waiter:   waiter,
+		Limiter:  httpapi.NewPGRateLimiter(pool, cfg.RateLimitPerMinute),
+		// A request's commands write under its idempotency reservation: the
+		// engine fences them (see httpapi.ReservationFencer).
+		Idem:      httpapi.NewIdempotencyStore(pool, httpapi.WithIdempotencyLogger(log), httpapi.WithIdempotencyFence(engine)),
+		Registry:  reg,
+		Ping:      pool.Ping,
+		Directory: auth,
+		Webhooks:  webhooks.NewOutbox(pool),
+		Closers:   []func(){auth.Close},
+	})
+}
+
+// Subscriber is the webhook subscriber over store, its payloads' categories
+// read from the read models in pool.
+func Subscriber(store eventstore.Store, pool *pgxpool.Pool) *webhooks.Subscriber {
+	return webhooks.NewSubscriber(store, projections.NewQueries(pool).EscrowCategory)
+}
+
+// SubscriberRunner installs the subscriber (webhooks.Install) and returns
+// its own projections runner: one process at a time is active for it
+// (advisory lock), the others stand by.
+func SubscriberRunner(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, sub *webhooks.Subscriber) (*projections.Runner, error) {
+	if _, err := webhooks.Install(ctx, store, pool); err != nil {
+		return nil, fmt.Errorf("webhooks: install subscriber: %w", err)
+	}
+	return projections.NewRunner(store, pool, log, sub), nil
+}
+
+// Endpoints is the dispatcher's endpoint lookup: each merchant's current
+// settings, read by an application of its own over store (its engine
+// caches merchants only, so the lookups do not evict the API's aggregates
+// in a process running both roles).
+func Endpoints(store eventstore.Store) webhooks.Endpoints {
+	return webhooks.MerchantEndpoints{Merchants: app.NewService(app.NewEngine(store, maxCachedMerchants))}
+}
