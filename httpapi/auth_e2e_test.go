@@ -178,7 +178,7 @@ func TestTwoInstancesShareTheRateLimit(t *testing.T) {
 		}
 		hr, _ := http.NewRequest("GET", target+"/v1/customers", nil)
 		hr.Header.Set("Authorization", "Bearer "+h.std())
-		res, err := http.DefaultClient.Do(hr)
+		res, err := h.client().Do(hr)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -367,7 +367,7 @@ func (h *harness) do(r req) resp {
 	for k, v := range r.headers {
 		hr.Header.Set(k, v)
 	}
-	res, err := http.DefaultClient.Do(hr)
+	res, err := h.client().Do(hr)
 	if err != nil {
 		h.t.Fatal(err)
 	}

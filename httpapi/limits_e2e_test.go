@@ -113,7 +113,7 @@ func TestEndlessBodyIsCutOff(t *testing.T) {
 			if keyed {
 				hr.Header.Set("Idempotency-Key", "endless-"+tc.path)
 			}
-			res, err := http.DefaultClient.Do(hr)
+			res, err := h.client().Do(hr)
 			if err != nil {
 				t.Fatalf("%s: %v", tc.path, err)
 			}
