@@ -89,8 +89,8 @@ func BenchmarkAggregateLoad(b *testing.B) {
 // BenchmarkCustomerCreateHTTP drives POST /v1/customer/create through the
 // real server (auth, append, wait for the read model, read back) at a fixed
 // concurrency and reports requests/s and p50/p99: without an
-// Idempotency-Key, and with a fresh one per request (claim row, the claim
-// marker event in the append, stored response).
+// Idempotency-Key, and with a fresh one per request (reservation row, the
+// reservation's marker event in the append, stored response).
 func BenchmarkCustomerCreateHTTP(b *testing.B) {
 	b.Run("plain", func(b *testing.B) { benchCustomerCreate(b, false) })
 	b.Run("idempotency-key", func(b *testing.B) { benchCustomerCreate(b, true) })

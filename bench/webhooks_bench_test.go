@@ -137,7 +137,7 @@ func benchWebhooks(b *testing.B, rate int) {
 	// dispatcher what it has room for.
 	d := &webhooks.Dispatcher{Pool: pool, Endpoints: wiring.Endpoints(store), AllowPrivate: true} // the receiver is on loopback
 	// WEBHOOK_BENCH_HANDOFF=off measures without the handoff: every first
-	// attempt through a claim.
+	// attempt through a lease.
 	sub := wiring.Subscriber(store, pool)
 	if os.Getenv("WEBHOOK_BENCH_HANDOFF") != "off" {
 		sub.Handoff = d

@@ -180,7 +180,7 @@ func (s *Server) listCategories(c echo.Context) error {
 // respondCategory answers a write with the category as the read model holds
 // it once it includes the write.
 func (s *Server) respondCategory(c echo.Context, id string, pos eventstore.Position, status int, msg string) error {
-	if err := s.settle(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos); err != nil {
 		return err
 	}
 	cat, err := s.ownCategory(c, id)

@@ -64,7 +64,7 @@ func (s *Server) createCustomer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.settle(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos); err != nil {
 		return err
 	}
 	cu, _, err := s.ownCustomer(c, id)
@@ -173,7 +173,7 @@ func (s *Server) updateCustomer(c echo.Context) error {
 }
 
 func (s *Server) respondCustomer(c echo.Context, id string, pos eventstore.Position, msg string) error {
-	if err := s.settle(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos); err != nil {
 		return err
 	}
 	cu, ok, err := s.ownCustomer(c, id)

@@ -149,7 +149,7 @@ func (h *harness) eventsDecodeAsEncodingJSONDoes() {
 		kind, _, _ := strings.Cut(stream, "-")
 		reg, ok := eventKinds[kind]
 		if !ok {
-			continue // idempotency and claim streams
+			continue // idempotency reservation streams
 		}
 		got, err := reg.Decode(typ, []byte(data))
 		if err != nil {

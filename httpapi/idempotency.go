@@ -4,22 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"hash"
-	"io"
-	"mime"
 	"net/http"
-	"os"
-	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
@@ -29,7 +20,7 @@ import (
 )
 
 // Idempotency-Key handling (api-decisions §2), after Stripe: the first
-// request with a key claims it and runs; its response is stored and replayed
+// request with a key reserves it and runs; its response is stored and replayed
 // byte for byte to every repeat with the same request for 24 hours.
 const (
 	headerIdempotencyKey      = "Idempotency-Key"
@@ -42,7 +33,7 @@ const (
 	// be replayed, short enough that refusals cannot pile up for a day.
 	// Running such a request again moves nothing twice: it moved nothing.
 	idempotencyRefusalTTL = time.Hour
-	// idempotencyAbandonAfter is how long a claim may stay in flight before
+	// idempotencyAbandonAfter is how long a reservation may stay in flight before
 	// it is presumed to belong to a crashed process and may be taken over.
 	idempotencyAbandonAfter = 2 * time.Minute
 	idempotencySweepEvery   = time.Minute
@@ -52,9 +43,9 @@ const (
 	// sweeps again at once instead of a minute later, so removal keeps pace
 	// with any rate of keyed requests.
 	idempotencySweepRounds = 4
-	// idempotencyClaimAttempts bounds the claim/read loop: a read can miss a
-	// row its owner just released, and then the claim is tried again.
-	idempotencyClaimAttempts = 3
+	// idempotencyReserveAttempts bounds the reservation/read loop: a read can miss a
+	// row its owner just released, and then the reservation is tried again.
+	idempotencyReserveAttempts = 3
 )
 
 const (
@@ -68,7 +59,7 @@ const (
 // server instance sharing the database honours them.
 type IdempotencyStore struct {
 	pool      *pgxpool.Pool
-	fencer    ClaimFencer
+	fencer    ReservationFencer
 	now       func() time.Time
 	log       *zap.Logger
 	lastSweep atomic.Int64
@@ -91,16 +82,16 @@ func WithIdempotencyLogger(l *zap.Logger) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.log = l }
 }
 
-// ClaimFencer ties idempotency claims to the writes made under them (see
-// app.Claim); *app.Engine is one.
-type ClaimFencer interface {
-	FenceClaim(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (wrote bool, err error)
+// ReservationFencer ties idempotency reservations to the writes made under them (see
+// app.Reservation); *app.Engine is one.
+type ReservationFencer interface {
+	FenceReservation(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (wrote bool, err error)
 }
 
 // WithIdempotencyFence makes every command a request runs write under its
-// claim, so a retry that takes an abandoned claim over never runs a request
+// reservation, so a retry that takes an abandoned reservation over never runs a request
 // that already wrote. Without it a takeover cannot tell.
-func WithIdempotencyFence(f ClaimFencer) IdempotencyOption {
+func WithIdempotencyFence(f ReservationFencer) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.fencer = f }
 }
 
@@ -149,100 +140,6 @@ func idempotentMethod(m string) bool {
 	return false
 }
 
-// spoolMemory is how much of a keyed request body is kept in memory; the
-// rest of a larger one (a multipart upload of images) waits in a temporary
-// file, so concurrent uploads cost disk, not up to the body limit of memory
-// each.
-const spoolMemory = 1 << 20
-
-// spoolBody reads the whole body once, hashing it for the fingerprint as it
-// goes, and puts an identical reader back for the handler: from memory, or
-// from a temporary file the caller removes (sp.remove) once the request is
-// done. A body over the route's limit is 413.
-func (s *IdempotencyStore) spoolBody(req *http.Request) (fp []byte, sp *spool, err error) {
-	fh := newFingerprinter(req)
-	if req.Body == nil || req.Body == http.NoBody {
-		return fh.sum(), nil, nil
-	}
-	// The route's body-limit middleware, which runs first, caps what is
-	// buffered here.
-	sp = &spool{}
-	_, err = sp.fill(io.TeeReader(req.Body, fh))
-	var tooLarge *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooLarge):
-		sp.remove()
-		return nil, nil, echo.ErrStatusRequestEntityTooLarge
-	case err != nil:
-		sp.remove()
-		return nil, nil, err
-	}
-	body, err := sp.reader()
-	if err != nil {
-		sp.remove()
-		return nil, nil, err
-	}
-	req.Body = replayBody{Reader: body, orig: req.Body}
-	return fh.sum(), sp, nil
-}
-
-// spool holds a body: the first spoolMemory bytes in memory, all of it in
-// a temporary file once it grows past that.
-type spool struct {
-	mem  bytes.Buffer
-	file *os.File
-}
-
-// fill reads r to its end into the spool. Up to spoolMemory bytes are read
-// straight into memory, with no copy buffer in between: most keyed bodies
-// are a few hundred bytes of JSON, and io.Copy would allocate 32 KB for
-// each (the body limit's reader offers it no shortcut). A larger body
-// moves to a temporary file, and the rest is copied after it.
-func (sp *spool) fill(r io.Reader) (int64, error) {
-	n, err := sp.mem.ReadFrom(io.LimitReader(r, spoolMemory+1))
-	if err != nil || n <= spoolMemory {
-		return n, err
-	}
-	f, err := os.CreateTemp("", "escrowd-request-*")
-	if err != nil {
-		return n, err
-	}
-	sp.file = f
-	if _, err := f.Write(sp.mem.Bytes()); err != nil {
-		return n, err
-	}
-	sp.mem = bytes.Buffer{}
-	m, err := io.Copy(f, r)
-	return n + m, err
-}
-
-// reader reads the body back from its start.
-func (sp *spool) reader() (io.Reader, error) {
-	if sp.file == nil {
-		return bytes.NewReader(sp.mem.Bytes()), nil
-	}
-	if _, err := sp.file.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return sp.file, nil
-}
-
-// remove deletes the temporary file, if any; nil-safe and idempotent.
-func (sp *spool) remove() {
-	if sp == nil || sp.file == nil {
-		return
-	}
-	_ = sp.file.Close()
-	_ = os.Remove(sp.file.Name())
-	sp.file = nil
-}
-
-// replayBody serves the spooled bytes and closes the original body.
-type replayBody struct {
-	io.Reader
-	orig io.Closer
-}
-
 func (b replayBody) Close() error { return b.orig.Close() }
 
 // idempotencyScope is whose keys a key is among: the API key's, and within
@@ -259,89 +156,19 @@ func idempotencyScope(c echo.Context, keyID string) string {
 	return keyID
 }
 
-// fingerprinter computes a request's fingerprint, SHA-256 over method, path
-// and query, media type and body, with the body written to it as it is
-// read. A multipart body's boundary is random per attempt, so every
-// "--boundary" in it is hashed as "--": a retry that re-encodes the same
-// form is the same request.
-type fingerprinter struct {
-	h     hash.Hash
-	delim []byte // "--boundary"; nil when the body is hashed as is
-	// pend holds the body's last len(delim)-1 bytes not yet hashed: they
-	// may be the start of a delimiter the next write completes.
-	pend []byte
-	// buf joins pend and a write; reused, so that spooling a large upload
-	// does not allocate a copy of every piece io.Copy hands over.
-	buf []byte
-}
-
-func newFingerprinter(req *http.Request) *fingerprinter {
-	f := &fingerprinter{h: sha256.New()}
-	mediaType, params, _ := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType))
-	for _, part := range []string{req.Method, req.URL.EscapedPath(), req.URL.RawQuery, mediaType} {
-		f.h.Write([]byte(part))
-		f.h.Write([]byte{0})
-	}
-	if b := params["boundary"]; strings.HasPrefix(mediaType, "multipart/") && b != "" {
-		f.delim = []byte("--" + b)
-	}
-	return f
-}
-
-func (f *fingerprinter) Write(p []byte) (int, error) {
-	if f.delim == nil {
-		return f.h.Write(p)
-	}
-	f.buf = append(append(f.buf[:0], f.pend...), p...)
-	buf := f.buf
-	for {
-		i := bytes.Index(buf, f.delim)
-		if i < 0 {
-			break
-		}
-		f.h.Write(buf[:i])
-		f.h.Write([]byte("--"))
-		buf = buf[i+len(f.delim):]
-	}
-	// A delimiter starting before the kept tail would have ended inside
-	// buf and been found above.
-	keep := min(len(buf), len(f.delim)-1)
-	f.h.Write(buf[:len(buf)-keep])
-	f.pend = append(f.pend[:0], buf[len(buf)-keep:]...)
-	return len(p), nil
-}
-
-func (f *fingerprinter) sum() []byte {
-	f.h.Write(f.pend)
-	f.pend = nil
-	return f.h.Sum(nil)
-}
-
-// storedResponse is a completed (or in-flight) record.
-type storedResponse struct {
-	fingerprint []byte
-	owner       []byte
-	createdAt   time.Time
-	expiresAt   time.Time
-	complete    bool
-	status      int
-	headers     http.Header
-	body        []byte
-}
-
 func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Principal, key string, fp []byte) error {
 	ctx := c.Request().Context()
 	scope := idempotencyScope(c, p.KeyID)
-	for range idempotencyClaimAttempts {
+	for range idempotencyReserveAttempts {
 		now := s.now()
 		s.maybeSweep(ctx, now)
 		owner := make([]byte, 16)
 		_, _ = rand.Read(owner)
-		claimed, err := s.claim(ctx, scope, key, fp, owner, now)
+		reserved, err := s.reserve(ctx, scope, key, fp, owner, now)
 		if err != nil {
 			return err
 		}
-		if claimed {
+		if reserved {
 			return s.execute(c, next, scope, key, owner)
 		}
 		rec, found, err := s.load(ctx, scope, key)
@@ -349,7 +176,7 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 			return err
 		}
 		if !found {
-			continue // released (failed or swept) since our claim: claim again
+			continue // released (failed or swept) since our reservation: reserve again
 		}
 		expired := !rec.expiresAt.After(now)
 		sameRequest := bytes.Equal(rec.fingerprint, fp)
@@ -377,24 +204,6 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 	return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
 }
 
-// claim inserts an in-flight row; it reports whether this request now owns
-// the key (false: the key has a row already).
-func (s *IdempotencyStore) claim(ctx context.Context, scope, key string, fp, owner []byte, now time.Time) (bool, error) {
-	var one int
-	err := s.pool.QueryRow(ctx, `
-INSERT INTO http_idempotency_keys (key_id, idempotency_key, fingerprint, owner, created_at, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (key_id, idempotency_key) DO NOTHING
-RETURNING 1`, scope, key, fp, owner, now, now.Add(idempotencyTTL)).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("idempotency claim: %w", err)
-	}
-	return true, nil
-}
-
 type takeOverOutcome int
 
 const (
@@ -403,9 +212,9 @@ const (
 	answered                        // the request had run: its outcome was answered
 )
 
-// takeOver claims a key whose row has expired (any request may) or whose
-// in-flight claim was abandoned (a retry of the same request). An in-flight
-// claim is fenced first, so its request can never write after this point;
+// takeOver reserves a key whose row has expired (any request may) or whose
+// in-flight reservation was abandoned (a retry of the same request). An in-flight
+// reservation is fenced first, so its request can never write after this point;
 // if it already wrote, a retry of it is not run again but answered that
 // the outcome was lost.
 func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, scope, key string, fp, owner []byte, old storedResponse, expired bool, now time.Time) (takeOverOutcome, error) {
@@ -413,7 +222,7 @@ func (s *IdempotencyStore) takeOver(c echo.Context, p Principal, scope, key stri
 	wrote := false
 	if !old.complete && s.fencer != nil {
 		var err error
-		wrote, err = s.fencer.FenceClaim(ctx, old.owner, scope, key, domain.Meta{MerchantID: p.MerchantID,
+		wrote, err = s.fencer.FenceReservation(ctx, old.owner, scope, key, domain.Meta{MerchantID: p.MerchantID,
 			Environment: domain.Environment(p.Environment), Actor: p.KeyID, RequestID: c.Request().Header.Get("X-Request-Id")})
 		if err != nil {
 			return lostRace, fmt.Errorf("idempotency fence: %w", err)
@@ -457,31 +266,10 @@ func lostOutcome() storedResponse {
 		headers: http.Header{echo.HeaderContentType: {echo.MIMEApplicationJSON}}, body: append(body, '\n')}
 }
 
-func (s *IdempotencyStore) load(ctx context.Context, scope, key string) (storedResponse, bool, error) {
-	var (
-		rec    storedResponse
-		status *int32
-	)
-	err := s.pool.QueryRow(ctx, `
-SELECT fingerprint, owner, created_at, expires_at, completed_at IS NOT NULL, status, headers, body
-FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, key).
-		Scan(&rec.fingerprint, &rec.owner, &rec.createdAt, &rec.expiresAt, &rec.complete, &status, &rec.headers, &rec.body)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rec, false, nil
-	}
-	if err != nil {
-		return rec, false, fmt.Errorf("idempotency load: %w", err)
-	}
-	if status != nil {
-		rec.status = int(*status)
-	}
-	return rec, true, nil
-}
-
-// execute runs the handler under a claim, capturing what it sends. Errors
+// execute runs the handler under a reservation, capturing what it sends. Errors
 // are rendered here (c.Error) so the real status is known: 4xx outcomes are
 // stored and replayed like successes (for idempotencyRefusalTTL only when
-// the request wrote nothing); 5xx, a panic or a lost claim release the key
+// the request wrote nothing); 5xx, a panic or a lost reservation release the key
 // so the client can retry.
 func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope, key string, owner []byte) error {
 	res := c.Response()
@@ -492,16 +280,16 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// The response may be gone to the client while the request context is
 	// cancelled; recording it must not be.
 	ctx := context.WithoutCancel(c.Request().Context())
-	claim := app.NewClaim(owner, scope, key)
+	reservation := app.NewReservation(owner, scope, key)
 	if s.fencer != nil {
 		req := c.Request()
-		c.SetRequest(req.WithContext(app.WithClaim(req.Context(), claim)))
+		c.SetRequest(req.WithContext(app.WithReservation(req.Context(), reservation)))
 	}
 	defer func() {
 		res.Writer = capture.ResponseWriter
 		// Panicking: the recover middleware answers 500. A request that
-		// wrote keeps its claim; a retry finds it abandoned and fenced.
-		if !done && !claim.Wrote() && !claim.OutcomeUnknown() {
+		// wrote keeps its reservation; a retry finds it abandoned and fenced.
+		if !done && !reservation.Wrote() && !reservation.OutcomeUnknown() {
 			s.release(ctx, scope, key, owner)
 		}
 	}()
@@ -519,7 +307,7 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// so does one whose repeat resumes the request (domain.IsResumable);
 	// any other after a write (the read models lagging behind a saved
 	// change) is the outcome, stored and replayed like any other.
-	if status >= http.StatusInternalServerError && claim.OutcomeUnknown() {
+	if status >= http.StatusInternalServerError && reservation.OutcomeUnknown() {
 		// An append may have committed without our knowing: the key stays
 		// in flight, so a retry waits for the takeover, whose fence tells
 		// whether the request wrote, instead of running it again.
@@ -527,14 +315,14 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 			zap.String("key_id", scope))
 		return nil
 	}
-	if status >= http.StatusInternalServerError && (!claim.Wrote() || domain.IsResumable(err)) {
+	if status >= http.StatusInternalServerError && (!reservation.Wrote() || domain.IsResumable(err)) {
 		s.release(ctx, scope, key, owner)
 		return nil
 	}
 	headers := handlerHeaders(before, capture.header)
 	doneAt := s.now()
-	var expires *time.Time // nil: as claimed, idempotencyTTL after the claim
-	if status >= 400 && status < 500 && !claim.Wrote() {
+	var expires *time.Time // nil: as reserved, idempotencyTTL after the reservation
+	if status >= 400 && status < 500 && !reservation.Wrote() {
 		e := doneAt.Add(idempotencyRefusalTTL)
 		expires = &e
 	}
@@ -552,130 +340,6 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
 	}
 	return nil
 }
-
-// release deletes this request's claim (not a successor's).
-func (s *IdempotencyStore) release(ctx context.Context, scope, key string, owner []byte) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.pool.Exec(ctx, `DELETE FROM http_idempotency_keys
-WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`, scope, key, owner); err != nil {
-		s.log.Error("idempotency: releasing key", zap.Error(err), zap.String("key_id", scope))
-	}
-}
-
-// maybeSweep deletes expired keys, once per idempotencySweepEvery per store
-// and at once again while the previous sweep left a backlog; one sweep of a
-// store runs at a time.
-func (s *IdempotencyStore) maybeSweep(ctx context.Context, now time.Time) {
-	last := s.lastSweep.Load()
-	if !s.backlog.Load() && now.UnixNano()-last < int64(idempotencySweepEvery) {
-		return
-	}
-	if !s.sweeping.CompareAndSwap(false, true) {
-		return
-	}
-	defer s.sweeping.Store(false)
-	s.lastSweep.Store(now.UnixNano())
-	n, err := s.sweep(ctx, now, idempotencySweepRounds)
-	s.backlog.Store(err == nil && n == idempotencySweepRounds*idempotencySweepBatch)
-	if err != nil {
-		s.log.Warn("idempotency: sweeping expired keys", zap.Error(err))
-	}
-}
-
-// sweep deletes up to rounds batches of keys expired at now and returns how
-// many it deleted; it stops at the first batch that is not full.
-func (s *IdempotencyStore) sweep(ctx context.Context, now time.Time, rounds int) (int64, error) {
-	var total int64
-	for range rounds {
-		tag, err := s.pool.Exec(ctx, `
-DELETE FROM http_idempotency_keys
-WHERE (key_id, idempotency_key) IN (
-        SELECT key_id, idempotency_key FROM http_idempotency_keys
-        WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED)
-  AND expires_at <= $1`, now, idempotencySweepBatch)
-		if err != nil {
-			return total, err
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < idempotencySweepBatch {
-			break
-		}
-	}
-	return total, nil
-}
-
-// notReplayed are headers that describe the connection or this very
-// response, not the outcome being replayed.
-var notReplayed = map[string]bool{
-	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Date": true,
-	headerIdempotencyReplayed: true,
-}
-
-// handlerHeaders are the headers the handler (and inner middleware) set:
-// those that differ from before it ran. Outer middleware headers (request
-// id, rate limit) belong to each request and are set afresh on a replay.
-func handlerHeaders(before, after http.Header) http.Header {
-	out := http.Header{}
-	for k, vs := range after {
-		if notReplayed[k] {
-			continue
-		}
-		if old, ok := before[k]; ok && slices.Equal(old, vs) {
-			continue
-		}
-		out[k] = vs
-	}
-	return out
-}
-
-func replayStored(c echo.Context, rec storedResponse) error {
-	res := c.Response()
-	h := res.Header()
-	for k, vs := range rec.headers {
-		h[k] = vs
-	}
-	h.Set(headerIdempotencyReplayed, "true")
-	status := rec.status
-	if status == 0 {
-		status = http.StatusOK
-	}
-	res.WriteHeader(status)
-	if len(rec.body) == 0 {
-		return nil
-	}
-	_, err := res.Write(rec.body)
-	return err
-}
-
-// captureWriter passes the response through and keeps a copy of the status,
-// the headers as sent and the body.
-type captureWriter struct {
-	http.ResponseWriter
-	status int
-	header http.Header
-	body   bytes.Buffer
-}
-
-func (w *captureWriter) WriteHeader(code int) {
-	if w.status == 0 && code >= 200 { // 1xx are interim, not the outcome
-		w.status = code
-		w.header = w.ResponseWriter.Header().Clone()
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *captureWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.body.Write(b[:n])
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach the connection (Flush etc.).
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // idempotencyErrorBody is the error envelope; written directly so these
 // answers do not depend on the server's error handler.

@@ -69,7 +69,7 @@ type idemEnv struct {
 	entered chan struct{}
 	release chan struct{}
 	gates   sync.Map // call number -> chan int, see gate
-	// afterFence, if set, runs once a takeover has fenced a claim, before
+	// afterFence, if set, runs once a takeover has fenced a reservation, before
 	// it stores anything.
 	afterFence func()
 	// loseAnswer makes the engine's next append commit and then fail, as
@@ -98,8 +98,8 @@ type hookedFencer struct {
 	env *idemEnv
 }
 
-func (f hookedFencer) FenceClaim(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (bool, error) {
-	wrote, err := f.Engine.FenceClaim(ctx, owner, keyID, key, meta)
+func (f hookedFencer) FenceReservation(ctx context.Context, owner []byte, keyID, key string, meta domain.Meta) (bool, error) {
+	wrote, err := f.Engine.FenceReservation(ctx, owner, keyID, key, meta)
 	if f.env.afterFence != nil {
 		f.env.afterFence()
 	}
@@ -349,7 +349,7 @@ func TestIdempotencyInFlight(t *testing.T) {
 	}
 }
 
-func TestIdempotencyAbandonedClaimIsTakenOver(t *testing.T) {
+func TestIdempotencyAbandonedReservationIsTakenOver(t *testing.T) {
 	env := newIdemEnv(t)
 	done := make(chan *httptest.ResponseRecorder)
 	go func() { done <- env.post("/v1/slow", "key1", "k", `{}`) }()
@@ -367,8 +367,8 @@ func TestIdempotencyAbandonedClaimIsTakenOver(t *testing.T) {
 		t.Fatal("a different request took the abandoned key over and ran")
 	}
 	go func() { done <- env.post("/v1/slow", "key1", "k", `{}`) }()
-	<-env.entered // the retry runs although the first still holds its claim
-	// Release both; either may finish first. The first run's claim is
+	<-env.entered // the retry runs although the first still holds its reservation
+	// Release both; either may finish first. The first run's reservation is
 	// gone, so its late result must not replace the successor's.
 	env.release <- struct{}{}
 	a := <-done
@@ -392,7 +392,7 @@ func TestIdempotencyAbandonedClaimIsTakenOver(t *testing.T) {
 }
 
 // The abandoned run finishing after its successor, with a success or with a
-// server error, changes nothing of the successor's claim: its response is
+// server error, changes nothing of the successor's reservation: its response is
 // not stored over the successor's, and its release does not delete it.
 func TestIdempotencyAbandonedRunFinishingLastChangesNothing(t *testing.T) {
 	for _, late := range []int{http.StatusCreated, http.StatusServiceUnavailable} {
@@ -466,7 +466,7 @@ func TestIdempotencyPanicReleasesKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n != 0 {
-		t.Fatal("a panicked request kept its claim")
+		t.Fatal("a panicked request kept its reservation")
 	}
 }
 
@@ -585,7 +585,7 @@ func TestIdempotencyMultipartIgnoresBoundary(t *testing.T) {
 
 // A request that wrote and then died before its response was stored (here:
 // it never finishes) must not run again when a retry takes its abandoned
-// claim over: the retry learns that the write happened and answers so.
+// reservation over: the retry learns that the write happened and answers so.
 func TestIdempotencyWriteWithoutStoredResponseIsNotRunAgain(t *testing.T) {
 	env := newIdemEnv(t)
 	hang := make(chan struct{})
@@ -619,7 +619,7 @@ func TestIdempotencyUnknownOutcomeIsNotRunAgain(t *testing.T) {
 }
 
 // A request that wrote and was only slow, not dead, may still store its
-// response while a retry takes its claim over: the retry, having learnt
+// response while a retry takes its reservation over: the retry, having learnt
 // that it wrote, must not then overwrite that response with "lost", but
 // answer it.
 func TestIdempotencySlowRequestStoringDuringTakeoverIsReplayed(t *testing.T) {
@@ -644,7 +644,7 @@ func TestIdempotencySlowRequestStoringDuringTakeoverIsReplayed(t *testing.T) {
 	}
 	retry := env.post("/v1/write", "key1", "w", `a`)
 	if stored == nil {
-		t.Fatal("the retry never fenced the claim")
+		t.Fatal("the retry never fenced the reservation")
 	}
 	idemWantStatus(t, stored, http.StatusCreated)
 	idemWantReplayOf(t, retry, stored)
@@ -658,7 +658,7 @@ func TestIdempotencySlowRequestStoringDuringTakeoverIsReplayed(t *testing.T) {
 }
 
 // A slow request that wrote nothing may likewise store its answer after a
-// retry has fenced its claim and found no write: the takeover is a
+// retry has fenced its reservation and found no write: the takeover is a
 // compare-and-set on the row still being in flight, so the retry then
 // replays that answer instead of running the request a second time (which
 // could now move money where the first answer said it did not).
@@ -678,7 +678,7 @@ func TestIdempotencyTakeoverAfterTheAnswerIsStoredReplaysIt(t *testing.T) {
 	}
 	retry := env.post("/v1/slow", "key1", "k", `{}`)
 	if stored == nil {
-		t.Fatal("the retry never fenced the claim")
+		t.Fatal("the retry never fenced the reservation")
 	}
 	idemWantStatus(t, stored, http.StatusCreated)
 	idemWantReplayOf(t, retry, stored)
@@ -687,10 +687,10 @@ func TestIdempotencyTakeoverAfterTheAnswerIsStoredReplaysIt(t *testing.T) {
 	}
 }
 
-// A claim whose request wrote but never stored its response is answered
+// A reservation whose request wrote but never stored its response is answered
 // as a lost outcome only while the key lives: once it has expired (24 h)
 // the key is free like any expired key, and a new request under it runs.
-func TestIdempotencyExpiredClaimThatWroteFreesTheKey(t *testing.T) {
+func TestIdempotencyExpiredReservationThatWroteFreesTheKey(t *testing.T) {
 	env := newIdemEnv(t)
 	hang := make(chan struct{})
 	defer close(hang)
@@ -713,7 +713,7 @@ func TestIdempotencyExpiredClaimThatWroteFreesTheKey(t *testing.T) {
 	var rows int
 	if err := env.pool.QueryRow(context.Background(),
 		`SELECT count(*) FROM http_idempotency_keys WHERE idempotency_key = 'w'`).Scan(&rows); err != nil || rows != 1 {
-		t.Fatalf("the expired claim's row: %d (%v), want it still there", rows, err)
+		t.Fatalf("the expired reservation's row: %d (%v), want it still there", rows, err)
 	}
 	rec := env.post("/v1/write", "key1", "w", `b`)
 	idemWantStatus(t, rec, http.StatusCreated)
@@ -726,7 +726,7 @@ func TestIdempotencyExpiredClaimThatWroteFreesTheKey(t *testing.T) {
 	idemWantReplayOf(t, env.post("/v1/write", "key1", "w", `b`), rec)
 }
 
-// A retry that takes over a claim whose request has not written yet runs
+// A retry that takes over a reservation whose request has not written yet runs
 // the request; the abandoned request, waking up, can no longer write.
 func TestIdempotencyTakeoverFencesTheAbandonedRequest(t *testing.T) {
 	env := newIdemEnv(t)
@@ -735,7 +735,7 @@ func TestIdempotencyTakeoverFencesTheAbandonedRequest(t *testing.T) {
 	env.write = idemWrite{before: func(n int64) { env.entered <- struct{}{}; <-proceed[n] }, result: results}
 	first := make(chan *httptest.ResponseRecorder)
 	go func() { first <- env.post("/v1/write", "key1", "w", `a`) }()
-	<-env.entered // claimed, not written
+	<-env.entered // reserved, not written
 
 	env.advance(idempotencyAbandonAfter + time.Second)
 	retry := make(chan *httptest.ResponseRecorder)
@@ -749,8 +749,8 @@ func TestIdempotencyTakeoverFencesTheAbandonedRequest(t *testing.T) {
 	idemWantStatus(t, won, http.StatusCreated)
 
 	close(proceed[1]) // the abandoned request wakes up
-	if err := <-results; !errors.Is(err, app.ErrClaimLost) {
-		t.Fatalf("the abandoned request's append: %v, want ErrClaimLost", err)
+	if err := <-results; !errors.Is(err, app.ErrReservationLost) {
+		t.Fatalf("the abandoned request's append: %v, want ErrReservationLost", err)
 	}
 	idemWantStatus(t, <-first, http.StatusConflict)
 	if w := env.things("a"); w != 1 {
@@ -774,7 +774,7 @@ func TestIdempotencyServerErrorAfterWriteIsStored(t *testing.T) {
 	}
 }
 
-// A panic after a write keeps the claim: the key stays in flight and, once
+// A panic after a write keeps the reservation: the key stays in flight and, once
 // abandoned, answers that the outcome was lost; it never runs again.
 func TestIdempotencyPanicAfterWriteKeepsKey(t *testing.T) {
 	env := newIdemEnv(t)
@@ -790,7 +790,7 @@ func TestIdempotencyPanicAfterWriteKeepsKey(t *testing.T) {
 	env.wantLostOnceAbandoned(t)
 }
 
-// wantLostOnceAbandoned: the claim of a /v1/write of "a" under key "w"
+// wantLostOnceAbandoned: the reservation of a /v1/write of "a" under key "w"
 // that wrote and never stored its response answers in progress; once
 // abandoned, a retry is answered (as a replay, and replayed again) that
 // the outcome was lost, and the handler never runs again.
@@ -812,7 +812,7 @@ func (env *idemEnv) wantLostOnceAbandoned(t *testing.T) {
 	}
 }
 
-// Retries racing to take one abandoned claim over: exactly one runs.
+// Retries racing to take one abandoned reservation over: exactly one runs.
 func TestIdempotencyRacingTakeoversRunOnce(t *testing.T) {
 	env := newIdemEnv(t)
 	proceed := make(chan struct{})
@@ -885,7 +885,7 @@ func TestIdempotencyRefusalsExpireSooner(t *testing.T) {
 	env.advance(idempotencyRefusalTTL - time.Second)
 	idemWantReplayOf(t, env.post("/v1/invalid", "key1", "i", `{"amount":5}`), refused)
 	env.advance(time.Second + idempotencySweepEvery)
-	// The sweep this request ran removed the refusal before it claimed.
+	// The sweep this request ran removed the refusal before it reserved.
 	again := env.post("/v1/invalid", "key1", "i", `{"amount":5}`)
 	idemWantStatus(t, again, http.StatusBadRequest)
 	if again.Header().Get(headerIdempotencyReplayed) != "" {

@@ -137,7 +137,7 @@ func (s *Server) removeWhitelist(c echo.Context) error {
 // respondWhitelisted answers a write with the address as the read model
 // holds it once it includes the write.
 func (s *Server) respondWhitelisted(c echo.Context, customerID, addressID string, pos eventstore.Position, status int, msg string) error {
-	if err := s.settle(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos); err != nil {
 		return err
 	}
 	q, err := s.readModels(c)

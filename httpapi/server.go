@@ -250,11 +250,11 @@ func bodyLimit(n int64) echo.MiddlewareFunc {
 	}
 }
 
-// settle waits until the read models include a write, for a write that
+// awaitWrite waits until the read models include a write, for a write that
 // answers with what the read models hold; a lagging projector gives 503,
 // never stale data. Writes that answer from their own events do not call
 // it: reads wait instead (readModels).
-func (s *Server) settle(c echo.Context, pos eventstore.Position) error {
+func (s *Server) awaitWrite(c echo.Context, pos eventstore.Position) error {
 	if pos == (eventstore.Position{}) || s.waiter == nil {
 		return nil
 	}
@@ -284,8 +284,8 @@ const ctxFenced = "escrowd.readFence"
 // are committed, without waiting for the projectors; the wait is paid by
 // reads instead, so a read still sees every earlier write, made through
 // this server or any other sharing the database. A write that answers
-// with what the read models hold calls settle for its own events, since a
-// fence taken before its append does not include them. settle does not
+// with what the read models hold calls awaitWrite for its own events, since a
+// fence taken before its append does not include them. awaitWrite does not
 // count as the fence: it waits for the position the command returned,
 // which need not be past every write acknowledged before the request (a
 // command that finds nothing to do may return none, or an earlier one). A

@@ -27,7 +27,7 @@ type uploadPart struct {
 }
 
 // uploadForm builds a real multipart/form-data body: form fields, then
-// file parts whose filename and Content-Type are whatever the test claims.
+// file parts whose filename and Content-Type are whatever the test declares.
 func uploadForm(t *testing.T, fields map[string]string, parts ...uploadPart) ([]byte, string) {
 	t.Helper()
 	var b bytes.Buffer
@@ -313,7 +313,7 @@ func TestKeyedUploadOverLimitLeavesNoSpoolFile(t *testing.T) {
 	if left := spoolFiles(t, tmp); len(left) != 0 {
 		t.Fatalf("spool files left after a 413: %v", left)
 	}
-	// The key was never claimed: the same key with a body within the
+	// The key was never reserved: the same key with a body within the
 	// limit runs.
 	small, ct := uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", uploadPNG(t)})
 	h.uploadDo("POST", "/v1/probe/keyed-big", h.std(), ct, bytes.NewReader(small), keyed).expect(t, 201, "ok")

@@ -195,7 +195,7 @@ func TestNoEndpointThenRetry(t *testing.T) {
 	prompt := func() bool {
 		disp.mu.Lock()
 		defer disp.mu.Unlock()
-		return disp.prompt[m.MerchantID]
+		return disp.adm.prompt[m.MerchantID]
 	}
 	id := e.deposits(m.MerchantID, 1)[0].String()
 	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
@@ -444,7 +444,7 @@ func TestTwoDispatchersNeverSendAnAttemptTwice(t *testing.T) {
 		}
 	}
 	// Both dispatchers sent: the test proves nothing about two processes
-	// if one of them never claimed anything.
+	// if one of them never leased anything.
 	senders := map[string]int{}
 	for _, h := range rc.all() {
 		senders[h.Sender]++
@@ -486,7 +486,7 @@ func TestWorkersBoundAllAttempts(t *testing.T) {
 		d.Timeout, d.SlowAfter = 30*time.Second, 30*time.Second
 	})
 	eventually(t, 10*time.Second, "every worker busy", func() bool { return cur.Load() >= workers })
-	time.Sleep(20 * 20 * time.Millisecond) // twenty poll intervals for a claim past the bound
+	time.Sleep(20 * 20 * time.Millisecond) // twenty poll intervals for a lease past the bound
 	if n := len(rc.all()); n != workers || peak.Load() != workers {
 		t.Fatalf("%d requests, %d at once, with %d workers", n, peak.Load(), workers)
 	}
@@ -500,7 +500,7 @@ func TestWorkersBoundAllAttempts(t *testing.T) {
 // TestBacklogGoesOutAsAttemptsEnd: a merchant with more messages due than
 // its cap gets its next attempts as soon as its attempts end, not at the
 // next poll: when the end of an attempt gives it room (it was at its cap,
-// or it answered in time and now has PerMerchant), the dispatcher claims
+// or it answered in time and now has PerMerchant), the dispatcher leases
 // again. The poll interval here is longer than the test.
 func TestBacklogGoesOutAsAttemptsEnd(t *testing.T) {
 	e := newTestEnv(t)
@@ -524,27 +524,27 @@ func TestBacklogGoesOutAsAttemptsEnd(t *testing.T) {
 	eventually(t, 10*time.Second, "the whole backlog", func() bool { return len(rc.delivered()) == len(ids) })
 }
 
-// TestFullClaimClaimsAgainAtOnce: a claim that comes back full (it got
-// all it asked for: every free worker, or maxClaim rows) may have left due
-// rows behind, and the dispatcher claims again at once, until a claim
+// TestFullLeaseLeasesAgainAtOnce: a lease that comes back full (it got
+// all it asked for: every free worker, or maxLease rows) may have left due
+// rows behind, and the dispatcher leases again at once, until a lease
 // comes back short. Nothing else wakes it here: its poll interval is an
 // hour, the rows are inserted without a notification, and no attempt ends
 // (their endpoint lookups wait) until every row is leased. Only the
-// wake-up it sends itself once listening may add one claim, so with three
-// full claims of rows due, the dispatcher leases them all only by claiming
-// again. (With fewer workers than maxClaim this rule cannot be told apart:
-// a full claim takes every worker, and the next comes when an attempt
+// wake-up it sends itself once listening may add one lease, so with three
+// full leases of rows due, the dispatcher leases them all only by leasing
+// again. (With fewer workers than maxLease this rule cannot be told apart:
+// a full lease takes every worker, and the next comes when an attempt
 // ends.)
-func TestFullClaimClaimsAgainAtOnce(t *testing.T) {
+func TestFullLeaseLeasesAgainAtOnce(t *testing.T) {
 	e := newTestEnv(t)
 	rc := newReceiver(t, nil, nil)
 	gate := make(chan struct{})
 	open := sync.OnceFunc(func() { close(gate) })
 	defer open()
-	const rows = 3 * maxClaim
+	const rows = 3 * maxLease
 	seedDue(t, e.pool, interleaved(rows, "m1"))
 	e.runDispatcher(e.pool, func(d *Dispatcher) {
-		d.Workers, d.PerMerchant, d.SlowPerMerchant = 4*maxClaim, 4*maxClaim, 4*maxClaim
+		d.Workers, d.PerMerchant, d.SlowPerMerchant = 4*maxLease, 4*maxLease, 4*maxLease
 		d.Timeout, d.SlowAfter = time.Minute, time.Minute
 		d.PollInterval = time.Hour
 		d.Endpoints = gatedEndpoints{gate: gate, url: rc.srv.URL}
@@ -561,7 +561,7 @@ func TestFullClaimClaimsAgainAtOnce(t *testing.T) {
 }
 
 // gatedEndpoints looks every endpoint up as url once gate is closed: until
-// then the attempts claimed wait in flight, before asking any receiver.
+// then the attempts leased wait in flight, before asking any receiver.
 type gatedEndpoints struct {
 	gate <-chan struct{}
 	url  string
@@ -764,7 +764,7 @@ func TestHandedBackAttemptWakesTheOtherDispatchers(t *testing.T) {
 	m := e.merchant(rc.srv.URL)
 	gate := make(chan struct{})
 	defer close(gate)
-	// The first dispatcher claims the message; its attempt waits for the
+	// The first dispatcher leases the message; its attempt waits for the
 	// endpoint lookup until the dispatcher stops.
 	_, stop := e.runDispatcher(e.pool, func(d *Dispatcher) {
 		d.Endpoints = gatedEndpoints{gate: gate, url: rc.srv.URL}

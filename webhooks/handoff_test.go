@@ -23,12 +23,12 @@ import (
 	"github.com/escrowd/escrowd/eventstore/storetest"
 )
 
-// TestHandoffDeliversFirstAttemptsWithoutClaim wires subscriber and
+// TestHandoffDeliversFirstAttemptsWithoutLease wires subscriber and
 // dispatcher as `escrowd serve` does. The first message of a merchant
-// goes through a claim (the merchant is not yet seen answering); once it
+// goes through a lease (the merchant is not yet seen answering); once it
 // answered, its messages are handed over as they are enqueued, each
 // delivered once, as attempt 1.
-func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
+func TestHandoffDeliversFirstAttemptsWithoutLease(t *testing.T) {
 	e := newTestEnv(t)
 	rc := newReceiver(t, nil, nil)
 	m := e.merchant(rc.srv.URL)
@@ -60,15 +60,15 @@ func TestHandoffDeliversFirstAttemptsWithoutClaim(t *testing.T) {
 	// The counter tells them apart: every attempt counted once, by how it
 	// came. Every attempt the subscriber stored leased was handed over (the
 	// dispatcher ran throughout) and started as such; the others were
-	// claimed.
-	handed, claimed := startedVia(t, reg, viaHandoff), startedVia(t, reg, viaClaim)
-	if n := leased(); handed != float64(n) || handed+claimed != 21 || claimed < 1 {
-		t.Fatalf("started via handoff %v, via claim %v; stored leased %d, 21 in all", handed, claimed, n)
+	// leased.
+	handed, viaLeases := startedVia(t, reg, viaHandoff), startedVia(t, reg, viaLease)
+	if n := leased(); handed != float64(n) || handed+viaLeases != 21 || viaLeases < 1 {
+		t.Fatalf("started via handoff %v, via lease %v; stored leased %d, 21 in all", handed, viaLeases, n)
 	}
 }
 
 // countLeasedAtEnqueue makes the database count the deliveries stored
-// already leased: the attempts a subscriber hands over (a claim leases rows
+// already leased: the attempts a subscriber hands over (a lease leases rows
 // stored pending). It returns how many committed so far. The count is kept
 // by a trigger, apart from the dispatcher, so that tests can check what the
 // dispatcher reports against it.
@@ -140,7 +140,7 @@ func TestEnqueueLeasesAsTheOrderGateAllows(t *testing.T) {
 		}
 		return m
 	}
-	enq := func(msgs []Message, take []bool) (leased []claimed) {
+	enq := func(msgs []Message, take []bool) (leased []leasedAttempt) {
 		t.Helper()
 		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
 			_, leased, err = enqueue(ctx, tx, msgs, take, time.Minute)
@@ -179,7 +179,7 @@ func TestEnqueueLeasesAsTheOrderGateAllows(t *testing.T) {
 	msgs, take = append(msgs, pendingK), append(take, true)
 	before := time.Now()
 	leased := enq(msgs, take)
-	byID := map[uuid.UUID]claimed{}
+	byID := map[uuid.UUID]leasedAttempt{}
 	for _, c := range leased {
 		byID[c.ID] = c
 	}
@@ -213,10 +213,10 @@ func TestEnqueueLeasesAsTheOrderGateAllows(t *testing.T) {
 	}
 }
 
-// TestReserveTakesWhatAClaimCould: room goes only to merchants seen
+// TestReserveTakesWhatALeaseCould: room goes only to merchants seen
 // answering in time and not slow, within PerMerchant and Workers, and
 // only while Run delivers.
-func TestReserveTakesWhatAClaimCould(t *testing.T) {
+func TestReserveTakesWhatALeaseCould(t *testing.T) {
 	d := &Dispatcher{Workers: 3, PerMerchant: 2}
 	d.defaults()
 	msgs := func(ms ...string) []Message {
@@ -229,54 +229,54 @@ func TestReserveTakesWhatAClaimCould(t *testing.T) {
 	if take, _ := d.reserve(msgs("m1")); take != nil {
 		t.Fatalf("reserved %v while Run is not delivering", take)
 	}
-	if d.handingOff() {
+	if d.adm.handingOff(d.Now()) {
 		t.Fatal("a request refused while Run is not delivering counts as handing off")
 	}
-	d.running = true
-	d.prompt["m1"], d.prompt["m2"], d.prompt["m3"] = true, true, true
-	d.slow["m3"] = true
+	d.adm.running = true
+	d.adm.prompt["m1"], d.adm.prompt["m2"], d.adm.prompt["m3"] = true, true, true
+	d.adm.slow["m3"] = true
 	take, lease := d.reserve(msgs("m1", "m1", "m1", "m3", "m4", "m2", "m2"))
 	want := []bool{true, true, false, false, false, true, false}
 	if !slices.Equal(take, want) || lease != d.Lease {
 		t.Fatalf("take %v lease %s, want %v %s", take, lease, want, d.Lease)
 	}
-	if d.busy["m1"] != 2 || d.busy["m2"] != 1 || len(d.busy) != 2 {
-		t.Fatalf("busy %v", d.busy)
+	if d.adm.busy["m1"] != 2 || d.adm.busy["m2"] != 1 || len(d.adm.busy) != 2 {
+		t.Fatalf("busy %v", d.adm.busy)
 	}
 	if take, _ := d.reserve(msgs("m2")); take != nil {
 		t.Fatalf("reserved %v beyond Workers", take)
 	}
 	d.unreserve([]string{"m1", "m2"})
-	if d.busy["m1"] != 1 || len(d.busy) != 1 {
-		t.Fatalf("busy after unreserve %v", d.busy)
+	if d.adm.busy["m1"] != 1 || len(d.adm.busy) != 1 {
+		t.Fatalf("busy after unreserve %v", d.adm.busy)
 	}
 }
 
-// TestReserveLeavesAClaimItsShare: a claim under way may still lease
-// claimN attempts, and what its window granted each merchant; reserve
-// takes room beside those, and at once (it never waits for the claim).
-func TestReserveLeavesAClaimItsShare(t *testing.T) {
+// TestReserveLeavesALeaseItsShare: a lease under way may still lease
+// leaseN attempts, and what its window granted each merchant; reserve
+// takes room beside those, and at once (it never waits for the lease).
+func TestReserveLeavesALeaseItsShare(t *testing.T) {
 	d := &Dispatcher{Workers: 4, PerMerchant: 3}
 	d.defaults()
-	d.running, d.prompt["m1"], d.prompt["m2"] = true, true, true
-	d.claiming, d.claimN, d.claimRooms = true, 2, map[string]int{"m1": 3}
+	d.adm.running, d.adm.prompt["m1"], d.adm.prompt["m2"] = true, true, true
+	d.adm.leasing, d.adm.leaseN, d.adm.leaseRooms = true, 2, map[string]int{"m1": 3}
 	msgs := []Message{{ID: uuid.New(), MerchantID: "m1"}, {ID: uuid.New(), MerchantID: "m2"},
 		{ID: uuid.New(), MerchantID: "m2"}, {ID: uuid.New(), MerchantID: "m2"}}
 	take, _ := d.reserve(msgs)
-	// m1: the claim may still give it all its room; m2: two, then the
-	// workers left beside the claim's 2 are taken.
-	if want := []bool{false, true, true, false}; !slices.Equal(take, want) || d.busy["m2"] != 2 || len(d.busy) != 1 {
-		t.Fatalf("take %v busy %v, want %v and m2 2", take, d.busy, want)
+	// m1: the lease may still give it all its room; m2: two, then the
+	// workers left beside the lease's 2 are taken.
+	if want := []bool{false, true, true, false}; !slices.Equal(take, want) || d.adm.busy["m2"] != 2 || len(d.adm.busy) != 1 {
+		t.Fatalf("take %v busy %v, want %v and m2 2", take, d.adm.busy, want)
 	}
-	if !d.handingOff() {
+	if !d.adm.handingOff(d.Now()) {
 		t.Fatal("reserve did not mark the dispatcher as handing off")
 	}
-	// Once the window has chosen (one row, m1's), the claim keeps only
+	// Once the window has chosen (one row, m1's), the lease keeps only
 	// that: m1 has room again, and so do the workers.
-	d.claimPicked(map[string]int{"m1": 1})
+	d.windowPicked(map[string]int{"m1": 1})
 	take, _ = d.reserve(msgs[:2])
-	if want := []bool{true, false}; !slices.Equal(take, want) || d.busy["m1"] != 1 || d.busy["m2"] != 2 {
-		t.Fatalf("after the pick: take %v busy %v, want %v", take, d.busy, want)
+	if want := []bool{true, false}; !slices.Equal(take, want) || d.adm.busy["m1"] != 1 || d.adm.busy["m2"] != 2 {
+		t.Fatalf("after the pick: take %v busy %v, want %v", take, d.adm.busy, want)
 	}
 }
 
@@ -322,7 +322,7 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 	m := e.merchant("http://127.0.0.1:1/")
 	d := &Dispatcher{Pool: e.pool}
 	d.defaults()
-	d.running, d.prompt[m.MerchantID] = true, true
+	d.adm.running, d.adm.prompt[m.MerchantID] = true, true
 	sub := newSubscriber(e.store, e.pool)
 	sub.Handoff = d
 	for _, commit := range []bool{false, true} {
@@ -336,8 +336,8 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 			if err := sub.Apply(ctx, tx, events); err != nil {
 				t.Fatal(err)
 			}
-			if d.busy[m.MerchantID] != 1 {
-				t.Fatalf("busy %v while the batch is open", d.busy)
+			if d.adm.busy[m.MerchantID] != 1 {
+				t.Fatalf("busy %v while the batch is open", d.adm.busy)
 			}
 			if commit {
 				err = tx.Commit(ctx)
@@ -350,13 +350,13 @@ func TestSubscriberHandsOverOnlyWhatCommitted(t *testing.T) {
 			sub.Committed(commit)
 			h := d.takeHanded()
 			if !commit {
-				if len(h) != 0 || len(d.busy) != 0 {
-					t.Fatalf("rolled back: handed %d, busy %v", len(h), d.busy)
+				if len(h) != 0 || len(d.adm.busy) != 0 {
+					t.Fatalf("rolled back: handed %d, busy %v", len(h), d.adm.busy)
 				}
 				return
 			}
-			if len(h) != 1 || h[0].ID != id || h[0].Attempt != 1 || d.busy[m.MerchantID] != 1 {
-				t.Fatalf("committed: handed %+v, busy %v", h, d.busy)
+			if len(h) != 1 || h[0].ID != id || h[0].Attempt != 1 || d.adm.busy[m.MerchantID] != 1 {
+				t.Fatalf("committed: handed %+v, busy %v", h, d.adm.busy)
 			}
 			var status string
 			if err := e.pool.QueryRow(ctx, `SELECT status FROM webhook_deliveries WHERE id = $1`, id).Scan(&status); err != nil || status != StatusDelivering {
@@ -376,7 +376,7 @@ func TestHandedOverAttemptOfADeadDispatcherGoesOutAfterItsLease(t *testing.T) {
 	m := e.merchant(rc.srv.URL)
 	dead := &Dispatcher{Pool: e.pool, Lease: 300 * time.Millisecond}
 	dead.defaults()
-	dead.running, dead.prompt[m.MerchantID] = true, true
+	dead.adm.running, dead.adm.prompt[m.MerchantID] = true, true
 	e.runSubscriberHandingTo(e.pool, dead)
 	id := e.deposits(m.MerchantID, 1)[0]
 	// It never runs: what is handed over to it stays there.
@@ -403,17 +403,17 @@ func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var leased []claimed
+	var leased []leasedAttempt
 	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
 		_, leased, err = enqueue(ctx, tx, []Message{msg}, []bool{true}, time.Hour)
 		return err
 	}); err != nil || len(leased) != 1 {
 		t.Fatalf("leased %v: %v", leased, err)
 	}
-	d.busy[msg.MerchantID] = 1 // reserved for it
+	d.adm.busy[msg.MerchantID] = 1 // reserved for it
 	d.handOver(leased)
-	if len(d.busy) != 0 {
-		t.Fatalf("busy %v after handing over to a stopped dispatcher, want its room back", d.busy)
+	if len(d.adm.busy) != 0 {
+		t.Fatalf("busy %v after handing over to a stopped dispatcher, want its room back", d.adm.busy)
 	}
 	var status string
 	var attempts int
@@ -427,24 +427,24 @@ func TestHandOverToAStoppedDispatcherQueuesTheAttempts(t *testing.T) {
 	}
 }
 
-// TestClaimRoomsAreRecordedForReserve: what a claim's window grants each
-// merchant is kept for reserve while the claim runs.
-func TestClaimRoomsAreRecordedForReserve(t *testing.T) {
+// TestLeaseRoomsAreRecordedForReserve: what a lease's window grants each
+// merchant is kept for reserve while the lease runs.
+func TestLeaseRoomsAreRecordedForReserve(t *testing.T) {
 	d := &Dispatcher{}
 	d.defaults()
-	d.prompt["m1"], d.slow["s1"] = true, true
-	d.busy["m1"] = 1
-	d.claimRooms = map[string]int{}
-	a := d.allot()
+	d.adm.prompt["m1"], d.adm.slow["s1"] = true, true
+	d.adm.busy["m1"] = 1
+	d.adm.leaseRooms = map[string]int{}
+	a := d.adm.allot()
 	got := a.rooms(map[string]int{"m1": 5, "s1": 3})
 	want := map[string]int{"m1": d.PerMerchant - 1, "s1": d.SlowPerMerchant}
-	if !maps.Equal(got, want) || !maps.Equal(d.claimRooms, want) {
-		t.Fatalf("rooms %v, recorded %v, want %v", got, d.claimRooms, want)
+	if !maps.Equal(got, want) || !maps.Equal(d.adm.leaseRooms, want) {
+		t.Fatalf("rooms %v, recorded %v, want %v", got, d.adm.leaseRooms, want)
 	}
 }
 
 // TestHandoffKeepsTheBounds: with the subscriber handing attempts over
-// while claims run (a slow receiver keeps attempts in flight, messages keep
+// while leases run (a slow receiver keeps attempts in flight, messages keep
 // coming), no merchant ever has more than PerMerchant attempts at once,
 // nor all of them more than Workers; every message arrives once.
 func TestHandoffKeepsTheBounds(t *testing.T) {
@@ -479,7 +479,7 @@ func TestHandoffKeepsTheBounds(t *testing.T) {
 		d.Metrics = NewMetrics(reg)
 	})
 	e.runSubscriberHandingTo(e.pool, d)
-	// Each merchant answers once first (through a claim): only merchants
+	// Each merchant answers once first (through a lease): only merchants
 	// seen answering in time are handed attempts, and without this the
 	// rounds below could all be enqueued before any answer, leaving the
 	// handoff untested (the check below then failed, now and then).
@@ -548,7 +548,7 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var leased []claimed
+	var leased []leasedAttempt
 	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
 		_, leased, err = enqueue(ctx, tx, []Message{msg}, []bool{true}, time.Hour)
 		return err
@@ -558,7 +558,7 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 	eventually(t, 10*time.Second, "Run delivering", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.running
+		return d.adm.running
 	})
 	time.Sleep(50 * time.Millisecond) // Run waits for work (PollInterval: an hour)
 	// Hold the dispatcher while it stops: its loop ends (on the context),
@@ -568,7 +568,7 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		d.handed = append(d.handed, leased...)
-		d.busy[msg.MerchantID]++
+		d.adm.busy[msg.MerchantID]++
 		d.mu.Unlock()
 	}()
 	stop()
@@ -599,10 +599,10 @@ func TestLeasingEnqueueCommitsSynchronously(t *testing.T) {
 		}
 		return m
 	}
-	settingAfter := func(msgs []Message, take []bool) (string, []claimed) {
+	settingAfter := func(msgs []Message, take []bool) (string, []leasedAttempt) {
 		t.Helper()
 		var setting string
-		var leased []claimed
+		var leased []leasedAttempt
 		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
 			if _, err := tx.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true)`); err != nil {
 				return err
@@ -650,23 +650,23 @@ func TestEnqueueWakesTheDispatchers(t *testing.T) {
 	eventually(t, 10*time.Second, "delivered", func() bool { return e.statuses()[StatusDelivered] == 1 })
 }
 
-// TestHandingOffEndsWhenTheSubscriberStopsAsking: claims leave room for
+// TestHandingOffEndsWhenTheSubscriberStopsAsking: leases leave room for
 // the handoff only while a subscriber asks for it. While it does (within
-// handOffQuiet of its last reserve) Run claims half its free workers, so
+// handOffQuiet of its last reserve) Run leases half its free workers, so
 // that the subscriber's next batch still finds room; one whose runner lost
-// the lock to another process asks no more, and Run's claims then take
+// the lock to another process asks no more, and Run's leases then take
 // every free worker again instead of half. Before any subscriber asked,
 // they take every free worker too.
 //
-// It watches the claims Run makes, by the rows each leases (a claim is one
-// transaction: its rows share their xmin). The attempts claimed stay in
-// flight (their endpoint lookups wait), so each phase claims with the
+// It watches the leases Run makes, by the rows each leases (a lease is one
+// transaction: its rows share their xmin). The attempts leased stay in
+// flight (their endpoint lookups wait), so each phase leases with the
 // workers the previous ones left free: 32, then 15, 6 and 2. Each phase
 // seeds more rows than half of them, all at once and without a
-// notification, so that the claims' sizes tell halving from not. The
+// notification, so that the leases' sizes tell halving from not. The
 // dispatcher's clock is the test's: the subscriber stops asking when the
 // test moves it on, not after ten seconds. A phase begins only once no
-// claim started before the change is still running, which could otherwise
+// lease started before the change is still running, which could otherwise
 // take its rows by the old rule.
 func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
 	e := newTestEnv(t)
@@ -687,9 +687,9 @@ func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
 		d.Now = func() time.Time { return base.Add(time.Duration(elapsed.Load())) }
 	})
 	leased := 0
-	// claims waits until ids are all leased and returns the sizes of the
-	// claims that leased them, in order.
-	claims := func(ids []uuid.UUID) []int {
+	// leases waits until ids are all leased and returns the sizes of the
+	// leases that leased them, in order.
+	leases := func(ids []uuid.UUID) []int {
 		t.Helper()
 		leased += len(ids)
 		eventually(t, 10*time.Second, fmt.Sprint(leased, " rows leased"), func() bool { return e.statuses()[StatusDelivering] == leased })
@@ -705,34 +705,34 @@ func TestHandingOffEndsWhenTheSubscriberStopsAsking(t *testing.T) {
 		}
 		return sizes
 	}
-	// phase makes change, waits until no claim begun before it runs, and
-	// seeds n due rows for the claims begun after it.
+	// phase makes change, waits until no lease begun before it runs, and
+	// seeds n due rows for the leases begun after it.
 	phase := func(change func(), n int) []uuid.UUID {
 		t.Helper()
 		change()
-		eventually(t, 10*time.Second, "no claim under way", func() bool {
+		eventually(t, 10*time.Second, "no lease under way", func() bool {
 			d.mu.Lock()
 			defer d.mu.Unlock()
-			return !d.claiming
+			return !d.adm.leasing
 		})
 		ids := seedDue(t, e.pool, interleaved(n, "m1"))
 		d.signal()
 		return ids
 	}
-	if got := claims(first); !slices.Equal(got, []int{17}) {
-		t.Fatalf("before any subscriber asked: claims of %v for 17 rows and 32 free workers, want [17]", got)
+	if got := leases(first); !slices.Equal(got, []int{17}) {
+		t.Fatalf("before any subscriber asked: leases of %v for 17 rows and 32 free workers, want [17]", got)
 	}
 	ids := phase(func() { d.reserve(nil) }, 9)
-	if got := claims(ids); !slices.Equal(got, []int{8, 1}) {
-		t.Fatalf("while the subscriber asks: claims of %v for 9 rows and 15 free workers, want [8 1] (half, then the rest)", got)
+	if got := leases(ids); !slices.Equal(got, []int{8, 1}) {
+		t.Fatalf("while the subscriber asks: leases of %v for 9 rows and 15 free workers, want [8 1] (half, then the rest)", got)
 	}
 	ids = phase(func() { elapsed.Store(int64(handOffQuiet - time.Second)) }, 4)
-	if got := claims(ids); !slices.Equal(got, []int{3, 1}) {
-		t.Fatalf("%s after the subscriber last asked: claims of %v for 4 rows and 6 free workers, want [3 1]", handOffQuiet-time.Second, got)
+	if got := leases(ids); !slices.Equal(got, []int{3, 1}) {
+		t.Fatalf("%s after the subscriber last asked: leases of %v for 4 rows and 6 free workers, want [3 1]", handOffQuiet-time.Second, got)
 	}
 	ids = phase(func() { elapsed.Store(int64(handOffQuiet)) }, 2)
-	if got := claims(ids); !slices.Equal(got, []int{2}) {
-		t.Fatalf("%s after the subscriber last asked: claims of %v for 2 rows and 2 free workers, want [2]", handOffQuiet, got)
+	if got := leases(ids); !slices.Equal(got, []int{2}) {
+		t.Fatalf("%s after the subscriber last asked: leases of %v for 2 rows and 2 free workers, want [2]", handOffQuiet, got)
 	}
 	if n := len(rc.all()); n != 0 {
 		t.Fatalf("%d requests before the endpoints were looked up", n)
@@ -809,7 +809,7 @@ func TestRepeatedEnqueueChangesNothing(t *testing.T) {
 
 // TestUnreportedBatchGivesBackItsRoom: a batch applied without a
 // Committed call (Apply outside the runner's pipeline: rebuilds,
-// catch-ups) is settled as not committed when the next batch is planned,
+// catch-ups) is handed off as not committed when the next batch is planned,
 // so its reservation is given back rather than held by the dispatcher for
 // good.
 func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
@@ -818,7 +818,7 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 	m := e.merchant("http://127.0.0.1:1/")
 	d := &Dispatcher{Pool: e.pool}
 	d.defaults()
-	d.running, d.prompt[m.MerchantID] = true, true
+	d.adm.running, d.adm.prompt[m.MerchantID] = true, true
 	sub := newSubscriber(e.store, e.pool)
 	sub.Handoff = d
 	apply := func() {
@@ -832,15 +832,15 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 		if err := sub.Apply(ctx, tx, events); err != nil {
 			t.Fatal(err)
 		}
-		if d.busy[m.MerchantID] != 1 {
-			t.Fatalf("busy %v while the batch is open, want 1 for its message", d.busy)
+		if d.adm.busy[m.MerchantID] != 1 {
+			t.Fatalf("busy %v while the batch is open, want 1 for its message", d.adm.busy)
 		}
 	}
 	apply() // never reported
 	apply()
 	sub.Committed(false)
-	if h := d.takeHanded(); len(h) != 0 || len(d.busy) != 0 {
-		t.Fatalf("handed %d, busy %v; want nothing held", len(h), d.busy)
+	if h := d.takeHanded(); len(h) != 0 || len(d.adm.busy) != 0 {
+		t.Fatalf("handed %d, busy %v; want nothing held", len(h), d.adm.busy)
 	}
 }
 
@@ -856,7 +856,7 @@ type wakeWatch struct {
 
 func (w *wakeWatch) watch(d *Dispatcher) {
 	w.d = d
-	d.waiting = func() {
+	onWaiting(d, func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		// Only Run's wait takes wake-ups: with none pending as Run goes
@@ -866,7 +866,7 @@ func (w *wakeWatch) watch(d *Dispatcher) {
 		if len(d.wake) == 0 {
 			w.handled = w.sent
 		}
-	}
+	})
 }
 
 func (w *wakeWatch) wake(t *testing.T) {
@@ -886,7 +886,7 @@ func (w *wakeWatch) wake(t *testing.T) {
 // TestWakeWithNoWorkerFreeIsNotLost: a message the subscriber had no
 // worker left for is queued, and its notification wakes the dispatcher
 // while the attempts handed over with it hold every worker. That wake-up
-// cannot claim; the message must go out as soon as a worker frees up, not
+// cannot lease; the message must go out as soon as a worker frees up, not
 // at the next poll (a minute here), although the attempts that end are of
 // a merchant below its cap and known to answer in time, whose ends wake
 // nobody by themselves.
@@ -909,10 +909,10 @@ func TestWakeWithNoWorkerFreeIsNotLost(t *testing.T) {
 	eventually(t, 10*time.Second, "Run delivering", func() bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.running
+		return d.adm.running
 	})
 	d.mu.Lock()
-	d.prompt["m1"] = true
+	d.adm.prompt["m1"] = true
 	d.mu.Unlock()
 	// What the subscriber does with a batch of three messages and two
 	// workers: it reserves two, stores them leased and hands them over;
@@ -925,7 +925,7 @@ func TestWakeWithNoWorkerFreeIsNotLost(t *testing.T) {
 		}
 		msgs[i] = m
 	}
-	// A claim under way (Run's first ones find the outbox empty) may
+	// A lease under way (Run's first ones find the outbox empty) may
 	// still lease every worker, and reserve takes nothing beside it: then
 	// give back what it took and try again once Run waits.
 	var (
@@ -944,7 +944,7 @@ func TestWakeWithNoWorkerFreeIsNotLost(t *testing.T) {
 		}
 		return false
 	})
-	var leased []claimed
+	var leased []leasedAttempt
 	if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) (err error) {
 		_, leased, err = enqueue(ctx, tx, msgs[:2], take[:2], lease)
 		return err

@@ -70,7 +70,7 @@ func TestManyDeadReceiversDoNotStarveOthers(t *testing.T) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		for _, id := range deadIDs {
-			if !d.slow[id] {
+			if !d.adm.slow[id] {
 				return false
 			}
 		}
@@ -114,7 +114,7 @@ func TestEndpointLookupFailuresReachFailed(t *testing.T) {
 	// how it answers, and must not make the merchant prompt (a dead
 	// receiver would get PerMerchant workers back after a lookup blip).
 	d.mu.Lock()
-	slow, prompt := d.slow[m.MerchantID], d.prompt[m.MerchantID]
+	slow, prompt := d.adm.slow[m.MerchantID], d.adm.prompt[m.MerchantID]
 	d.mu.Unlock()
 	if slow || prompt {
 		t.Fatalf("after lookup failures only: slow %v, prompt %v; want neither", slow, prompt)
@@ -147,7 +147,7 @@ func TestLateAnswerKeepsMerchantSlow(t *testing.T) {
 		d := disp.Load()
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.slow[m], d.prompt[m]
+		return d.adm.slow[m], d.adm.prompt[m]
 	}
 	late := newReceiver(t, nil, func(hit) int {
 		deadline := time.Now().Add(10 * time.Second)

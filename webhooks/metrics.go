@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/internal/promreg"
 )
@@ -20,7 +21,7 @@ const DefaultMetricsInterval = 5 * time.Second
 //
 // started counts, per process, the attempts this process's dispatchers
 // started, by how they got them: "handoff" (stored leased by this
-// process's subscriber) or "claim". Sum it over instances.
+// process's subscriber) or "lease". Sum it over instances.
 type Metrics struct {
 	pending prometheus.Gauge
 	oldest  prometheus.Gauge
@@ -31,7 +32,7 @@ type Metrics struct {
 // How a dispatcher got an attempt (the via label of started).
 const (
 	viaHandoff = "handoff"
-	viaClaim   = "claim"
+	viaLease   = "lease"
 )
 
 // NewMetrics registers the outbox gauges on reg. Registering twice on one
@@ -52,7 +53,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		started: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "escrowd_webhook_attempts_started_total",
-			Help: "Webhook delivery attempts started by this process, by how the dispatcher got them: handed over by the subscriber, or claimed.",
+			Help: "Webhook delivery attempts started by this process, by how the dispatcher got them: handed over by the subscriber, or leased.",
 		}, []string{"via"}),
 	}
 	if reg != nil {
@@ -65,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // refresh sets the gauges from the outbox in one query: the pending side
-// reads the claim's partial index, the failed count the retention's.
+// reads the lease's partial index, the failed count the retention's.
 func (m *Metrics) refresh(ctx context.Context, pool *pgxpool.Pool) error {
 	var (
 		pending, failed int64
@@ -88,4 +89,26 @@ func (m *Metrics) refresh(ctx context.Context, pool *pgxpool.Pool) error {
 	m.oldest.Set(age)
 	m.failed.Set(float64(failed))
 	return nil
+}
+
+// refreshMetrics updates the outbox gauges every MetricsInterval until ctx
+// ends.
+func (d *Dispatcher) refreshMetrics(ctx context.Context) {
+	failing := false
+	for {
+		qctx, cancel := context.WithTimeout(ctx, max(d.MetricsInterval, time.Second))
+		err := d.Metrics.refresh(qctx, d.Pool)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !failing {
+			d.Log.Warn("webhooks: cannot refresh the outbox gauges", zap.Error(err))
+		}
+		failing = err != nil
+		sleepCtx(ctx, d.MetricsInterval)
+		if ctx.Err() != nil {
+			return
+		}
+	}
 }

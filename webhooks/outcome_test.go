@@ -33,7 +33,7 @@ func (e *testEnv) insertDelivery(merchantID, orderKey string) uuid.UUID {
 	return id
 }
 
-// lease leases delivery id for its next attempt, as a claim does, and
+// lease leases delivery id for its next attempt, as a lease does, and
 // returns the attempt's number.
 func (e *testEnv) lease(id uuid.UUID) int {
 	e.t.Helper()
@@ -84,7 +84,7 @@ func TestOrderedOutcomeWithoutRequestNotifies(t *testing.T) {
 }
 
 // recordBefore0009 records outcomes as recordOutcomes did before the last
-// attempt moved onto the delivery row (migrations/0009): the update (which
+// attempt moved onto the delivery row (migrations/0001_baseline.sql): the update (which
 // leaves the row's attempt columns alone) and an insert of every sent
 // outcome into webhook_attempts. It writes what a binary older than 0009
 // writes, and its attempt log is the one recordOutcomes must keep.
@@ -390,7 +390,7 @@ func TestStaleOutcomeMovesNothing(t *testing.T) {
 		return []outcome{retried(id, n, 503, "HTTP 503", base, 5*time.Millisecond)}
 	})
 	stale := w.lease() // its dispatcher's lease runs out...
-	n = w.lease()      // ...and another dispatcher claims the message
+	n = w.lease()      // ...and another dispatcher leases the message
 	x := e.xmin(w.a)
 	d := w.record("stale outcome", func(id uuid.UUID) []outcome {
 		return []outcome{delivered(id, stale, base.Add(time.Minute), 30*time.Second)}
@@ -605,13 +605,13 @@ func TestDeliveryLogReadsOneMoment(t *testing.T) {
 	}
 	fail() // attempt 1, held by the row
 	reads := 0
-	box.read = func() {
+	betweenReads(box, func() {
 		// Two more attempts between the rows and the attempts: each
 		// outcome moves the attempt before it into webhook_attempts.
 		reads++
 		fail()
 		fail()
-	}
+	})
 	check := func(name string, d Delivery) {
 		t.Helper()
 		if d.Attempts != len(d.AttemptLog) {

@@ -127,7 +127,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 		}
 	}()
 	now := s.Now()
-	// Claim this interval's sweep. A last sweep more than an interval in
+	// Take this interval's sweep. A last sweep more than an interval in
 	// the future comes from a clock that was wrong (or was set back): it
 	// does not block sweeping forever.
 	tag, err := conn.Exec(ctx, `

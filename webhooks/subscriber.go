@@ -40,7 +40,7 @@ type Subscriber struct {
 
 	// Handoff, when set, is a dispatcher running in this process: the
 	// messages it has room for are stored leased to it and handed over as
-	// soon as their batch commits, which spares each a wake-up, a claim's
+	// soon as their batch commits, which spares each a wake-up, a lease's
 	// select and its update. The rest are queued for any dispatcher, as
 	// without Handoff. It relies on the runner's Committed calls.
 	Handoff *Dispatcher
@@ -87,7 +87,7 @@ func (s *Subscriber) StreamPrefixes() []string {
 //
 // With Handoff the batch commits synchronously when it leased anything:
 // an attempt's number must survive a database crash before the attempt
-// is made, or the next lease would reuse it (as a claim's commit).
+// is made, or the next lease would reuse it (as a lease's commit).
 func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	return projector.ApplyPlan(ctx, s, tx, events)
 }
@@ -97,7 +97,7 @@ func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.R
 // enqueue leased is learnt from the batch's results and handed over, or
 // its room given back, when the runner reports the commit (Committed).
 func (s *Subscriber) Plan(ctx context.Context, _ projector.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
-	s.settle(false) // a batch whose commit was never reported
+	s.finishHandoff(false) // a batch whose commit was never reported
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
@@ -124,15 +124,15 @@ type pendingEnqueue struct {
 // batch committed, and gives back the room of what it did not lease (all of
 // it when the batch did not commit). An ambiguous commit that did commit
 // leaves its attempts to their lease: delivered a lease later, never twice.
-func (s *Subscriber) Committed(ok bool) { s.settle(ok) }
+func (s *Subscriber) Committed(ok bool) { s.finishHandoff(ok) }
 
-func (s *Subscriber) settle(committed bool) {
+func (s *Subscriber) finishHandoff(committed bool) {
 	p := s.pending
 	s.pending = nil
 	if p == nil || s.Handoff == nil {
 		return
 	}
-	var leased []claimed
+	var leased []leasedAttempt
 	if committed {
 		leased = p.res.leased
 	}

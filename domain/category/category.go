@@ -1,6 +1,6 @@
 // Package category is a merchant-defined escrow category: one aggregate (one
 // stream) per category. Names are unique per merchant and environment,
-// case-insensitively; the app layer makes that atomic by claiming a
+// case-insensitively; the app layer makes that atomic by taking a
 // reservation keyed by NameKey in the same append.
 package category
 

@@ -103,7 +103,7 @@ func TestMaskBVN(t *testing.T) {
 }
 
 func TestReservation(t *testing.T) {
-	r := ApplyReservation(Reservation{}, ReservationClaimed{Holder: "c1"})
+	r := ApplyReservation(Reservation{}, ReservationTaken{Holder: "c1"})
 	if r.Holder != "c1" {
 		t.Fatal(r)
 	}

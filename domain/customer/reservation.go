@@ -5,15 +5,15 @@ import (
 )
 
 // Reservation holds a unique value (an email or a phone of one merchant and
-// environment) for one customer. Claiming it in the same append that creates
-// or updates the customer makes uniqueness atomic: two concurrent claims
+// environment) for one customer. Taking it in the same append that creates
+// or updates the customer makes uniqueness atomic: two concurrent reservations
 // cannot both pass the stream's expected revision.
 type Reservation struct {
 	Holder string // customer id; "" when free
 }
 
 type (
-	ReservationClaimed struct {
+	ReservationTaken struct {
 		Holder string `json:"holder"`
 	}
 	ReservationReleased struct {
@@ -21,19 +21,20 @@ type (
 	}
 )
 
-func (ReservationClaimed) EventType() string  { return "reservation.claimed" }
+// The stored type keeps its old verb ("claimed"): stored names never change.
+func (ReservationTaken) EventType() string    { return "reservation.claimed" }
 func (ReservationReleased) EventType() string { return "reservation.released" }
 
 // ReservationRegistry decodes reservation events.
 var ReservationRegistry = domain.NewRegistry(
-	func() domain.Event { return &ReservationClaimed{} },
+	func() domain.Event { return &ReservationTaken{} },
 	func() domain.Event { return &ReservationReleased{} },
 )
 
 // ApplyReservation folds a reservation event.
 func ApplyReservation(r Reservation, ev domain.Event) Reservation {
 	switch e := ev.(type) {
-	case ReservationClaimed:
+	case ReservationTaken:
 		return Reservation{Holder: e.Holder}
 	case ReservationReleased:
 		return Reservation{}

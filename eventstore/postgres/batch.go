@@ -39,8 +39,14 @@ const (
 
 var errMalformedBatch = errors.New("eventstore: es_append_batch answered for other appends")
 
-// errLostAnswer is a committed call's answer that a test drops (loseAnswer).
+// errLostAnswer is a committed call's answer that a test drops
+// (testHookLoseAnswer).
 var errLostAnswer = errors.New("eventstore: the answer of es_append_batch was lost")
+
+// testHookLoseAnswer, set only by tests (export_test.go), says to drop the
+// answer of s's group call that committed, as a connection lost after the
+// commit does.
+var testHookLoseAnswer func(s *Store) bool
 
 type appendGroup struct {
 	mu      sync.Mutex
@@ -241,7 +247,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 	if err == nil && (len(ok) != len(batch) || len(revisions) != n || len(eventIDs) != len(seqs)) {
 		err = errMalformedBatch
 	}
-	if err == nil && s.loseAnswer != nil && s.loseAnswer() {
+	if err == nil && testHookLoseAnswer != nil && testHookLoseAnswer(s) {
 		err = errLostAnswer
 	}
 	if err != nil {
@@ -276,7 +282,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 	}
 	// A refused append with events may be the retry of one stored already
 	// (its first attempt moved the revision it expects): one query finds
-	// which refused appends have events stored, and es_append alone settles
+	// which refused appends have events stored, and es_append alone decides
 	// those (and otherwise refuses again: revisions only grow).
 	var refusedIDs []pgtype.UUID
 	for k, r := range batch {
@@ -340,7 +346,7 @@ func (s *Store) appendMany(batch []*appendReq) {
 
 // AppendStats counts how this store's appends went: sent alone, or in
 // grouped calls of es_append_batch (Calls of them, carrying Grouped
-// appends). A refused append that es_append then settles alone (a retry
+// appends). A refused append that es_append then decides alone (a retry
 // of one stored already) counts in its group; the appends of a group call
 // that failed as a whole count as sent alone, as they then were.
 type AppendStats struct {

@@ -1,6 +1,27 @@
 package postgres
 
-import "github.com/escrowd/escrowd/eventstore"
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+var (
+	tailHits    sync.Map // *Store → *atomic.Int64
+	lostAnswers sync.Map // *Store → true
+)
+
+func init() {
+	testHookTailHit = func(s *Store) {
+		n, _ := tailHits.LoadOrStore(s, new(atomic.Int64))
+		n.(*atomic.Int64).Add(1)
+	}
+	testHookLoseAnswer = func(s *Store) bool {
+		_, ok := lostAnswers.Load(s)
+		return ok
+	}
+}
 
 // SetTailWindow sets how many events the shared tail keeps (at least; it
 // trims back to n once it holds 2n), so tests can make followers cross the
@@ -9,9 +30,11 @@ func SetTailWindow(s *Store, n int) { s.tail.max = n }
 
 // TailHits is how many reads the shared tail answered from its window.
 func TailHits(s *Store) int {
-	s.tail.mu.Lock()
-	defer s.tail.mu.Unlock()
-	return s.tail.hits
+	n, ok := tailHits.Load(s)
+	if !ok {
+		return 0
+	}
+	return int(n.(*atomic.Int64).Load())
 }
 
 // Stopping is closed once Close has begun stopping the store's background
@@ -58,7 +81,7 @@ func AppendTogether(s *Store, appends ...[]eventstore.StreamAppend) []Outcome {
 
 // LoseGroupAnswers makes the store treat the answer of every group call
 // that committed as lost (a connection dropped after the commit).
-func LoseGroupAnswers(s *Store) { s.loseAnswer = func() bool { return true } }
+func LoseGroupAnswers(s *Store) { lostAnswers.Store(s, true) }
 
 // Take is the queue's grouping rule: which of the appends, queued in this
 // order, the next call takes (by index).

@@ -31,8 +31,11 @@ type tail struct {
 	moved *broadcaster // head advanced
 	max   int
 	done  chan struct{}
-	hits  int // since calls answered from the window (tests)
 }
+
+// testHookTailHit, set only by tests (export_test.go), is called each time
+// the tail of s answers a read from its window.
+var testHookTailHit func(s *Store)
 
 func newTail(s *Store) *tail {
 	return &tail{s: s, moved: newBroadcaster(), max: 4096, done: make(chan struct{})}
@@ -74,7 +77,9 @@ func (t *tail) since(pos eventstore.Position, limit int) ([]eventstore.RecordedE
 	}
 	i := sort.Search(len(t.buf), func(i int) bool { return pos.Less(t.buf[i].Position) })
 	j := min(len(t.buf), i+limit)
-	t.hits++
+	if testHookTailHit != nil {
+		testHookTailHit(t.s)
+	}
 	if i == j {
 		return nil, true
 	}

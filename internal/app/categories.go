@@ -12,7 +12,7 @@ import (
 // merchant and environment holds (in any case).
 const categoryNameTaken = "A category with this name already exists"
 
-// CreateCategory creates a category and claims its name in the same append,
+// CreateCategory creates a category and reserves its name in the same append,
 // so two concurrent creates with one name cannot both succeed. It is placed
 // at position (1-based; 0: the top, so listings stay newest first).
 func (s *Service) CreateCategory(ctx context.Context, a Actor, in category.New, position int) (string, eventstore.Position, error) {
@@ -22,7 +22,7 @@ func (s *Service) CreateCategory(ctx context.Context, a Actor, in category.New, 
 		if err != nil {
 			return err
 		}
-		if err := claim(tx, category.NameKey(a.MerchantID, a.Environment, created.Name), id, categoryNameTaken); err != nil {
+		if err := reserveUnique(tx, category.NameKey(a.MerchantID, a.Environment, created.Name), id, categoryNameTaken); err != nil {
 			return err
 		}
 		key := category.OrderKey(a.MerchantID, a.Environment)
@@ -75,7 +75,7 @@ func (s *Service) UpdateCategory(ctx context.Context, a Actor, id string, in cat
 		}
 		if ev.Name != nil {
 			if newKey, oldKey := category.NameKey(a.MerchantID, a.Environment, *ev.Name), c.NameKey(); newKey != oldKey {
-				if err := claim(tx, newKey, id, categoryNameTaken); err != nil {
+				if err := reserveUnique(tx, newKey, id, categoryNameTaken); err != nil {
 					return err
 				}
 				if err := releaseCategoryName(tx, oldKey, id); err != nil {

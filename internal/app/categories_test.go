@@ -53,7 +53,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 	if got := streamTypes(t, store, ReservationKind.StreamName(foodKey)); fmt.Sprint(got) != "[reservation.claimed]" {
 		t.Fatalf("reservation after a change of case %v", got)
 	}
-	// Both instances still refuse the name (a's cache saw only the claim).
+	// Both instances still refuse the name (a's cache saw only the reservation).
 	for _, svc := range []*Service{a, b} {
 		if _, _, err := svc.CreateCategory(ctx, actor, category.New{Name: "food"}, 0); domain.ErrorMessage(err) != "A category with this name already exists" {
 			t.Fatalf("duplicate after a change of case: %v", err)
@@ -69,7 +69,7 @@ func TestCategoryNamesUniqueAcrossInstances(t *testing.T) {
 		t.Fatalf("old name not freed by the rename: %v", err)
 	}
 	if _, _, err := a.CreateCategory(ctx, actor, category.New{Name: "DRINKS"}, 0); domain.ErrorMessage(err) != "A category with this name already exists" {
-		t.Fatalf("new name not claimed: %v", err)
+		t.Fatalf("new name not reserved: %v", err)
 	}
 	// Renaming onto a taken name is refused and changes nothing.
 	if _, err := a.UpdateCategory(ctx, actor, food2, category.Edit{Name: ptr("drinks"), Description: ptr("x")}, 0); domain.ErrorMessage(err) != "A category with this name already exists" {
@@ -184,7 +184,7 @@ func testOwnCategoryGuardsTheCommand(t *testing.T, a, b *Service, store eventsto
 		if c.Name != "Food" || c.Description != "Groceries" || c.MerchantID != actor.MerchantID {
 			t.Errorf("state %+v", c)
 		}
-		Record(tx, ReservationKind, marker+"-1", customer.ReservationClaimed{Holder: c.ID})
+		Record(tx, ReservationKind, marker+"-1", customer.ReservationTaken{Holder: c.ID})
 		return nil
 	})
 	if err != nil {
@@ -204,7 +204,7 @@ func testOwnCategoryGuardsTheCommand(t *testing.T, a, b *Service, store eventsto
 				t.Fatal(err)
 			}
 		}
-		Record(tx, ReservationKind, marker+"-2", customer.ReservationClaimed{Holder: id})
+		Record(tx, ReservationKind, marker+"-2", customer.ReservationTaken{Holder: id})
 		return nil
 	})
 	if domain.ErrorMessage(err) != "Category not found" || attempts != 2 {

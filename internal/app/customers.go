@@ -8,7 +8,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-// CreateCustomer creates a customer and claims its email and phone in the
+// CreateCustomer creates a customer and reserves its email and phone in the
 // same append, so two concurrent creates with one email cannot both succeed.
 func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCustomer) (string, eventstore.Position, error) {
 	id := s.newID()
@@ -24,10 +24,10 @@ func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCu
 		if err != nil {
 			return err
 		}
-		if err := claim(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, "A customer with this email already exists"); err != nil {
+		if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, "A customer with this email already exists"); err != nil {
 			return err
 		}
-		if err := claim(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, "A customer with this phone number already exists"); err != nil {
+		if err := reserveUnique(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, "A customer with this phone number already exists"); err != nil {
 			return err
 		}
 		Record(tx, CustomerKind, id, created)
@@ -36,8 +36,8 @@ func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCu
 	return id, res.Position, err
 }
 
-// claim reserves a unique value for holder within tx, or fails with taken.
-func claim(tx *Tx, key, holder, taken string) error {
+// reserveUnique reserves a unique value for holder within tx, or fails with taken.
+func reserveUnique(tx *Tx, key, holder, taken string) error {
 	r, err := Read(tx, ReservationKind, key)
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func claim(tx *Tx, key, holder, taken string) error {
 	if r.Holder == holder {
 		return nil
 	}
-	Record(tx, ReservationKind, key, customer.ReservationClaimed{Holder: holder})
+	Record(tx, ReservationKind, key, customer.ReservationTaken{Holder: holder})
 	return nil
 }
 
@@ -76,7 +76,7 @@ func (s *Service) UpdateCustomer(ctx context.Context, a Actor, id string, in cus
 			return err
 		}
 		if newEmail != "" {
-			if err := claim(tx, customer.EmailKey(a.MerchantID, a.Environment, newEmail), id, "A customer with this email already exists"); err != nil {
+			if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, newEmail), id, "A customer with this email already exists"); err != nil {
 				return err
 			}
 			old := customer.EmailKey(a.MerchantID, a.Environment, c.Email)

@@ -169,7 +169,7 @@ func TestCacheFoldsAppendedEvents(t *testing.T) {
 	if cached.rev != rev || cached.state.(customer.State) != fresh {
 		t.Fatalf("cached %+v@%d, fresh %+v@%d", cached.state, cached.rev, fresh, rev)
 	}
-	// The old email was released and the new one claimed, in the same append.
+	// The old email was released and the new one reserved, in the same append.
 	old, _, _ := Load(ctx, a.Engine, ReservationKind, customer.EmailKey(actor.MerchantID, actor.Environment, "a@x.co"))
 	cur, _, _ := Load(ctx, a.Engine, ReservationKind, customer.EmailKey(actor.MerchantID, actor.Environment, "b@x.co"))
 	if old.Holder != "" || cur.Holder != id {

@@ -267,20 +267,20 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 	return eventstore.AppendResult{}, lastErr
 }
 
-// append writes appends, under the context's idempotency claim if any.
+// append writes appends, under the context's idempotency reservation if any.
 func (e *Engine) append(ctx context.Context, appends []eventstore.StreamAppend, metaJSON []byte) (eventstore.AppendResult, error) {
-	claim := claimFrom(ctx)
-	if claim == nil {
+	reservation := reservationFrom(ctx)
+	if reservation == nil {
 		return e.store.Append(ctx, appends...)
 	}
-	claim.mu.Lock()
-	defer claim.mu.Unlock()
-	appends, err := claim.stamp(appends, e, metaJSON)
+	reservation.mu.Lock()
+	defer reservation.mu.Unlock()
+	appends, err := reservation.stamp(appends, e, metaJSON)
 	if err != nil {
 		return eventstore.AppendResult{}, err
 	}
 	res, err := e.store.Append(ctx, appends...)
-	return res, claim.settle(res, err)
+	return res, reservation.recordOutcome(res, err)
 }
 
 func marshalMeta(meta domain.Meta) ([]byte, error) { return json.Marshal(meta) }

@@ -1,6 +1,6 @@
 // Package files stores uploaded files (escrow images, dispute evidence) on
 // disk under unguessable names and serves them back. The content type is
-// always the one sniffed from the bytes, never the client's claim, and is
+// always the one sniffed from the bytes, never the type the client declares, and is
 // encoded in the file's extension so nothing else needs to be stored.
 package files
 
@@ -130,7 +130,7 @@ func (s *Store) SaveEvidence(h *multipart.FileHeader) (string, error) {
 }
 
 // readCapped reads at most MaxImageBytes+1 bytes whatever the header
-// claims, so an oversized file is detected without reading all of it.
+// says, so an oversized file is detected without reading all of it.
 func readCapped(h *multipart.FileHeader) ([]byte, error) {
 	if h.Size > MaxImageBytes {
 		return nil, ErrTooLarge

@@ -56,8 +56,8 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		EventLog: store,
 		Waiter:   waiter,
 		Limiter:  httpapi.NewPGRateLimiter(pool, cfg.RateLimitPerMinute),
-		// A request's commands write under its idempotency claim: the
-		// engine fences them (see httpapi.ClaimFencer).
+		// A request's commands write under its idempotency reservation: the
+		// engine fences them (see httpapi.ReservationFencer).
 		Idem:      httpapi.NewIdempotencyStore(pool, httpapi.WithIdempotencyLogger(log), httpapi.WithIdempotencyFence(engine)),
 		Registry:  reg,
 		Ping:      pool.Ping,

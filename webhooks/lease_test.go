@@ -17,7 +17,7 @@ import (
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
-// rowState is what a claim may change of an outbox row; xmin changes with
+// rowState is what a lease may change of an outbox row; xmin changes with
 // any update of the row, so an equal rowState means the row was not written.
 type rowState struct {
 	Merchant string
@@ -85,31 +85,31 @@ func outboxRows(t *testing.T, pool *pgxpool.Pool) map[uuid.UUID]rowState {
 	return out
 }
 
-// checkClaimed: the claimed rows are leased for their first attempt, from
-// the claim on, and every other row is exactly as before.
-func checkClaimed(t *testing.T, before, after map[uuid.UUID]rowState, got []claimed, lease time.Duration, from, to time.Time) {
+// checkLeased: the leased rows are leased for their first attempt, from
+// the lease on, and every other row is exactly as before.
+func checkLeased(t *testing.T, before, after map[uuid.UUID]rowState, got []leasedAttempt, lease time.Duration, from, to time.Time) {
 	t.Helper()
 	picked := map[uuid.UUID]bool{}
 	for _, c := range got {
 		if picked[c.ID] {
-			t.Fatalf("row %s claimed twice in one claim", c.ID)
+			t.Fatalf("row %s leased twice in one lease", c.ID)
 		}
 		picked[c.ID] = true
 		s := after[c.ID]
 		if c.Attempt != 1 || s.Status != StatusDelivering || s.Attempts != 1 || s.Lease == nil || !s.Lease.Equal(s.Next) ||
 			s.Lease.Before(from.Add(lease-time.Second)) || s.Lease.After(to.Add(lease+time.Second)) {
-			t.Errorf("claimed row %s: attempt %d, state %+v; want delivering, attempt 1, leased until about %s",
+			t.Errorf("leased row %s: attempt %d, state %+v; want delivering, attempt 1, leased until about %s",
 				c.ID, c.Attempt, s, from.Add(lease))
 		}
 	}
 	for id, was := range before {
 		if !picked[id] && after[id] != was {
-			t.Errorf("row %s not claimed, yet changed: %+v, was %+v", id, after[id], was)
+			t.Errorf("row %s not leased, yet changed: %+v, was %+v", id, after[id], was)
 		}
 	}
 }
 
-func countByMerchant(got []claimed) map[string]int {
+func countByMerchant(got []leasedAttempt) map[string]int {
 	out := map[string]int{}
 	for _, c := range got {
 		out[c.MerchantID]++
@@ -117,31 +117,31 @@ func countByMerchant(got []claimed) map[string]int {
 	return out
 }
 
-// A claim costs the same however many merchants the dispatcher remembers:
+// A lease costs the same however many merchants the dispatcher remembers:
 // with 100,000 prompt and 100,000 slow merchants remembered (twice what
 // setSlow keeps), it asks only about the merchants its window holds, and
 // still gives each its due: PerMerchant to a prompt merchant,
 // SlowPerMerchant to one never seen answering, the slow share left to the
 // idle slow merchants, nothing to a slow merchant at its cap, whose rows
 // stay pending and untouched.
-func TestClaimWithManyRememberedMerchants(t *testing.T) {
+func TestLeaseWithManyRememberedMerchants(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	d := &Dispatcher{Pool: pool, Workers: 64, PerMerchant: 4, SlowPerMerchant: 1, SlowShare: 3}
 	d.defaults()
 	for i := range 100_000 {
-		d.prompt[fmt.Sprintf("idle-prompt-%d", i)] = true
-		d.slow[fmt.Sprintf("idle-slow-%d", i)] = true
+		d.adm.prompt[fmt.Sprintf("idle-prompt-%d", i)] = true
+		d.adm.slow[fmt.Sprintf("idle-slow-%d", i)] = true
 	}
-	d.prompt["prompt"] = true
+	d.adm.prompt["prompt"] = true
 	for _, m := range []string{"slowA", "slowB", "slowC", "slowBusy"} {
-		d.slow[m] = true
+		d.adm.slow[m] = true
 	}
-	d.busy["slowBusy"] = 1 // at its cap; the share left is 3 - 1 = 2
+	d.adm.busy["slowBusy"] = 1 // at its cap; the share left is 3 - 1 = 2
 	seedDue(t, pool, interleaved(6, "slowBusy", "prompt", "slowA", "unknown", "slowB", "slowC"))
 	before := outboxRows(t, pool)
 
 	d.mu.Lock()
-	a := d.allot()
+	a := d.adm.allot()
 	d.mu.Unlock()
 	var asked []string
 	rooms := func(rows map[string]int) map[string]int {
@@ -149,7 +149,7 @@ func TestClaimWithManyRememberedMerchants(t *testing.T) {
 		return a.rooms(rows)
 	}
 	from := time.Now()
-	got, _, err := claim(context.Background(), pool, 64, d.Lease, a.full, rooms)
+	got, _, err := leaseDue(context.Background(), pool, 64, d.Lease, a.full, rooms)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,16 +161,16 @@ func TestClaimWithManyRememberedMerchants(t *testing.T) {
 	}
 	n := countByMerchant(got)
 	if n["prompt"] != 4 || n["unknown"] != 1 || n["slowBusy"] != 0 {
-		t.Errorf("claimed per merchant %v; want prompt 4 (PerMerchant), unknown 1 (SlowPerMerchant), slowBusy none", n)
+		t.Errorf("leased per merchant %v; want prompt 4 (PerMerchant), unknown 1 (SlowPerMerchant), slowBusy none", n)
 	}
 	if slow := n["slowA"] + n["slowB"] + n["slowC"]; slow != 2 || n["slowA"] > 1 || n["slowB"] > 1 || n["slowC"] > 1 {
-		t.Errorf("claimed per merchant %v; want the share left, 2, to two idle slow merchants, one each", n)
+		t.Errorf("leased per merchant %v; want the share left, 2, to two idle slow merchants, one each", n)
 	}
 	if len(got) != 7 {
-		t.Errorf("claimed %d rows, want 7", len(got))
+		t.Errorf("leased %d rows, want 7", len(got))
 	}
 	after := outboxRows(t, pool)
-	checkClaimed(t, before, after, got, d.Lease, from, to)
+	checkLeased(t, before, after, got, d.Lease, from, to)
 	for id, s := range after {
 		if s.Merchant == "slowBusy" && (s.Status != StatusPending || s.Attempts != 0) {
 			t.Errorf("row %s of the full slow merchant: %+v, want pending, never attempted", id, s)
@@ -193,16 +193,16 @@ func fixedRooms(r map[string]int, def int) func(map[string]int) map[string]int {
 	}
 }
 
-// Rows the claim looked at but did not lease, a merchant's past its room
+// Rows the lease looked at but did not lease, a merchant's past its room
 // and the window's past n, are left exactly as they were: same status,
 // attempts and due time, and not written at all.
-func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
+func TestLeaseLeavesUnpickedRowsUntouched(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ids := seedDue(t, pool, append(interleaved(5, "capped"), interleaved(10, "other")...))
 	before := outboxRows(t, pool)
 	from := time.Now()
 	var picked map[string]int
-	got, starved, err := claimReporting(context.Background(), pool, 4, time.Minute, []string{},
+	got, starved, err := leaseDueReporting(context.Background(), pool, 4, time.Minute, []string{},
 		fixedRooms(map[string]int{"capped": 2}, 3), func(p map[string]int) { picked = maps.Clone(p) })
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +213,7 @@ func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
 	if !starved {
 		t.Fatal("not starved, though capped's room ran out with rows left")
 	}
-	checkClaimed(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
+	checkLeased(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
 	var gotIDs []uuid.UUID
 	for _, c := range got {
 		gotIDs = append(gotIDs, c.ID)
@@ -221,22 +221,22 @@ func TestClaimLeavesUnpickedRowsUntouched(t *testing.T) {
 	slices.SortFunc(gotIDs, func(a, b uuid.UUID) int { return slices.Index(ids, a) - slices.Index(ids, b) })
 	// In due order: capped's first two, then other's first two.
 	if want := []uuid.UUID{ids[0], ids[1], ids[5], ids[6]}; !slices.Equal(gotIDs, want) {
-		t.Fatalf("claimed %v, want %v", gotIDs, want)
+		t.Fatalf("leased %v, want %v", gotIDs, want)
 	}
 }
 
-// A merchant full from the start does not make a claim starved: its own
+// A merchant full from the start does not make a lease starved: its own
 // attempts' ends wake the dispatcher. Only a merchant the window leaves
 // out does.
-func TestClaimStarvedOnlyByTheWindow(t *testing.T) {
+func TestLeaseStarvedOnlyByTheWindow(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	seedDue(t, pool, slices.Concat(interleaved(4, "busy"), interleaved(3, "live")))
-	got, starved, err := claim(context.Background(), pool, 10, time.Minute, []string{"busy"}, fixedRooms(nil, 5))
+	got, starved, err := leaseDue(context.Background(), pool, 10, time.Minute, []string{"busy"}, fixedRooms(nil, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if starved || len(got) != 3 {
-		t.Fatalf("claimed %d, starved %v; want live's 3, not starved", len(got), starved)
+		t.Fatalf("leased %d, starved %v; want live's 3, not starved", len(got), starved)
 	}
 }
 
@@ -244,7 +244,7 @@ func TestClaimStarvedOnlyByTheWindow(t *testing.T) {
 // known full from the start, left out of every select, nor those found
 // without room in the window, left out of the selects that follow, however
 // many rows they have ahead of the window's size.
-func TestClaimLooksPastMerchantsWithoutRoom(t *testing.T) {
+func TestLeaseLooksPastMerchantsWithoutRoom(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	seedDue(t, pool, slices.Concat(interleaved(30, "busy"), interleaved(15, "shareless", "dead"), interleaved(3, "live")))
 	var calls []map[string]int
@@ -254,7 +254,7 @@ func TestClaimLooksPastMerchantsWithoutRoom(t *testing.T) {
 		return rooms(rows)
 	}
 	// n 2: a window of 8 rows, all of the merchants without room at first.
-	got, starved, err := claim(context.Background(), pool, 2, time.Minute, []string{"busy"}, record)
+	got, starved, err := leaseDue(context.Background(), pool, 2, time.Minute, []string{"busy"}, record)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestClaimLooksPastMerchantsWithoutRoom(t *testing.T) {
 		t.Fatal("not starved, though merchants were left out")
 	}
 	if n := countByMerchant(got); len(got) != 2 || n["live"] != 2 {
-		t.Fatalf("claimed per merchant %v, want live's 2", n)
+		t.Fatalf("leased per merchant %v, want live's 2", n)
 	}
 	want := []map[string]int{{"shareless": 4, "dead": 4}, {"live": 3}}
 	if len(calls) != len(want) || !maps.Equal(calls[0], want[0]) || !maps.Equal(calls[1], want[1]) {
@@ -270,9 +270,9 @@ func TestClaimLooksPastMerchantsWithoutRoom(t *testing.T) {
 	}
 }
 
-// Claims running at once never lease the same row: every row is leased
-// exactly once however the claims' windows overlap.
-func TestConcurrentClaimsNeverShareARow(t *testing.T) {
+// Leases running at once never lease the same row: every row is leased
+// exactly once however the leases' windows overlap.
+func TestConcurrentLeasesNeverShareARow(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	var ms []string
 	for i := range 30 {
@@ -289,7 +289,7 @@ func TestConcurrentClaimsNeverShareARow(t *testing.T) {
 	for w := range 8 {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				got, _, err := claim(ctx, pool, 3+w, time.Hour, []string{}, fixedRooms(nil, 2))
+				got, _, err := leaseDue(ctx, pool, 3+w, time.Hour, []string{}, fixedRooms(nil, 2))
 				if err != nil {
 					t.Error(err)
 					return
@@ -361,39 +361,39 @@ func TestWindowCountsOnlyMerchantsWithRoom(t *testing.T) {
 		t.Fatal("a short select must end the window")
 	}
 	if _, _, limit := newWindow(300, nil, nil).next(); limit != 1000 {
-		t.Fatalf("a claim of 300: selects of %d rows, want 1,000 at most", limit)
+		t.Fatalf("a lease of 300: selects of %d rows, want 1,000 at most", limit)
 	}
 }
 
 // A merchant whose room the window uses up hides nobody either: a receiver
-// that fails at once gets its room back after every claim, and with a
+// that fails at once gets its room back after every lease, and with a
 // backlog of more than a select's worth of rows due ahead of everyone
-// else's it would otherwise take every claim's window until that backlog
+// else's it would otherwise take every lease's window until that backlog
 // had drained.
-func TestClaimLooksPastMerchantsWhoseRoomRunsOut(t *testing.T) {
+func TestLeaseLooksPastMerchantsWhoseRoomRunsOut(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ids := seedDue(t, pool, slices.Concat(interleaved(20, "backlog"), interleaved(2, "live")))
 	before := outboxRows(t, pool)
 	from := time.Now()
 	// n 4: selects of 16 rows, the first all backlog's.
-	got, _, err := claim(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"backlog": 2}, 5))
+	got, _, err := leaseDue(context.Background(), pool, 4, time.Minute, []string{}, fixedRooms(map[string]int{"backlog": 2}, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkClaimed(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
+	checkLeased(t, before, outboxRows(t, pool), got, time.Minute, from, time.Now())
 	gotIDs := map[uuid.UUID]bool{}
 	for _, c := range got {
 		gotIDs[c.ID] = true
 	}
 	if len(got) != 4 || !gotIDs[ids[0]] || !gotIDs[ids[1]] || !gotIDs[ids[20]] || !gotIDs[ids[21]] {
-		t.Fatalf("claimed per merchant %v, want backlog's first 2 (its room) and live's 2", countByMerchant(got))
+		t.Fatalf("leased per merchant %v, want backlog's first 2 (its room) and live's 2", countByMerchant(got))
 	}
 }
 
-// A claim blocks on nothing another transaction holds: a row locked
-// elsewhere (another dispatcher's claim in progress) is skipped at once,
-// and the claim takes the rows after it.
-func TestClaimSkipsLockedRows(t *testing.T) {
+// A lease blocks on nothing another transaction holds: a row locked
+// elsewhere (another dispatcher's lease in progress) is skipped at once,
+// and the lease takes the rows after it.
+func TestLeaseSkipsLockedRows(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ids := seedDue(t, pool, interleaved(3, "m"))
 	ctx := context.Background()
@@ -407,34 +407,34 @@ func TestClaimSkipsLockedRows(t *testing.T) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	got, starved, err := claim(cctx, pool, 3, time.Minute, []string{}, fixedRooms(nil, 3))
+	got, starved, err := leaseDue(cctx, pool, 3, time.Minute, []string{}, fixedRooms(nil, 3))
 	if err != nil {
-		t.Fatalf("claim with a row locked elsewhere: %v", err)
+		t.Fatalf("lease with a row locked elsewhere: %v", err)
 	}
 	if starved {
 		t.Fatal("starved, though every merchant had room")
 	}
 	if len(got) != 2 || got[0].ID == ids[0] || got[1].ID == ids[0] {
-		t.Fatalf("claimed %d rows (%v), want the 2 not locked elsewhere", len(got), got)
+		t.Fatalf("leased %d rows (%v), want the 2 not locked elsewhere", len(got), got)
 	}
 }
 
-// A claim ends its transaction whatever it picks: with nothing to lease it
+// A lease ends its transaction whatever it picks: with nothing to lease it
 // rolls back, so the rows it looked at are free again when it returns and
-// its connection goes back to the pool for the next claim (one left inside
+// its connection goes back to the pool for the next lease (one left inside
 // a transaction would be closed by the pool, and every idle poll would pay
 // for a new connection).
-func TestClaimEndsItsTransaction(t *testing.T) {
+func TestLeaseEndsItsTransaction(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	seedDue(t, pool, slices.Concat(interleaved(3, "full"), interleaved(2, "open")))
 	ctx := context.Background()
 	for i, rooms := range []map[string]int{{"open": 0}, {"open": 1}, {"open": 0}, {"open": 1}} {
-		got, _, err := claim(ctx, pool, 2, time.Minute, []string{}, fixedRooms(rooms, 0))
+		got, _, err := leaseDue(ctx, pool, 2, time.Minute, []string{}, fixedRooms(rooms, 0))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != rooms["open"] {
-			t.Fatalf("claim %d: %d rows, want %d", i, len(got), rooms["open"])
+			t.Fatalf("lease %d: %d rows, want %d", i, len(got), rooms["open"])
 		}
 		var locked int
 		if err := pool.QueryRow(ctx, `
@@ -443,40 +443,40 @@ func TestClaimEndsItsTransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 		if locked != 0 {
-			t.Fatalf("claim %d returned with %d rows still locked", i, locked)
+			t.Fatalf("lease %d returned with %d rows still locked", i, locked)
 		}
 	}
 	if n := pool.Stat().NewConnsCount(); n != 1 {
-		t.Fatalf("%d connections opened for one claim after another; want 1, handed back clean each time", n)
+		t.Fatalf("%d connections opened for one lease after another; want 1, handed back clean each time", n)
 	}
 }
 
 // A select goes on after the last row the one before it saw, not from it:
 // that row, picked, is not picked again.
-func TestClaimGoesOnAfterTheLastRowSeen(t *testing.T) {
+func TestLeaseGoesOnAfterTheLastRowSeen(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ids := seedDue(t, pool, slices.Concat(interleaved(7, "dead"), interleaved(3, "live")))
 	// n 2: a first select of 8 rows, dead's 7 and live's first.
-	got, _, err := claim(context.Background(), pool, 2, time.Minute, []string{}, fixedRooms(map[string]int{"dead": 0}, 3))
+	got, _, err := leaseDue(context.Background(), pool, 2, time.Minute, []string{}, fixedRooms(map[string]int{"dead": 0}, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].ID == got[1].ID || !slices.ContainsFunc(got, func(c claimed) bool { return c.ID == ids[8] }) {
-		t.Fatalf("claimed %v, want live's first two rows, %s and %s", got, ids[7], ids[8])
+	if len(got) != 2 || got[0].ID == got[1].ID || !slices.ContainsFunc(got, func(c leasedAttempt) bool { return c.ID == ids[8] }) {
+		t.Fatalf("leased %v, want live's first two rows, %s and %s", got, ids[7], ids[8])
 	}
 }
 
-// A claim takes exactly what one pass over the due rows in due order
+// A lease takes exactly what one pass over the due rows in due order
 // (next_attempt_at, then seq) would: each row of a merchant neither known
 // full nor out of room, until n; however the rows fall into its selects,
 // whatever the order of seq against due times, with rows sharing a due
 // time.
-func TestClaimIsOnePassInDueOrder(t *testing.T) {
+func TestLeaseIsOnePassInDueOrder(t *testing.T) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(3, 4))
 	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-	several := 0 // rounds whose claim made more than one select
+	several := 0 // rounds whose lease made more than one select
 	for round := range 100 {
 		if _, err := pool.Exec(ctx, `DELETE FROM webhook_deliveries`); err != nil {
 			t.Fatal(err)
@@ -525,7 +525,7 @@ func TestClaimIsOnePassInDueOrder(t *testing.T) {
 		}
 		selects := 0
 		counted := func(rows map[string]int) map[string]int { selects++; return fixedRooms(rooms, 0)(rows) }
-		got, _, err := claim(ctx, pool, n, time.Minute, append([]string{}, full...), counted)
+		got, _, err := leaseDue(ctx, pool, n, time.Minute, append([]string{}, full...), counted)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -541,7 +541,7 @@ func TestClaimIsOnePassInDueOrder(t *testing.T) {
 				slices.IndexFunc(ordered, func(o row) bool { return o.ID == b })
 		})
 		if !slices.Equal(gotIDs, want) {
-			t.Fatalf("round %d (n %d, rooms %v, full %v, rows %v): claimed %v, want %v", round, n, rooms, full, ordered, gotIDs, want)
+			t.Fatalf("round %d (n %d, rooms %v, full %v, rows %v): leased %v, want %v", round, n, rooms, full, ordered, gotIDs, want)
 		}
 	}
 	if several < 15 {

@@ -13,9 +13,9 @@ import (
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
-// A claim's writes and a takeover's fence race for the claim stream's
+// A reservation's writes and a takeover's fence race for the reservation stream's
 // first event: whichever comes first decides, for good.
-func TestClaimFence(t *testing.T) {
+func TestReservationFence(t *testing.T) {
 	store := postgres.New(pgtest.NewPool(t))
 	t.Cleanup(store.Close)
 	engine := NewEngine(store, 100)
@@ -29,7 +29,7 @@ func TestClaimFence(t *testing.T) {
 	}
 	fence := func(owner string) bool {
 		t.Helper()
-		wrote, err := engine.FenceClaim(ctx, []byte(owner), "k", "idem", domain.Meta{})
+		wrote, err := engine.FenceReservation(ctx, []byte(owner), "k", "idem", domain.Meta{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,56 +37,56 @@ func TestClaimFence(t *testing.T) {
 	}
 
 	t.Run("writes are stamped in order; a fence after them reports the write and lets the request finish", func(t *testing.T) {
-		claim := NewClaim([]byte("owner-a"), "k", "idem")
-		cctx := WithClaim(ctx, claim)
-		if claim.Wrote() {
-			t.Fatal("a fresh claim reports a write")
+		reservation := NewReservation([]byte("owner-a"), "k", "idem")
+		cctx := WithReservation(ctx, reservation)
+		if reservation.Wrote() {
+			t.Fatal("a fresh reservation reports a write")
 		}
 		for range 2 {
 			if err := write(cctx, "a"); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if !claim.Wrote() {
-			t.Fatal("the claim does not know it wrote")
+		if !reservation.Wrote() {
+			t.Fatal("the reservation does not know it wrote")
 		}
-		got := streamTypes(t, store, claimStream([]byte("owner-a")))
+		got := streamTypes(t, store, reservationStream([]byte("owner-a")))
 		if want := []string{"idempotency.write", "idempotency.write"}; fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("claim stream %v, want %v", got, want)
+			t.Fatalf("reservation stream %v, want %v", got, want)
 		}
 		if !fence("owner-a") {
-			t.Fatal("fencing a claim that wrote reports no write")
+			t.Fatal("fencing a reservation that wrote reports no write")
 		}
 		// The request that wrote is the one execution: it may finish.
 		if err := write(cctx, "a"); err != nil {
-			t.Fatalf("write of a claim that wrote before the fence: %v", err)
+			t.Fatalf("write of a reservation that wrote before the fence: %v", err)
 		}
 	})
 
 	t.Run("a fence before any write stops every later write", func(t *testing.T) {
-		claim := NewClaim([]byte("owner-b"), "k", "idem")
+		reservation := NewReservation([]byte("owner-b"), "k", "idem")
 		if fence("owner-b") {
-			t.Fatal("fencing a claim that never wrote reports a write")
+			t.Fatal("fencing a reservation that never wrote reports a write")
 		}
 		if fence("owner-b") {
 			t.Fatal("a second fence mistakes the first for a write")
 		}
 		for range 2 {
-			if err := write(WithClaim(ctx, claim), "b"); !errors.Is(err, ErrClaimLost) {
-				t.Fatalf("write of a fenced claim: %v, want ErrClaimLost", err)
+			if err := write(WithReservation(ctx, reservation), "b"); !errors.Is(err, ErrReservationLost) {
+				t.Fatalf("write of a fenced reservation: %v, want ErrReservationLost", err)
 			}
 		}
-		if claim.Wrote() {
-			t.Fatal("a fenced claim reports a write")
+		if reservation.Wrote() {
+			t.Fatal("a fenced reservation reports a write")
 		}
 		if got := streamTypes(t, store, WalletKind.StreamName("b")); len(got) != 0 {
-			t.Fatalf("a fenced claim wrote %v", got)
+			t.Fatalf("a fenced reservation wrote %v", got)
 		}
 	})
 
-	t.Run("a conflict on the written stream is retried, not taken for a lost claim", func(t *testing.T) {
-		claim := NewClaim([]byte("owner-c"), "k", "idem")
-		cctx := WithClaim(ctx, claim)
+	t.Run("a conflict on the written stream is retried, not taken for a lost reservation", func(t *testing.T) {
+		reservation := NewReservation([]byte("owner-c"), "k", "idem")
+		cctx := WithReservation(ctx, reservation)
 		target := CustomerKind.StreamName("c")
 		metaJSON, err := marshalMeta(domain.Meta{})
 		if err != nil {
@@ -95,8 +95,8 @@ func TestClaimFence(t *testing.T) {
 		// Each command reads the customer at a checked revision; on its first
 		// run another writer appends to the customer between the decision and
 		// the append, which then conflicts on the customer stream (not the
-		// claim's): the engine must decide again and write, the claim intact.
-		// The first command is the claim's first write (the claim stream
+		// reservation's): the engine must decide again and write, the reservation intact.
+		// The first command is the reservation's first write (the reservation stream
 		// expected absent), the second a later one (expected at a revision).
 		for i := range 2 {
 			runs := 0
@@ -124,24 +124,24 @@ func TestClaimFence(t *testing.T) {
 			if runs != 2 {
 				t.Fatalf("command %d decided %d times, want 2 (once more after the conflict)", i, runs)
 			}
-			if !claim.Wrote() {
-				t.Fatalf("command %d: the claim does not know it wrote", i)
+			if !reservation.Wrote() {
+				t.Fatalf("command %d: the reservation does not know it wrote", i)
 			}
-			got := streamTypes(t, store, claimStream([]byte("owner-c")))
+			got := streamTypes(t, store, reservationStream([]byte("owner-c")))
 			want := []string{}
 			for range i + 1 {
 				want = append(want, "idempotency.write")
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("command %d: claim stream %v, want %v", i, got, want)
+				t.Fatalf("command %d: reservation stream %v, want %v", i, got, want)
 			}
 			if got := streamTypes(t, store, target); len(got) != 2*(i+1) {
 				t.Fatalf("command %d: customer stream %v, want %d events (the other writer's and ours)", i, got, 2*(i+1))
 			}
 		}
-		// The claim is still held: a fence finds its writes.
+		// The reservation is still held: a fence finds its writes.
 		if !fence("owner-c") {
-			t.Fatal("fencing the claim after its retried writes reports no write")
+			t.Fatal("fencing the reservation after its retried writes reports no write")
 		}
 	})
 }

@@ -1,0 +1,157 @@
+// Catching up once, without a running Runner (operator commands).
+
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// CatchUp applies every projector once up to the log's head as of the call,
+// then returns; operator commands use it when no server runs. It is safe
+// while Runners run the same projectors: when another session holds a
+// projector's lock, CatchUp waits for that session's checkpoint to reach the
+// head instead, failing with ErrLagging if it stops moving for 30 s.
+func CatchUp(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps ...Projector) error {
+	return CatchUpTo(ctx, store, pool, log, eventstore.Start, ps...)
+}
+
+// CatchUpTo is CatchUp up to at least position at (a write's own position):
+// the log's head as of the call can still be short of a write that has just
+// committed, because an event becomes readable only when every older write
+// transaction has ended.
+func CatchUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, at eventstore.Position, ps ...Projector) error {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if err := checkNames(ps); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := catchUpOne(ctx, store, pool, log, p, at); err != nil {
+			return fmt.Errorf("projection %s: %w", p.Name(), err)
+		}
+	}
+	return nil
+}
+
+func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, p Projector, at eventstore.Position) error {
+	head, err := store.Head(ctx)
+	if err != nil {
+		return err
+	}
+	if head.Less(at) {
+		head = at
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+lockKeySQL+`)`, p.Name()).Scan(&locked); err != nil {
+		conn.Release()
+		return err
+	}
+	if !locked {
+		conn.Release()
+		log.Info("projections: active elsewhere, waiting for it to reach head",
+			zap.String("projection", p.Name()), zap.Stringer("head", head))
+		return waitForCheckpoint(ctx, pool, p.Name(), head, catchUpStall)
+	}
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(`+lockKeySQL+`)`, p.Name()); err != nil {
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}()
+	pos, err := applyUpTo(ctx, store, pool, p, head, catchUpBatch)
+	if err != nil {
+		return err
+	}
+	log.Info("projections: caught up", zap.String("projection", p.Name()), zap.Stringer("checkpoint", pos))
+	return nil
+}
+
+// waitForCheckpoint polls name's checkpoint until it is at or after target;
+// it gives up with ErrLagging when the checkpoint does not move for stall.
+func waitForCheckpoint(ctx context.Context, pool *pgxpool.Pool, name string, target eventstore.Position, stall time.Duration) error {
+	var last eventstore.Position
+	lastMove := time.Now()
+	for {
+		cps, err := loadCheckpoints(ctx, pool, []string{name})
+		if err != nil {
+			return err
+		}
+		pos := cps[name]
+		if pos.AtLeast(target) {
+			return nil
+		}
+		if pos != last {
+			last, lastMove = pos, time.Now()
+		} else if time.Since(lastMove) > stall {
+			return fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, name, pos, target)
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// applyUpTo applies the log from the stored checkpoint until it is at or
+// after target. The caller should hold the projector's advisory lock, but
+// correctness does not depend on it (applyBatch re-syncs).
+func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, p Projector, target eventstore.Position, batch int) (eventstore.Position, error) {
+	pos, err := prepare(ctx, pool, p)
+	if err != nil {
+		return pos, err
+	}
+	var waited time.Duration
+	for pos.Less(target) {
+		events, err := store.ReadAll(ctx, pos, batch)
+		if err != nil {
+			return pos, err
+		}
+		if len(events) == 0 {
+			// target is not readable yet: an older write transaction is
+			// still open. Wait for it, within the stall limit.
+			if waited > catchUpStall {
+				return pos, fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, p.Name(), pos, target)
+			}
+			if !sleep(ctx, 5*time.Millisecond) {
+				return pos, ctx.Err()
+			}
+			waited += 5 * time.Millisecond
+			continue
+		}
+		waited = 0
+		var next eventstore.Position
+		if concerns(p, events) {
+			next, err = applyBatch(ctx, pool, p, pos, events)
+		} else {
+			next = events[len(events)-1].Position
+			err = skipBatch(ctx, pool, p.Name(), pos, next)
+		}
+		if errors.Is(err, errResync) {
+			cps, err := loadCheckpoints(ctx, pool, []string{p.Name()})
+			if err != nil {
+				return pos, err
+			}
+			pos = cps[p.Name()]
+			continue
+		}
+		if err != nil {
+			return pos, err
+		}
+		pos = next
+	}
+	return pos, nil
+}
