@@ -9,6 +9,7 @@ import (
 
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
 )
 
 // scaleEvents is the size of the scale benchmark's store: SCALE_EVENTS,
@@ -33,5 +34,14 @@ func BenchmarkScale(b *testing.B) {
 	_, n := fillScaleStore(b, store, scaleEvents(b), nil)
 	fill := time.Since(began)
 	b.Logf("filled %d events in %s (%.0f events/s)", n, fill.Round(time.Millisecond), float64(n)/fill.Seconds())
-	_ = ctx
+	b.ReportMetric(float64(n), "events")
+
+	began = time.Now()
+	var read int64
+	if err := projections.RebuildAll(ctx, pool, store, projections.All(), nil, func(done, _ int64) { read = done }); err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(began)
+	b.Logf("rebuild of every read model: %d events in %s", read, took.Round(time.Millisecond))
+	b.ReportMetric(float64(read)/took.Seconds(), "rebuild-events/s")
 }
