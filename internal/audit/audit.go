@@ -232,25 +232,58 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	r := newReplay(merchantID)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The records are folded by a goroutine of their own, a page behind
+	// the replay, so that its round trips overlap the decoding; its
+	// differences (settled once) join the replay's after it.
+	var folded []Difference
+	folds := make(chan []recordWrite, 1)
+	foldErr := make(chan error, 1)
+	go func() {
+		var err error
+		for writes := range folds {
+			if err == nil {
+				err = recs.fold(rctx, writes, func(d Difference) { folded = append(folded, d) })
+				if err != nil {
+					cancel()
+				}
+			}
+		}
+		foldErr <- err
+	}()
 	page := cmp.Or(opts.PageSize, replayPage)
 	events := mergeTenants(rctx, store, merchantID, rm.position, page)
-	for p := range events {
-		if p.err != nil {
-			return rep, p.err
+	err = func() error {
+		defer close(folds)
+		for p := range events {
+			if p.err != nil {
+				return p.err
+			}
+			for _, re := range p.events {
+				r.apply(re)
+			}
+			if len(r.writes) > 0 {
+				select {
+				case folds <- r.writes:
+				case <-rctx.Done():
+					return rctx.Err()
+				}
+				r.writes = nil
+			}
+			if opts.Progress != nil {
+				opts.Progress(r.events, max(total, r.events))
+			}
 		}
-		for _, re := range p.events {
-			r.apply(re)
-		}
-		if err := recs.fold(ctx, r.writes, r.report); err != nil {
-			return rep, fmt.Errorf("audit: records: %w", err)
-		}
-		r.writes = r.writes[:0]
-		if opts.Progress != nil {
-			opts.Progress(r.events, max(total, r.events))
-		}
+		return nil
+	}()
+	if ferr := <-foldErr; ferr != nil {
+		return rep, fmt.Errorf("audit: records: %w", ferr)
 	}
-	// Replay-time differences in log order (a page's record checks come
-	// after its events' other checks; within an event they come after).
+	if err != nil {
+		return rep, err
+	}
+	// Replay-time differences in log order: at one event, the records'
+	// come after its other checks, as the replay made them.
+	r.diffs = append(r.diffs, folded...)
 	slices.SortStableFunc(r.diffs, func(a, b Difference) int {
 		switch {
 		case a.Position.Less(*b.Position):
