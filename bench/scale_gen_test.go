@@ -119,12 +119,16 @@ func (s *batchStore) ReadStream(ctx context.Context, stream string, from uint64,
 	return s.Store.ReadStream(ctx, stream, from, limit)
 }
 
-// scaleMerchant is the generated store's one merchant: a business, its
-// sellers and buyers in the test environment.
-type scaleMerchant struct {
+// scaleGen writes one merchant's history through app.Service over a
+// batchStore: escrow lifecycles (create, pay from the wallet, confirm),
+// each buyer topped up once and paying for scalePerBuyer of them, sold by
+// scaleSellers sellers in turn.
+type scaleGen struct {
+	bs      *batchStore
 	svc     *app.Service
 	actor   app.Actor
 	sellers []string
+	buyers  atomic.Int64
 }
 
 const (
@@ -137,77 +141,104 @@ const (
 	scaleWorkers    = 4
 )
 
-// fillScaleStore writes about events events of one merchant through
-// app.Service over a batchStore: escrow lifecycles (create, pay from the
-// wallet, confirm), each buyer topped up once and paying for
-// scalePerBuyer of them. It returns the merchant and the number of events
-// written; progress, if set, is called after each buyer.
-func fillScaleStore(tb testing.TB, store eventstore.Store, events int64, progress func(written int64)) (scaleMerchant, int64) {
+// newScaleGen creates the merchant and its sellers.
+func newScaleGen(tb testing.TB, store eventstore.Store) *scaleGen {
 	tb.Helper()
 	ctx := context.Background()
-	bs := newBatchStore(store, 20000)
-	svc := app.NewService(app.NewEngine(bs, 200000))
-	m, err := svc.CreateMerchant(ctx, "Scale Shop", true, "NG", func(k string) string { return "scale-" + k })
+	g := &scaleGen{bs: newBatchStore(store, 20000)}
+	g.svc = app.NewService(app.NewEngine(g.bs, 200000))
+	m, err := g.svc.CreateMerchant(ctx, "Scale Shop", true, "NG", func(k string) string { return "scale-" + k })
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sm := scaleMerchant{svc: svc, actor: app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}}
-	newCustomer := func(tag string, i int64) string {
-		id, _, err := svc.CreateCustomer(ctx, sm.actor, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
-			Email: fmt.Sprintf("%s%d@scale.example", tag, i), Phone: fmt.Sprintf("080%08d", i)})
-		if err != nil {
+	g.actor = app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+	for i := range scaleSellers {
+		g.sellers = append(g.sellers, g.customer(tb, "seller", int64(i)))
+	}
+	g.buyers.Store(scaleSellers)
+	return g
+}
+
+func (g *scaleGen) customer(tb testing.TB, tag string, i int64) string {
+	tb.Helper()
+	id, _, err := g.svc.CreateCustomer(context.Background(), g.actor, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
+		Email: fmt.Sprintf("%s%d@scale.example", tag, i), Phone: fmt.Sprintf("080%08d", i)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return id
+}
+
+// written is the number of events appended so far (queued included).
+func (g *scaleGen) written() int64 {
+	g.bs.mu.Lock()
+	defer g.bs.mu.Unlock()
+	return g.bs.flushed.Load() + int64(g.bs.queued)
+}
+
+// fill writes lifecycles until the store holds at least events events,
+// all of them flushed when it returns. It goes in rounds: each worker
+// tops up a new buyer and creates scalePerBuyer escrows for it, then pays
+// them all, then confirms them all, the queue flushed between the steps.
+// That keeps the log in the order the application wrote it where it
+// matters: the batchStore moves a stream's events up to the stream's
+// first place in its batch, and within a step no payment or escrow stream
+// (the ledger's entries) is written twice; wallets are, but only their
+// own order counts.
+func (g *scaleGen) fill(tb testing.TB, events int64) {
+	tb.Helper()
+	ctx := context.Background()
+	perms := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
+	step := func(each func(w int) error) {
+		eg, _ := errgroup.WithContext(ctx)
+		for w := range scaleWorkers {
+			eg.Go(func() error { return each(w) })
+		}
+		if err := eg.Wait(); err != nil {
 			tb.Fatal(err)
 		}
-		return id
+		if err := g.bs.Flush(ctx); err != nil {
+			tb.Fatal(err)
+		}
 	}
-	for i := range scaleSellers {
-		sm.sellers = append(sm.sellers, newCustomer("seller", int64(i)))
-	}
-	perms := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
-	var buyers atomic.Int64
-	buyers.Store(scaleSellers)
-	written := func() int64 {
-		bs.mu.Lock()
-		defer bs.mu.Unlock()
-		return bs.flushed.Load() + int64(bs.queued)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for range scaleWorkers {
-		g.Go(func() error {
-			for gctx.Err() == nil && written() < events {
-				n := buyers.Add(1)
-				buyer := newCustomer("buyer", n)
-				if _, _, err := svc.TopUp(gctx, sm.actor, buyer, money.Naira(scaleBuyerFunds)); err != nil {
-					return err
+	for g.written() < events {
+		buyers := make([]string, scaleWorkers)
+		refs := make([]int64, scaleWorkers)
+		escrows := make([][]escrow.State, scaleWorkers)
+		step(func(w int) error {
+			refs[w] = g.buyers.Add(1)
+			buyers[w] = g.customer(tb, "buyer", refs[w])
+			_, _, err := g.svc.TopUp(ctx, g.actor, buyers[w], money.Naira(scaleBuyerFunds))
+			return err
+		})
+		step(func(w int) error {
+			for k := range scalePerBuyer {
+				seller := g.sellers[(int(refs[w])+k)%len(g.sellers)]
+				res, err := g.svc.CreateEscrow(ctx, g.actor, seller, escrow.Draft{Amount: money.Naira(scaleEscrowNaira),
+					Purpose: "Scale lifecycle", WhoPays: string(escrow.Buyer)})
+				if err != nil {
+					return fmt.Errorf("create: %w", err)
 				}
-				for k := 0; k < scalePerBuyer && written() < events; k++ {
-					seller := sm.sellers[(int(n)+k)%len(sm.sellers)]
-					res, err := svc.CreateEscrow(gctx, sm.actor, seller, escrow.Draft{Amount: money.Naira(scaleEscrowNaira),
-						Purpose: "Scale lifecycle", WhoPays: string(escrow.Buyer)})
-					if err != nil {
-						return fmt.Errorf("create: %w", err)
-					}
-					if _, err := svc.PayEscrows(gctx, sm.actor, buyer, perms, app.EscrowPayment{
-						Reference: fmt.Sprintf("SCALE-%d-%d", n, k), Amount: res.Escrow.Due(),
-						EscrowIDs: []string{res.Escrow.ID}}); err != nil {
-						return fmt.Errorf("pay: %w", err)
-					}
-					if _, err := svc.ConfirmEscrow(gctx, sm.actor, buyer, res.Escrow.ID); err != nil {
-						return fmt.Errorf("confirm: %w", err)
-					}
+				escrows[w] = append(escrows[w], res.Escrow)
+			}
+			return nil
+		})
+		step(func(w int) error {
+			for k, e := range escrows[w] {
+				if _, err := g.svc.PayEscrows(ctx, g.actor, buyers[w], perms, app.EscrowPayment{
+					Reference: fmt.Sprintf("SCALE-%d-%d", refs[w], k), Amount: e.Due(), EscrowIDs: []string{e.ID}}); err != nil {
+					return fmt.Errorf("pay: %w", err)
 				}
-				if progress != nil {
-					progress(written())
+			}
+			return nil
+		})
+		step(func(w int) error {
+			for _, e := range escrows[w] {
+				if _, err := g.svc.ConfirmEscrow(ctx, g.actor, buyers[w], e.ID); err != nil {
+					return fmt.Errorf("confirm: %w", err)
 				}
 			}
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := bs.Flush(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	return sm, bs.flushed.Load()
 }
