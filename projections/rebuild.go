@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -179,7 +180,9 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store,
 	for i := range ws {
 		pages[i] = make(chan rebuildPageOf, 2)
 	}
-	// The reader: the log once, page by page, to every writer.
+	// The reader: the log once, page by page, to every writer. A writer
+	// swaps only once the whole log is read (readAll).
+	var readAll atomic.Bool
 	g.Go(func() error {
 		defer func() {
 			for _, c := range pages {
@@ -206,6 +209,7 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store,
 				}
 			}
 			if len(events) < rebuildPage {
+				readAll.Store(true)
 				return nil
 			}
 		}
@@ -218,8 +222,9 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store,
 				}
 				reports(i, page.read)
 			}
-			if gctx.Err() != nil {
-				return gctx.Err()
+			if !readAll.Load() {
+				// The reader failed: its error is the group's.
+				return nil
 			}
 			if err := w.createIndexes(gctx); err != nil {
 				return fmt.Errorf("rebuild %s: indexes: %w", w.p.Name(), err)

@@ -2,7 +2,9 @@ package projections
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -258,6 +260,56 @@ func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareDumps(t, "rebuild under writes", dumpReadModels(t, e, ps), busy)
+	if n := count(t, e.pool, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'rebuild\_%'`); n != 0 {
+		t.Fatalf("%d shadow schemas left behind", n)
+	}
+}
+
+// failingRead fails the failAt-th ReadAll of the store, only that one.
+type failingRead struct {
+	eventstore.Store
+	calls, failAt atomic.Int64
+}
+
+func (f *failingRead) ReadAll(ctx context.Context, after eventstore.Position, limit int) ([]eventstore.RecordedEvent, error) {
+	if f.calls.Add(1) == f.failAt.Load() {
+		return nil, errors.New("read failed")
+	}
+	return f.Store.ReadAll(ctx, after, limit)
+}
+
+// A rebuild whose reading of the log fails swaps nothing in (the live
+// tables and checkpoints stay as they were) and leaves no shadow.
+func TestRebuildAllReadFailureSwapsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	a, b := newCounter("ra"), newCounter("rb2")
+	head := visible(t, e.store, appendBulk(t, e.store, 12000, 4))
+	if err := CatchUpTo(ctx, e.store, e.pool, nil, head, a, b); err != nil {
+		t.Fatal(err)
+	}
+	oid := func(table string) uint32 {
+		var o uint32
+		if err := e.pool.QueryRow(ctx, `SELECT $1::regclass::oid`, table).Scan(&o); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	before := []uint32{oid("ra_counts"), oid("rb2_counts")}
+	store := &failingRead{Store: e.store}
+	store.failAt.Store(3) // the count reads nothing: the third page of the log
+	if err := RebuildAll(ctx, e.pool, store, []Projector{a, b}, nil, nil); err == nil || !strings.Contains(err.Error(), "read failed") {
+		t.Fatalf("rebuild: %v", err)
+	}
+	if after := []uint32{oid("ra_counts"), oid("rb2_counts")}; !reflect.DeepEqual(after, before) {
+		t.Fatalf("tables swapped in after a failed read: %v, were %v", after, before)
+	}
+	for _, c := range []*countProjector{a, b} {
+		if got := checkpointOf(t, e.pool, c.name); got != head {
+			t.Fatalf("%s checkpoint moved to %s", c.name, got)
+		}
+		checkExactlyOnce(t, e.pool, c, 12000)
+	}
 	if n := count(t, e.pool, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'rebuild\_%'`); n != 0 {
 		t.Fatalf("%d shadow schemas left behind", n)
 	}
