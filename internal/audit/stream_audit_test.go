@@ -63,11 +63,8 @@ func TestAuditPagedEqualsWhole(t *testing.T) {
 	changed := top
 	changed.Status = ledger.Failed
 	pChanged := e.appendRaw("payment-forged-1", payment.PayoutCompleted{Record: changed}, m)
-	commission := func(id string) ledger.Record {
-		return ledger.Record{ID: id, Reference: id, Amount: money.Naira(12), Currency: "NGN", Status: ledger.Success,
-			Type: ledger.Commission, CreditType: ledger.Credit, MerchantID: m, Environment: domain.Test,
-			EscrowDetails: &ledger.EscrowDetails{EscrowIDs: []string{"esc-1", "esc-1"}}, CreatedAt: top.CreatedAt, UpdatedAt: top.CreatedAt}
-	}
+	// Charging esc-1 twice in one record is charging it once.
+	commission := func(id string) ledger.Record { return commissionRecord(m, id, top.CreatedAt, "esc-1", "esc-1") }
 	e.appendRaw("payment-forged-2", payment.Settled{Records: []ledger.Record{commission("com-1")}}, m)
 	e.appendRaw("payment-forged-3", payment.Settled{Records: []ledger.Record{commission("com-2")}}, m)
 	// The read models, after the audit caught them up.
