@@ -273,7 +273,9 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 				opts.Progress(r.events, max(total, r.events))
 			}
 		}
-		return nil
+		// The readers stop without a word when the context ends: a
+		// replay cut short must not pass for a whole one.
+		return rctx.Err()
 	}()
 	if ferr := <-foldErr; ferr != nil {
 		return rep, fmt.Errorf("audit: records: %w", ferr)

@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"context"
 	"reflect"
 	"strings"
 	"testing"
@@ -100,5 +101,27 @@ func TestAuditPagedEqualsWhole(t *testing.T) {
 		if got := e.auditPaged(m, size); !reflect.DeepEqual(got, whole) {
 			t.Fatalf("page size %d:\n%+v\nwhole:\n%+v", size, got.Differences, whole.Differences)
 		}
+	}
+}
+
+// An audit whose context ends during the replay fails: a replay cut short
+// never passes for a clean one.
+func TestAuditCancelledFails(t *testing.T) {
+	e := newEnv(t)
+	m := e.merchant("Shop")
+	test := actor(m, domain.Test)
+	a := e.customer(test, "a@x.co", "08031110001")
+	e.topUp(test, a, 1000)
+	e.pay(test, a, app.IntentRequest{Reference: "dep-1", Type: ledger.Deposit, Amount: money.Naira(100)})
+	expectClean(t, e.audit(m))
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	rep, err := audit.RunWith(ctx, e.store, e.pool, m, audit.Options{PageSize: 1, Progress: func(done, _ int64) {
+		if done == 2 {
+			cancel()
+		}
+	}})
+	if err == nil {
+		t.Fatalf("a cancelled audit returned no error: %+v", rep)
 	}
 }
