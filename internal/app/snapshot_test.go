@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/money"
@@ -67,6 +68,20 @@ func snapshotStreams(t *testing.T, svc *Service, a Actor) (buyer, seller string,
 			t.Fatal(err)
 		}
 		escrows = append(escrows, res.Escrow.ID)
+	}
+	var cats []string
+	for i := range 4 {
+		id, _, err := svc.CreateCategory(ctx, a, category.New{Name: fmt.Sprintf("Snap %c", 'A'+i)}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cats = append(cats, id)
+	}
+	if _, err := svc.MoveCategory(ctx, a, cats[0], 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.DeleteCategory(ctx, a, cats[1]); err != nil {
+		t.Fatal(err)
 	}
 	return buyer, seller, escrows
 }
@@ -166,6 +181,12 @@ func TestSnapshotAtEveryRevisionEqualsReplay(t *testing.T) {
 	n += checkEveryRevision(t, store, MerchantKind, MerchantKind.StreamName(a.MerchantID))
 	for _, id := range escrows[:3] {
 		n += checkEveryRevision(t, store, EscrowKind, EscrowKind.StreamName(id))
+	}
+	n += checkEveryRevision(t, store, CategoryOrderKind, CategoryOrderKind.StreamName(category.OrderKey(a.MerchantID, a.Environment)))
+	for _, k := range []string{ReservationKind.Snapshot, WhitelistKind.Snapshot, PaymentKind.Snapshot, CategoryKind.Snapshot, CheckoutKind.Snapshot} {
+		if k != "" {
+			t.Fatalf("snapshot format %q of a kind this test does not cover", k)
+		}
 	}
 	if n < 40 {
 		t.Fatalf("only %d events checked", n)
