@@ -32,9 +32,11 @@ test:
 
 # BENCH selects benchmarks (default all); the pgbench baseline needs the
 # pgbench binary (postgresql-client) and is skipped without it.
+# BenchmarkScale writes a store of SCALE_EVENTS events (default 1,000,000,
+# several minutes) before it measures; SCALE_EVENTS=50000 is a quick look.
 bench:
 	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
-	  $(GO) test -run '^$$' -bench "$${BENCH:-.}" $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 30m ./bench/
+	  $(GO) test -run '^$$' -bench "$${BENCH:-.}" $${BENCHTIME:+-benchtime $$BENCHTIME} -timeout 90m ./bench/
 
 # Go fuzzes one target per invocation, so each runs for $(FUZZTIME) in turn
 # (FUZZFLAGS adds flags, e.g. -parallel 1). The request fuzzers drive the

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/escrowd/escrowd/eventstore"
 )
@@ -41,57 +45,78 @@ func ShadowSchema(name string) string {
 	return s
 }
 
-// Rebuild replays the whole log into fresh tables of p while the live tables
-// keep serving and the live runner keeps projecting. It fills the tables of
-// p.Schema() in the schema ShadowSchema(p.Name()) in transactions of 2,000
-// events, reporting progress(done, total) after each (total is the size of
-// the log at the start, raised if the replay passes it). Once caught up it
-// swaps in one transaction: lock the checkpoint row (pausing the live
-// runner), apply the events still missing, drop the live tables, move the
-// shadow tables into the live schema, set the checkpoint to the replay's
-// position. The live runner then re-syncs from that checkpoint.
+// Rebuild is RebuildAll of the one projector p.
+func Rebuild(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, p Projector, log *zap.Logger, progress func(done, total int64)) error {
+	return RebuildAll(ctx, pool, store, []Projector{p}, log, progress)
+}
+
+// rebuildPage is the number of events the shared reader of RebuildAll
+// reads at a time; each projector writes the events of a page that
+// concern it in transactions of at most rebuildBatch.
+const rebuildPage = 5000
+
+// RebuildAll replays the whole log into fresh tables of every projector of
+// ps while the live tables keep serving and the live runner keeps
+// projecting. The log is read once: one reader hands each page to one
+// writer per projector, and the writers run at once, each on its own
+// connection, writing only the events its projector is interested in
+// (Interested), in transactions of at most 2,000 events. Each fills the
+// tables of p.Schema() in the schema ShadowSchema(p.Name()). progress(done,
+// total) is called after each page all writers have written (total is the
+// size of the log at the start, raised if the replay passes it).
+//
+// Once the log is read, each writer swaps its projector's tables in one
+// transaction: lock the checkpoint row (pausing the live runner of that
+// projector), apply the events still missing, drop the live tables, move
+// the shadow tables into the live schema, set the checkpoint to the
+// replay's position. The live runner then re-syncs from that checkpoint.
+// A projector whose swap is done stays rebuilt when another fails.
 //
 // p.Schema() must create only tables and their indexes and constraints
 // (those move with their table), and p.Tables() must name them all.
-func Rebuild(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, p Projector, log *zap.Logger, progress func(done, total int64)) error {
+func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, ps []Projector, log *zap.Logger, progress func(done, total int64)) error {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	if progress == nil {
 		progress = func(int64, int64) {}
 	}
-	name := p.Name()
+	if err := checkNames(ps); err != nil {
+		return err
+	}
+	if len(ps) == 0 {
+		return nil
+	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('rebuild:' || $1))`, name).Scan(&locked); err != nil {
-		conn.Release()
-		return err
-	}
-	if !locked {
-		conn.Release()
-		return fmt.Errorf("%w: %s", ErrRebuildRunning, name)
-	}
+	// One session holds every projector's rebuild lock.
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('rebuild:' || $1))`, name); err != nil {
-			_ = conn.Conn().Close(uctx)
+		for _, p := range ps {
+			if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock(hashtext('rebuild:' || $1))`, p.Name()); err != nil {
+				_ = conn.Conn().Close(uctx)
+				break
+			}
 		}
 		conn.Release()
 	}()
-
+	for _, p := range ps {
+		var locked bool
+		if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtext('rebuild:' || $1))`, p.Name()).Scan(&locked); err != nil {
+			return err
+		}
+		if !locked {
+			// pg_advisory_unlock of a lock not held only warns.
+			return fmt.Errorf("%w: %s", ErrRebuildRunning, p.Name())
+		}
+	}
 	var live string
 	if err := conn.QueryRow(ctx, `SELECT current_schema()`).Scan(&live); err != nil {
 		return err
 	}
-	shadow := ShadowSchema(name)
-	qShadow := pgx.Identifier{shadow}.Sanitize()
-	// Inside the shadow, unqualified names resolve to shadow tables first;
-	// the live schema stays visible for anything else a projector reads.
-	searchPath := `SET LOCAL search_path TO ` + qShadow + `, ` + pgx.Identifier{live}.Sanitize()
 
 	start := time.Now()
 	head, err := store.Head(ctx)
@@ -102,122 +127,307 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, p 
 	if err != nil {
 		return err
 	}
-	if err := ensureCheckpoint(ctx, pool, name); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+qShadow+` CASCADE`); err != nil {
-		return err
-	}
-	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+qShadow); err != nil {
-		return err
-	}
-	defer func() {
+	ws := make([]*rebuildWriter, len(ps))
+	for i, p := range ps {
+		w := &rebuildWriter{p: p, pool: pool, store: store, live: live, shadow: ShadowSchema(p.Name())}
+		ws[i] = w
+		if err := ensureCheckpoint(ctx, pool, p.Name()); err != nil {
+			return err
+		}
+		if _, err := pool.Exec(ctx, `DROP SCHEMA IF EXISTS `+w.qShadow()+` CASCADE`); err != nil {
+			return err
+		}
 		// The shadow is useless after the swap (it is empty) and after a
 		// failure (a new rebuild starts from scratch).
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if _, derr := pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+qShadow+` CASCADE`); derr != nil {
-			log.Warn("projections: cannot drop shadow schema", zap.String("schema", shadow), zap.Error(derr))
-		}
-	}()
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, searchPath); err != nil {
+		defer w.dropShadow(log)
+		if _, err := pool.Exec(ctx, `CREATE SCHEMA `+w.qShadow()); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, p.Schema())
-		return err
-	}); err != nil {
-		return fmt.Errorf("shadow schema: %w", err)
-	}
-
-	log.Info("projections: rebuild started", zap.String("projection", name), zap.Int64("events", total))
-	var (
-		pos  = eventstore.Start
-		done int64
-	)
-	report := func(n int) {
-		done += int64(n)
-		total = max(total, done)
-		progress(done, total)
-	}
-	progress(0, total)
-	// replay applies the log after pos into the shadow in tx, one batch.
-	replay := func(tx pgx.Tx) (int, error) {
-		events, err := store.ReadAll(ctx, pos, rebuildBatch)
-		if err != nil || len(events) == 0 {
-			return 0, err
-		}
-		if err := p.Apply(ctx, tx, events); err != nil {
-			return 0, fmt.Errorf("apply: %w", err)
-		}
-		pos = events[len(events)-1].Position
-		return len(events), nil
-	}
-	for {
-		var n int
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, searchPath); err != nil {
+		if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, w.searchPath()); err != nil {
 				return err
 			}
-			var err error
-			n, err = replay(tx)
+			_, err := tx.Exec(ctx, p.Schema())
 			return err
-		})
-		if err != nil {
-			return err
+		}); err != nil {
+			return fmt.Errorf("%s: shadow schema: %w", p.Name(), err)
 		}
-		report(n)
-		if n < rebuildBatch {
-			break
+		if err := w.deferIndexes(ctx); err != nil {
+			return fmt.Errorf("%s: shadow indexes: %w", p.Name(), err)
 		}
+		log.Info("projections: rebuild started", zap.String("projection", p.Name()), zap.Int64("events", total))
 	}
 
-	// The swap. Holding the checkpoint row lock pauses the live runner; the
-	// events it still has to wait for are those committed since the last
-	// batch above, which are few.
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	var (
+		mu      sync.Mutex
+		done    = make([]int64, len(ws))
+		shown   int64
+		reports = func(i int, n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			done[i] = n
+			least := slices.Min(done)
+			if least > shown {
+				shown = least
+				total = max(total, shown)
+				progress(shown, total)
+			}
+		}
+	)
+	progress(0, total)
+	g, gctx := errgroup.WithContext(ctx)
+	pages := make([]chan rebuildPageOf, len(ws))
+	for i := range ws {
+		pages[i] = make(chan rebuildPageOf, 2)
+	}
+	// The reader: the log once, page by page, to every writer. A writer
+	// swaps only once the whole log is read (readAll).
+	var readAll atomic.Bool
+	g.Go(func() error {
+		defer func() {
+			for _, c := range pages {
+				close(c)
+			}
+		}()
+		pos := eventstore.Start
+		var read int64
+		for {
+			events, err := store.ReadAll(gctx, pos, rebuildPage)
+			if err != nil {
+				return err
+			}
+			if len(events) > 0 {
+				pos = events[len(events)-1].Position
+			}
+			read += int64(len(events))
+			page := rebuildPageOf{events: events, end: pos, read: read}
+			for _, c := range pages {
+				select {
+				case c <- page:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
+			if len(events) < rebuildPage {
+				readAll.Store(true)
+				return nil
+			}
+		}
+	})
+	for i, w := range ws {
+		g.Go(func() error {
+			for page := range pages[i] {
+				if err := w.take(gctx, page); err != nil {
+					return fmt.Errorf("rebuild %s: %w", w.p.Name(), err)
+				}
+				reports(i, page.read)
+			}
+			if !readAll.Load() {
+				// The reader failed: its error is the group's.
+				return nil
+			}
+			if err := w.createIndexes(gctx); err != nil {
+				return fmt.Errorf("rebuild %s: indexes: %w", w.p.Name(), err)
+			}
+			if err := w.swap(gctx, func(n int) {
+				mu.Lock()
+				defer mu.Unlock()
+				shown += int64(n)
+				total = max(total, shown)
+				progress(shown, total)
+			}); err != nil {
+				return fmt.Errorf("rebuild %s: swap: %w", w.p.Name(), err)
+			}
+			log.Info("projections: rebuild done", zap.String("projection", w.p.Name()),
+				zap.Stringer("checkpoint", w.pos), zap.Duration("took", time.Since(start)))
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// rebuildPageOf is a page of the log as the reader of RebuildAll hands it
+// out: its events, the position it ends at, the events read so far.
+type rebuildPageOf struct {
+	events []eventstore.RecordedEvent
+	end    eventstore.Position
+	read   int64
+}
+
+// rebuildWriter fills one projector's shadow tables.
+type rebuildWriter struct {
+	p            Projector
+	pool         *pgxpool.Pool
+	store        eventstore.Store
+	live, shadow string
+	// pending are events of the pages taken that concern p and are not
+	// written yet; pos is where the written events end (every event up to
+	// it is in the shadow, or does not concern p).
+	pending []eventstore.RecordedEvent
+	pos     eventstore.Position
+	// indexes are the definitions of the shadow's indexes that the fill
+	// goes without (deferIndexes).
+	indexes []string
+}
+
+// deferIndexes drops the shadow tables' indexes that no constraint
+// needs, keeping their definitions: one index built over the filled
+// table costs a fraction of the same index kept up to date row by row.
+// Unique indexes and those behind constraints stay (upserts need them).
+func (w *rebuildWriter) deferIndexes(ctx context.Context) error {
+	rows, err := w.pool.Query(ctx, `SELECT c.relname, pg_get_indexdef(i.indexrelid)
+		  FROM pg_index i
+		  JOIN pg_class c ON c.oid = i.indexrelid
+		  JOIN pg_namespace n ON n.oid = c.relnamespace
+		 WHERE n.nspname = $1 AND NOT i.indisunique AND NOT i.indisprimary
+		   AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
+		 ORDER BY c.relname`, w.shadow)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for rows.Next() {
+		var name, def string
+		if err := rows.Scan(&name, &def); err != nil {
+			rows.Close()
+			return err
+		}
+		names, w.indexes = append(names, pgx.Identifier{w.shadow, name}.Sanitize()), append(w.indexes, def)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil || len(names) == 0 {
+		return err
+	}
+	_, err = w.pool.Exec(ctx, `DROP INDEX `+strings.Join(names, ", "))
+	return err
+}
+
+// createIndexes builds the indexes deferIndexes dropped (the definitions
+// name the shadow schema's tables).
+func (w *rebuildWriter) createIndexes(ctx context.Context) error {
+	for _, def := range w.indexes {
+		if _, err := w.pool.Exec(ctx, def); err != nil {
+			return err
+		}
+	}
+	w.indexes = nil
+	return nil
+}
+
+func (w *rebuildWriter) qShadow() string { return pgx.Identifier{w.shadow}.Sanitize() }
+
+// searchPath makes unqualified names resolve to shadow tables first; the
+// live schema stays visible for anything else a projector reads.
+func (w *rebuildWriter) searchPath() string {
+	return `SET LOCAL search_path TO ` + w.qShadow() + `, ` + pgx.Identifier{w.live}.Sanitize()
+}
+
+func (w *rebuildWriter) dropShadow(log *zap.Logger) {
+	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := w.pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+w.qShadow()+` CASCADE`); err != nil {
+		log.Warn("projections: cannot drop shadow schema", zap.String("schema", w.shadow), zap.Error(err))
+	}
+}
+
+// relevant appends to dst the events of events that concern w's projector.
+func (w *rebuildWriter) relevant(dst, events []eventstore.RecordedEvent) []eventstore.RecordedEvent {
+	in, ok := w.p.(Interested)
+	if !ok {
+		return append(dst, events...)
+	}
+	prefixes := in.StreamPrefixes()
+	for _, re := range events {
+		for _, pre := range prefixes {
+			if strings.HasPrefix(re.Stream, pre) {
+				dst = append(dst, re)
+				break
+			}
+		}
+	}
+	return dst
+}
+
+// take queues the page's events for the projector and writes them once
+// there are rebuildBatch, or when the page is the last.
+func (w *rebuildWriter) take(ctx context.Context, page rebuildPageOf) error {
+	w.pending = w.relevant(w.pending, page.events)
+	last := len(page.events) < rebuildPage
+	for len(w.pending) >= rebuildBatch || (last && len(w.pending) > 0) {
+		n := min(len(w.pending), rebuildBatch)
+		if err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+			// Nothing in the shadow needs to survive a crash before the
+			// swap (a new rebuild starts from scratch), so its commits do
+			// not wait for the disk; the swap's does.
+			if _, err := tx.Exec(ctx, w.searchPath()+`; SET LOCAL synchronous_commit TO off`); err != nil {
+				return err
+			}
+			return w.p.Apply(ctx, tx, w.pending[:n])
+		}); err != nil {
+			return fmt.Errorf("apply: %w", err)
+		}
+		w.pending = append(w.pending[:0], w.pending[n:]...)
+	}
+	if len(w.pending) == 0 {
+		w.pos = page.end
+	}
+	return nil
+}
+
+// swap applies what the log gained since the reader's last page and moves
+// the shadow tables in, under the checkpoint row's lock (see RebuildAll);
+// grew is told how many events the log gained.
+func (w *rebuildWriter) swap(ctx context.Context, grew func(int)) error {
+	if len(w.pending) > 0 {
+		return fmt.Errorf("projections: %d events left unwritten", len(w.pending))
+	}
+	name := w.p.Name()
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		// Holding the checkpoint row lock pauses the live runner; the
+		// events it still has to wait for are those committed since the
+		// last page, which are few.
 		stored, err := lockCheckpoint(ctx, tx, name)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, searchPath); err != nil {
+		if _, err := tx.Exec(ctx, w.searchPath()); err != nil {
 			return err
 		}
 		for {
-			n, err := replay(tx)
+			events, err := w.store.ReadAll(ctx, w.pos, rebuildBatch)
 			if err != nil {
 				return err
 			}
-			report(n)
-			if n == 0 {
+			if len(events) == 0 {
 				break
 			}
+			grew(len(events))
+			if mine := w.relevant(nil, events); len(mine) > 0 {
+				if err := w.p.Apply(ctx, tx, mine); err != nil {
+					return fmt.Errorf("apply: %w", err)
+				}
+			}
+			w.pos = events[len(events)-1].Position
 		}
-		if pos.Less(stored) {
+		if w.pos.Less(stored) {
 			// Cannot happen with a store whose ReadAll horizon only moves
 			// forward; refuse rather than move the checkpoint backwards.
-			return fmt.Errorf("projections: live checkpoint %s is ahead of the replay at %s", stored, pos)
+			return fmt.Errorf("projections: live checkpoint %s is ahead of the replay at %s", stored, w.pos)
 		}
 		var liveTables []string
-		for _, t := range p.Tables() {
-			liveTables = append(liveTables, pgx.Identifier{live, t}.Sanitize())
+		for _, t := range w.p.Tables() {
+			liveTables = append(liveTables, pgx.Identifier{w.live, t}.Sanitize())
 		}
 		if len(liveTables) > 0 {
 			if _, err := tx.Exec(ctx, `DROP TABLE IF EXISTS `+strings.Join(liveTables, ", ")); err != nil {
 				return fmt.Errorf("drop live tables: %w", err)
 			}
 		}
-		for _, t := range p.Tables() {
-			if _, err := tx.Exec(ctx, `ALTER TABLE `+pgx.Identifier{shadow, t}.Sanitize()+` SET SCHEMA `+pgx.Identifier{live}.Sanitize()); err != nil {
+		for _, t := range w.p.Tables() {
+			if _, err := tx.Exec(ctx, `ALTER TABLE `+pgx.Identifier{w.shadow, t}.Sanitize()+` SET SCHEMA `+pgx.Identifier{w.live}.Sanitize()); err != nil {
 				return fmt.Errorf("move table %s: %w", t, err)
 			}
 		}
-		return storeCheckpoint(ctx, tx, name, pos)
+		return storeCheckpoint(ctx, tx, name, w.pos)
 	})
-	if err != nil {
-		return fmt.Errorf("swap: %w", err)
-	}
-	log.Info("projections: rebuild done", zap.String("projection", name), zap.Int64("events", done),
-		zap.Stringer("checkpoint", pos), zap.Duration("took", time.Since(start)))
-	return nil
 }

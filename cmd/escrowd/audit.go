@@ -16,10 +16,12 @@ import (
 
 var auditCommand = &command{
 	name: "audit", args: "--merchant M [--json]",
-	summary: "replay the whole log and check a merchant's money (exit 1 on any difference)",
+	summary: "replay a merchant's events and check its money (exit 1 on any difference)",
 	detail: `Checks: balanced movements, no negative balance (except external clearing),
 records settle once, commission once per escrow; the read models (balances,
 transaction records) and the customers' wallets must equal the replay.
+The merchant's events are read and checked a page at a time: memory grows
+with the accounts its money touches, not with its history.
 Exit 0: clean; 1: a difference (each printed on one line) or the audit could
 not run; 2: a mistake in the command line. A progress bar is drawn on stderr
 when it is a terminal.`,
@@ -34,7 +36,7 @@ when it is a terminal.`,
 	},
 }
 
-// runAudit replays the log, checks the merchant's money and compares it
+// runAudit replays the merchant's events, checks the merchant's money and compares it
 // with the read models. It returns an error (exit code 1) when there is any
 // difference; the report is printed either way.
 func runAudit(ctx context.Context, env *cliEnv, id string, asJSON bool) error {

@@ -162,7 +162,7 @@ func TestCacheFoldsAppendedEvents(t *testing.T) {
 	if !ok {
 		t.Fatal("not cached after append")
 	}
-	fresh, rev, _, err := load(ctx, store, newCache(1), CustomerKind, CustomerKind.StreamName(id), true)
+	fresh, rev, _, err := load(ctx, NewEngine(store, 1), CustomerKind, CustomerKind.StreamName(id), true)
 	if err != nil {
 		t.Fatal(err)
 	}

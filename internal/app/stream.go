@@ -8,8 +8,9 @@ import (
 	"context"
 	"sync"
 
+	"github.com/google/uuid"
+
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/eventstore"
 )
 
 // Kind describes one aggregate type: how its stream is named and how its
@@ -19,6 +20,10 @@ type Kind[S any] struct {
 	Name     string // stream name prefix, e.g. "customer"
 	Registry domain.Registry
 	Apply    func(S, domain.Event) S
+	// Snapshot names the format of the kind's snapshots (snapshot.go), ""
+	// for none. S is stored as JSON: give the format a new name whenever
+	// S or Apply changes, and the snapshots of the old one are ignored.
+	Snapshot string
 }
 
 // StreamName is the stream of aggregate id.
@@ -88,20 +93,45 @@ func (c *cache) evict(stream string) {
 
 // load folds a stream, starting from the cached state when there is one and
 // reading only the events after it. Unless fresh, a cached state is
-// returned without reading the store at all (cachedOnly).
-func load[S any](ctx context.Context, store eventstore.Store, c *cache, k Kind[S], stream string, fresh bool) (state S, rev int64, cachedOnly bool, err error) {
+// returned without reading the store at all (cachedOnly). Without a cached
+// state it starts from the stream's snapshot when there is a usable one
+// (snapshot.go), and it writes a new snapshot when it folded past a
+// multiple of the engine's SnapshotEvery.
+func load[S any](ctx context.Context, e *Engine, k Kind[S], stream string, fresh bool) (state S, rev int64, cachedOnly bool, err error) {
+	c := e.cache
 	rev = -1
+	from := uint64(0)
+	var snapID uuid.UUID // the event a snapshot starts after, to check
+	checkSnap := false
 	if hit, ok := c.get(stream); ok {
 		state, rev = hit.state.(S), hit.rev
 		if !fresh {
 			return state, rev, true, nil
 		}
+		from = uint64(rev + 1)
+	} else if st, r, id, ok := readSnapshot(ctx, e, k, stream); ok {
+		// Read from the snapshot's own event, to check it is the one the
+		// snapshot names.
+		state, rev, from, snapID, checkSnap = st, int64(r), r, id, true
 	}
+	since := rev
+	var last uuid.UUID
 	const page = 1000
 	for {
-		events, err := store.ReadStream(ctx, stream, uint64(rev+1), page)
+		events, err := e.store.ReadStream(ctx, stream, from, page)
 		if err != nil {
 			return state, rev, false, err
+		}
+		full := len(events) == page
+		if checkSnap {
+			checkSnap = false
+			if len(events) == 0 || events[0].Revision != uint64(rev) || events[0].ID != snapID {
+				// Not this stream's state: replay it whole.
+				var zero S
+				state, rev, since, from = zero, -1, -1, 0
+				continue
+			}
+			last, events = events[0].ID, events[1:]
 		}
 		for _, re := range events {
 			ev, err := k.Registry.Decode(re.Type, re.Data)
@@ -110,11 +140,16 @@ func load[S any](ctx context.Context, store eventstore.Store, c *cache, k Kind[S
 			}
 			state = k.Apply(state, ev)
 			rev = int64(re.Revision)
+			last = re.ID
 		}
-		if len(events) < page {
+		if !full {
 			break
 		}
+		from = uint64(rev + 1)
 	}
 	c.put(cached{stream: stream, state: state, rev: rev})
+	if e.snapshotDue(since, rev) {
+		writeSnapshot(e, k, stream, uint64(rev), last, state)
+	}
 	return state, rev, false, nil
 }

@@ -37,7 +37,9 @@ type txStream struct {
 	// unchecked appends with eventstore.Any (see Append).
 	unchecked bool
 	events    []domain.Event
-	after     func(int64) // refreshes the cache after the append
+	// after refreshes the cache after the append, given the stream's new
+	// revision and the id of its last event.
+	after func(newRev int64, lastID uuid.UUID)
 }
 
 // Read loads aggregate id of kind k within tx.
@@ -85,7 +87,7 @@ func ReadNew[S any](tx *Tx, k Kind[S], id string) (S, error) {
 
 func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 	stream := k.StreamName(id)
-	state, rev, cachedOnly, err := load(tx.ctx, tx.engine.store, tx.engine.cache, k, stream, fresh)
+	state, rev, cachedOnly, err := load(tx.ctx, tx.engine, k, stream, fresh)
 	if cachedOnly {
 		tx.stale = true
 	}
@@ -140,24 +142,25 @@ func record[S any](tx *Tx, k Kind[S], id string, unchecked bool, events []domain
 		ts.rev, ts.known, ts.unchecked = -1, true, unchecked
 	}
 	ts.events = append(ts.events, events...)
-	c := tx.engine.cache
-	ts.after = func(newRev int64) {
+	e := tx.engine
+	c := e.cache
+	ts.after = func(newRev int64, lastID uuid.UUID) {
 		// Fold the new events into the cached state so the next command on
 		// this aggregate needs no read.
-		if hit, ok := c.get(stream); ok && hit.rev == newRev-int64(len(ts.events)) {
-			st := hit.state.(S)
-			for _, e := range ts.events {
-				st = k.Apply(st, e)
-			}
-			c.put(cached{stream: stream, state: st, rev: newRev})
-		} else if !ok && newRev == int64(len(ts.events))-1 {
-			var st S
-			for _, e := range ts.events {
-				st = k.Apply(st, e)
-			}
-			c.put(cached{stream: stream, state: st, rev: newRev})
-		} else {
+		since := newRev - int64(len(ts.events))
+		var st S
+		if hit, ok := c.get(stream); ok && hit.rev == since {
+			st = hit.state.(S)
+		} else if ok || since != -1 {
 			c.evict(stream)
+			return
+		}
+		for _, ev := range ts.events {
+			st = k.Apply(st, ev)
+		}
+		c.put(cached{stream: stream, state: st, rev: newRev})
+		if e.snapshotDue(since, newRev) {
+			writeSnapshot(e, k, stream, uint64(newRev), lastID, st)
 		}
 	}
 }
@@ -192,16 +195,23 @@ type Engine struct {
 	NewID func() uuid.UUID
 	// MaxAttempts bounds retries on concurrency conflicts.
 	MaxAttempts int
+	// SnapshotEvery is how many events of a stream separate its snapshots
+	// (snapshot.go); 0 writes none (loads still use those stored).
+	SnapshotEvery int
+	// snapshotSlots bounds the snapshot writes running at once.
+	snapshotSlots chan struct{}
 }
 
 // NewEngine returns an engine with a cache of cacheSize aggregates.
 func NewEngine(store eventstore.Store, cacheSize int) *Engine {
 	return &Engine{
-		store:       store,
-		cache:       newCache(cacheSize),
-		Now:         func() time.Time { return time.Now().UTC() },
-		NewID:       func() uuid.UUID { return uuid.Must(uuid.NewV7()) },
-		MaxAttempts: 20,
+		store:         store,
+		cache:         newCache(cacheSize),
+		Now:           func() time.Time { return time.Now().UTC() },
+		NewID:         func() uuid.UUID { return uuid.Must(uuid.NewV7()) },
+		MaxAttempts:   20,
+		SnapshotEvery: defaultSnapshotEvery,
+		snapshotSlots: make(chan struct{}, 4),
 	}
 }
 
@@ -241,11 +251,17 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 		}
 		res, err := e.append(ctx, appends, metaJSON)
 		if err == nil {
+			lastIDs := make(map[string]uuid.UUID, len(appends))
+			for _, sa := range appends {
+				if n := len(sa.Events); n > 0 {
+					lastIDs[sa.Stream] = sa.Events[n-1].ID
+				}
+			}
 			for _, name := range tx.order {
 				ts := tx.streams[name]
 				if len(ts.events) > 0 && ts.after != nil {
 					if rev, ok := res.Revisions[name]; ok {
-						ts.after(int64(rev))
+						ts.after(int64(rev), lastIDs[name])
 					}
 				}
 			}
@@ -339,12 +355,12 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, []b
 // use it for what staleness cannot make wrong, and re-read with Load before
 // refusing on it.
 func Peek[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, error) {
-	st, _, _, err := load(ctx, e.store, e.cache, k, k.StreamName(id), false)
+	st, _, _, err := load(ctx, e, k, k.StreamName(id), false)
 	return st, err
 }
 
 // Load reads an aggregate outside a command (fresh from the store).
 func Load[S any](ctx context.Context, e *Engine, k Kind[S], id string) (S, int64, error) {
-	st, rev, _, err := load(ctx, e.store, e.cache, k, k.StreamName(id), true)
+	st, rev, _, err := load(ctx, e, k, k.StreamName(id), true)
 	return st, rev, err
 }

@@ -1,5 +1,6 @@
 // Package audit checks one merchant's money against the event log. It
-// replays the whole global log, re-derives the merchant's balances and
+// replays the merchant's events (read through the store's tenant index,
+// a page at a time), re-derives the merchant's balances and
 // transaction records from its ledger entries (the only source of truth),
 // checks the ledger's invariants at every step, and compares the result with
 // the read models (rm_balances, rm_transactions) and with the customers'
@@ -8,11 +9,14 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
@@ -113,7 +117,8 @@ type Report struct {
 	// Position is where the replay stopped: the ledger read model's
 	// checkpoint, so replay and read model describe the same events.
 	Position eventstore.Position `json:"position"`
-	// Events is the number of events of the global log replayed.
+	// Events is the number of the merchant's events replayed (those whose
+	// metadata names it, in either environment).
 	Events int64 `json:"events"`
 	// Entries is the number of the merchant's ledger entries among them.
 	Entries int64 `json:"entries"`
@@ -148,9 +153,12 @@ type Options struct {
 	// older write transaction has ended, so the head can be short of a
 	// write that has just returned.
 	At eventstore.Position
+	// PageSize is the number of events read and folded at a time; 0 is
+	// 2,000.
+	PageSize int
 }
 
-// replayPage is the number of events read per ReadAll call.
+// replayPage is the default Options.PageSize.
 const replayPage = 2000
 
 // Run audits merchantID: see RunWith.
@@ -159,10 +167,19 @@ func Run(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, mercha
 }
 
 // RunWith first catches every read model up with the log (so a lagging read
-// model is not reported as a corruption), takes one consistent snapshot of
-// the merchant's read-model rows and of the ledger read model's checkpoint,
-// then replays the global log up to that checkpoint and compares. An error
-// means the audit could not run; differences are in the report.
+// model is not reported as a corruption), opens one repeatable-read
+// snapshot of the read models and reads the ledger read model's
+// checkpoint and the merchant's balances in it, then replays the
+// merchant's events (both environments, in log order) up to that
+// checkpoint and compares, reading the merchant's transaction records in
+// the same snapshot. The snapshot stays open through the replay; it is
+// read-only, so it holds back no event (the store's horizon counts only
+// transactions that write). An error means the audit could not run;
+// differences are in the report.
+//
+// Memory is bounded by the accounts the merchant's money touches, not by
+// its history: events are read a page at a time (eventstore.ReadTenant)
+// and the transaction records are folded into a temporary table (records).
 func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, merchantID string, opts Options) (Report, error) {
 	rep := Report{MerchantID: merchantID, Differences: []Difference{}}
 	if merchantID == "" {
@@ -178,44 +195,234 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	if err := projections.CatchUpTo(ctx, store, pool, opts.Log, opts.At, projections.All()...); err != nil {
 		return rep, fmt.Errorf("audit: catch up read models: %w", err)
 	}
-	rm, err := loadReadModel(ctx, pool, merchantID)
+	snap, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return rep, err
+	}
+	defer func() { _ = snap.Rollback(context.WithoutCancel(ctx)) }()
+	rm, err := loadReadModel(ctx, snap, merchantID)
 	if err != nil {
 		return rep, fmt.Errorf("audit: read models: %w", err)
 	}
 	rep.Position = rm.position
-	var total int64
-	if c, ok := store.(projections.EventCounter); ok {
-		if total, err = c.CountEvents(ctx, eventstore.Start, rm.position, 0); err != nil {
-			return rep, err
-		}
+
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return rep, err
 	}
-	r := newReplay(merchantID)
-	after := eventstore.Start
-	for after.Less(rm.position) {
-		events, err := store.ReadAll(ctx, after, replayPage)
+	defer conn.Release()
+	recs, err := newRecords(ctx, conn.Conn())
+	if err != nil {
+		return rep, fmt.Errorf("audit: records table: %w", err)
+	}
+	defer func() {
+		if err := recs.drop(context.WithoutCancel(ctx)); err != nil {
+			_ = conn.Conn().Close(context.WithoutCancel(ctx)) // never pool a connection with the table
+		}
+	}()
+
+	var total int64
+	for _, env := range []domain.Environment{domain.Test, domain.Live} {
+		n, err := eventstore.CountTenant(ctx, store, eventstore.TenantFilter{MerchantID: merchantID, Environment: string(env)})
 		if err != nil {
 			return rep, err
 		}
-		if len(events) == 0 {
-			// The projector read every event up to its checkpoint, so
-			// they are all committed: the log cannot end before it.
-			return rep, fmt.Errorf("audit: the log ends at %s, before the ledger checkpoint %s", after, rm.position)
-		}
-		for _, re := range events {
-			if rm.position.Less(re.Position) {
-				break
-			}
-			r.apply(re)
-		}
-		if opts.Progress != nil {
-			opts.Progress(r.events, total)
-		}
-		after = events[len(events)-1].Position
+		total += n
 	}
-	r.finish()
-	rm.compare(r)
+	r := newReplay(merchantID)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The records are folded by a goroutine of their own, a page behind
+	// the replay, so that its round trips overlap the decoding; its
+	// differences (settled once) join the replay's after it.
+	var folded []Difference
+	folds := make(chan []recordWrite, 1)
+	foldErr := make(chan error, 1)
+	go func() {
+		var err error
+		for writes := range folds {
+			if err == nil {
+				err = recs.fold(rctx, writes, func(d Difference) { folded = append(folded, d) })
+				if err != nil {
+					cancel()
+				}
+			}
+		}
+		foldErr <- err
+	}()
+	page := cmp.Or(opts.PageSize, replayPage)
+	events := mergeTenants(rctx, store, merchantID, rm.position, page)
+	err = func() error {
+		defer close(folds)
+		for p := range events {
+			if p.err != nil {
+				return p.err
+			}
+			for _, re := range p.events {
+				r.apply(re)
+			}
+			if len(r.writes) > 0 {
+				select {
+				case folds <- r.writes:
+				case <-rctx.Done():
+					return rctx.Err()
+				}
+				r.writes = nil
+			}
+			if opts.Progress != nil {
+				opts.Progress(r.events, max(total, r.events))
+			}
+		}
+		// The readers stop without a word when the context ends: a
+		// replay cut short must not pass for a whole one.
+		return rctx.Err()
+	}()
+	if ferr := <-foldErr; ferr != nil {
+		return rep, fmt.Errorf("audit: records: %w", ferr)
+	}
+	if err != nil {
+		return rep, err
+	}
+	// Replay-time differences in log order: at one event, the records'
+	// come after its other checks, as the replay made them.
+	r.diffs = append(r.diffs, folded...)
+	slices.SortStableFunc(r.diffs, func(a, b Difference) int {
+		switch {
+		case a.Position.Less(*b.Position):
+			return -1
+		case b.Position.Less(*a.Position):
+			return 1
+		}
+		return 0
+	})
+	if err := recs.checkCommission(ctx, r.report); err != nil {
+		return rep, fmt.Errorf("audit: commission: %w", err)
+	}
+	r.checkWallets()
+	rm.compareBalances(r)
+	// At Start nothing is projected, and a starting runner creates the
+	// checkpoint row before the tables (see loadReadModel): no rows to
+	// compare, and no records replayed either.
+	if rm.position != eventstore.Start {
+		if err := recs.compareRecords(ctx, snap, merchantID, r.report); err != nil {
+			return rep, fmt.Errorf("audit: records: %w", err)
+		}
+	}
 	rep.Events, rep.Entries, rep.Movements = r.events, r.entries, r.movements
-	rep.Records, rep.Accounts, rep.Wallets = len(r.records), len(r.balances), len(r.customers)
+	rep.Records, rep.Accounts, rep.Wallets = int(recs.count), len(r.balances), len(r.customers)
 	rep.Differences = append(rep.Differences, r.diffs...)
 	return rep, nil
+}
+
+// tenantPage is a page of the merchant's events, in log order.
+type tenantPage struct {
+	events []eventstore.RecordedEvent
+	err    error
+}
+
+// mergeTenants reads the merchant's events of both environments up to
+// position upTo, each a page ahead of the replay, and sends them merged in
+// log order, a page at a time. The projector read every event up to its
+// checkpoint, so they are all committed and readable.
+func mergeTenants(ctx context.Context, store eventstore.Store, merchantID string, upTo eventstore.Position, size int) <-chan tenantPage {
+	out := make(chan tenantPage, 1)
+	envs := []domain.Environment{domain.Test, domain.Live}
+	feeds := make([]<-chan tenantPage, len(envs))
+	for i, env := range envs {
+		feeds[i] = readTenant(ctx, store, eventstore.TenantFilter{MerchantID: merchantID, Environment: string(env)}, upTo, size)
+	}
+	go func() {
+		defer close(out)
+		send := func(p tenantPage) bool {
+			select {
+			case out <- p:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		heads := make([][]eventstore.RecordedEvent, len(feeds))
+		open := make([]bool, len(feeds))
+		for i := range open {
+			open[i] = true
+		}
+		// fill makes sure feed i has an event at hand, unless it has ended.
+		fill := func(i int) error {
+			for open[i] && len(heads[i]) == 0 {
+				p, ok := <-feeds[i]
+				if !ok {
+					open[i] = false
+					return nil
+				}
+				if p.err != nil {
+					return p.err
+				}
+				heads[i] = p.events
+			}
+			return nil
+		}
+		var page []eventstore.RecordedEvent
+		for {
+			next := -1
+			for i := range feeds {
+				if err := fill(i); err != nil {
+					send(tenantPage{err: err})
+					return
+				}
+				if len(heads[i]) > 0 && (next < 0 || heads[i][0].Position.Less(heads[next][0].Position)) {
+					next = i
+				}
+			}
+			if next < 0 {
+				break
+			}
+			page = append(page, heads[next][0])
+			heads[next] = heads[next][1:]
+			if len(page) == size {
+				if !send(tenantPage{events: page}) {
+					return
+				}
+				page = nil
+			}
+		}
+		if len(page) > 0 {
+			send(tenantPage{events: page})
+		}
+	}()
+	return out
+}
+
+// readTenant sends the pages of one tenant's events up to upTo.
+func readTenant(ctx context.Context, store eventstore.Store, f eventstore.TenantFilter, upTo eventstore.Position, size int) <-chan tenantPage {
+	out := make(chan tenantPage, 1)
+	go func() {
+		defer close(out)
+		after := eventstore.Start
+		for after.Less(upTo) {
+			events, err := eventstore.ReadTenant(ctx, store, f, after, 0, size)
+			if err != nil {
+				select {
+				case out <- tenantPage{err: err}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			n := len(events)
+			for n > 0 && upTo.Less(events[n-1].Position) {
+				n--
+			}
+			if n > 0 {
+				select {
+				case out <- tenantPage{events: events[:n]}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if n < len(events) || len(events) < size {
+				return
+			}
+			after = events[n-1].Position
+		}
+	}()
+	return out
 }

@@ -312,11 +312,7 @@ func TestAuditReplayInvariants(t *testing.T) {
 	changed.Status = ledger.Failed
 	pChanged := e.appendRaw("payment-forged-3", payment.PayoutCompleted{Record: changed}, m)
 
-	commission := func(id string) ledger.Record {
-		return ledger.Record{ID: id, Reference: id, Amount: money.Naira(12), Currency: "NGN", Status: ledger.Success,
-			Type: ledger.Commission, CreditType: ledger.Credit, MerchantID: m, Environment: domain.Test,
-			EscrowDetails: &ledger.EscrowDetails{EscrowIDs: []string{"esc-1"}}, CreatedAt: top.CreatedAt, UpdatedAt: top.CreatedAt}
-	}
+	commission := func(id string) ledger.Record { return commissionRecord(m, id, top.CreatedAt, "esc-1") }
 	e.appendRaw("payment-forged-4", payment.Settled{Records: []ledger.Record{commission("com-1")}}, m)
 	e.appendRaw("payment-forged-5", payment.Settled{Records: []ledger.Record{commission("com-2")}}, m)
 
@@ -333,6 +329,13 @@ func TestAuditReplayInvariants(t *testing.T) {
 		"commission test escrow esc-1: expected 1 commission record, found 3 (com-1, com-2, com-3)",
 		"event at "+pMixed.String()+": payment.settled of payment-forged-6 moves another merchant's money with this merchant's records",
 	)
+}
+
+// commissionRecord is a settled commission of merchant m charging escrows.
+func commissionRecord(m, id string, at time.Time, escrows ...string) ledger.Record {
+	return ledger.Record{ID: id, Reference: id, Amount: money.Naira(12), Currency: "NGN", Status: ledger.Success,
+		Type: ledger.Commission, CreditType: ledger.Credit, MerchantID: m, Environment: domain.Test,
+		EscrowDetails: &ledger.EscrowDetails{EscrowIDs: escrows}, CreatedAt: at, UpdatedAt: at}
 }
 
 // recordSettledAt is the position of the first event that settled record id.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/escrowd/escrowd/domain"
@@ -30,25 +29,18 @@ func (k balanceKey) less(o balanceKey) bool {
 	return k.acct.String() < o.acct.String()
 }
 
-// recordState is what the replay knows of one transaction record.
-type recordState struct {
-	final    ledger.Record
-	canon    []byte               // final, as canonical JSON
-	settled  []byte               // the record when it first settled
-	settleAt *eventstore.Position // where it first settled
-	changed  bool                 // reported as changed after settling
-}
-
-// replay folds the log into what the merchant's read models and wallets
-// must show, recording every invariant broken on the way.
+// replay folds the merchant's events into what its read models and
+// wallets must show, recording every invariant broken on the way. What it
+// keeps in memory is per account (balances, customers, wallets); the
+// transaction records, which grow with the history, are folded a page at
+// a time into a table (records).
 type replay struct {
 	merchantID string
 	balances   map[balanceKey]money.Amount
 	sums       map[domain.Environment]money.Amount
-	records    map[string]*recordState
-	order      []string                // record ids in first-seen order
-	wallets    map[string]wallet.State // every wallet stream, by customer id
+	wallets    map[string]wallet.State // the merchant's wallet streams, by customer id
 	customers  map[string]bool         // the merchant's customers
+	writes     []recordWrite           // the page's record versions, in order
 	diffs      []Difference
 
 	events, entries, movements int64
@@ -59,7 +51,6 @@ func newReplay(merchantID string) *replay {
 		merchantID: merchantID,
 		balances:   map[balanceKey]money.Amount{},
 		sums:       map[domain.Environment]money.Amount{},
-		records:    map[string]*recordState{},
 		wallets:    map[string]wallet.State{},
 		customers:  map[string]bool{},
 	}
@@ -171,31 +162,15 @@ func (r *replay) applyMovement(pos eventstore.Position, m ledger.Movement) {
 	}
 }
 
-// applyRecord folds a record (a reader upserts whole records by id) and
-// checks that a settled record never changes again.
+// applyRecord queues a record version for the page's fold
+// (records.fold), which checks that a settled record never changes again.
 func (r *replay) applyRecord(pos eventstore.Position, rec ledger.Record) {
 	canon, err := json.Marshal(rec)
 	if err != nil {
 		r.report(Difference{Check: CheckEvent, Position: at(pos), RecordID: rec.ID, Detail: err.Error()})
 		return
 	}
-	st := r.records[rec.ID]
-	if st == nil {
-		st = &recordState{}
-		r.records[rec.ID] = st
-		r.order = append(r.order, rec.ID)
-	}
-	if st.settleAt != nil && !st.changed && !bytes.Equal(canon, st.settled) {
-		st.changed = true
-		for _, f := range fieldDiffs(st.settled, canon) {
-			r.report(Difference{Check: CheckSettledOnce, Position: at(pos), RecordID: rec.ID, Field: f.name,
-				Expected: f.want, Found: f.got, Detail: "settled at " + st.settleAt.String()})
-		}
-	}
-	st.final, st.canon = rec, canon
-	if st.settleAt == nil && rec.Status.Settled() {
-		st.settled, st.settleAt = canon, at(pos)
-	}
+	r.writes = append(r.writes, recordWrite{pos: pos, rec: rec, canon: canon})
 }
 
 // applyWallet folds a wallet stream event.
@@ -213,12 +188,6 @@ func (r *replay) applyWallet(customerID string, re eventstore.RecordedEvent) {
 		return
 	}
 	r.wallets[customerID] = app.WalletKind.Apply(r.wallets[customerID], ev)
-}
-
-// finish runs the checks that need the whole replay.
-func (r *replay) finish() {
-	r.checkCommission()
-	r.checkWallets()
 }
 
 // checkWallets: every customer's wallet stream holds the balances the
@@ -253,41 +222,6 @@ func (r *replay) checkWallets() {
 				r.report(Difference{Check: CheckWallet, CustomerID: id, Field: b.name,
 					Expected: b.want.String(), Found: b.got.String(), Detail: "postings vs wallet stream"})
 			}
-		}
-	}
-}
-
-// checkCommission: commission is charged at most once per escrow.
-func (r *replay) checkCommission() {
-	type escrowKey struct {
-		env domain.Environment
-		id  string
-	}
-	charged := map[escrowKey][]string{}
-	var keys []escrowKey
-	for _, id := range r.order {
-		rec := r.records[id].final
-		// A failed or reversed commission charged nothing.
-		if rec.Type != ledger.Commission || rec.EscrowDetails == nil || rec.Status == ledger.Failed || rec.Status == ledger.Reversed {
-			continue
-		}
-		seen := map[string]bool{}
-		for _, eid := range rec.EscrowDetails.EscrowIDs {
-			if seen[eid] {
-				continue
-			}
-			seen[eid] = true
-			k := escrowKey{rec.Environment, eid}
-			if charged[k] == nil {
-				keys = append(keys, k)
-			}
-			charged[k] = append(charged[k], id)
-		}
-	}
-	for _, k := range keys {
-		if ids := charged[k]; len(ids) > 1 {
-			r.report(Difference{Check: CheckCommission, Environment: k.env, EscrowID: k.id,
-				Expected: "1 commission record", Found: strconv.Itoa(len(ids)) + " (" + strings.Join(ids, ", ") + ")"})
 		}
 	}
 }
