@@ -52,7 +52,8 @@ CREATE TABLE IF NOT EXISTS ` + table + ` (
     bucket      bigint NOT NULL,
     n           bigint NOT NULL,
     PRIMARY KEY (merchant_id, environment, key, bucket)
-);`
+);
+CREATE INDEX IF NOT EXISTS ` + table + `_spent ON ` + table + ` (merchant_id) WHERE n = 0;`
 }
 
 // keyedOrder is one generated keys column and the position column its keys
@@ -84,10 +85,21 @@ func (k keptTable) deltaSQL(sign int) string {
 		ON CONFLICT (merchant_id, environment, key, bucket) DO UPDATE SET n = c.n + excluded.n`
 }
 
+// spentSQL removes the counts a change brought to zero (a key its rows
+// no longer carry), through the partial index of such rows: a count is
+// kept only while it counts something, so the live table holds exactly
+// the rows a rebuild from the log writes.
+func (k keptTable) spentSQL() string {
+	return `DELETE FROM ` + k.counts + ` WHERE n = 0`
+}
+
 // queueDelta queues deltaSQL(sign) for ids: before a batch's writes of
-// those rows with -1, after them with +1.
+// those rows with -1, after them with +1 (and then spentSQL).
 func (k keptTable) queueDelta(b *pgx.Batch, ids []string, sign int) {
 	b.Queue(k.deltaSQL(sign), ids)
+	if sign > 0 {
+		b.Queue(k.spentSQL())
+	}
 }
 
 // execChange runs write for the row id in tx with the counts moved around it.
@@ -98,7 +110,10 @@ func (k keptTable) execChange(ctx context.Context, tx pgx.Tx, id string, write f
 	if err := write(); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, k.deltaSQL(1), []string{id})
+	if _, err := tx.Exec(ctx, k.deltaSQL(1), []string{id}); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, k.spentSQL())
 	return err
 }
 
