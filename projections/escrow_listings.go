@@ -64,8 +64,8 @@ CREATE INDEX IF NOT EXISTS rm_escrows_dispute_buyer ON rm_escrows (merchant_id, 
 
 // escrowUpsertSQL writes a batch's escrows. A new escrow takes the next
 // positions of its tenant (after the highest, in the batch's order), an
-// escrow whose dispute opens in the batch the next dispute position; both
-// then never change.
+// escrow whose dispute opens in the batch the next dispute position (in
+// the order the disputes opened, $14); both then never change.
 const escrowUpsertSQL = `INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status,
 		category_id, deleted, state, created_at, disputed_at, payment_id, pos, dispute_pos)
 	SELECT x.id, x.token, x.merchant, x.env, x.seller, x.buyer, x.status, x.category, x.deleted, x.state, x.created, x.disputed, x.payment,
@@ -76,11 +76,11 @@ const escrowUpsertSQL = `INSERT INTO rm_escrows (id, payment_token, merchant_id,
 		CASE WHEN x.disputed IS NULL THEN NULL
 			WHEN o.dispute_pos IS NOT NULL THEN o.dispute_pos
 			ELSE (SELECT coalesce(max(dispute_pos), 0) FROM rm_escrows WHERE merchant_id = x.merchant AND environment = x.env)
-				+ row_number() OVER (PARTITION BY x.merchant, x.env, x.disputed IS NOT NULL AND o.dispute_pos IS NULL ORDER BY x.ord)
+				+ row_number() OVER (PARTITION BY x.merchant, x.env, x.disputed IS NOT NULL AND o.dispute_pos IS NULL ORDER BY x.opened)
 			END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
-		$9::bool[], $10::json[], $11::timestamptz[], $12::timestamptz[], $13::text[])
-		WITH ORDINALITY AS x(id, token, merchant, env, seller, buyer, status, category, deleted, state, created, disputed, payment, ord)
+		$9::bool[], $10::json[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::bigint[])
+		WITH ORDINALITY AS x(id, token, merchant, env, seller, buyer, status, category, deleted, state, created, disputed, payment, opened, ord)
 	LEFT JOIN rm_escrows o ON o.id = x.id
 	ORDER BY x.ord
 	ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,

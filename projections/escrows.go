@@ -173,7 +173,11 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 			return nil, err
 		}
 	}
-	for _, re := range events {
+	// opened: where in the batch each escrow's dispute opened, so dispute
+	// positions follow the log's order of openings, not the order the
+	// batch first met the escrows (a rebuild's batches are larger).
+	opened := map[string]int64{}
+	for i, re := range events {
 		id, ok := strings.CutPrefix(re.Stream, "escrow-")
 		if !ok {
 			continue
@@ -183,7 +187,11 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 			return nil, err
 		}
 		f := pending[id]
-		pending[id] = folded{state: escrow.Apply(f.state, ev), rev: re.Revision}
+		next := escrow.Apply(f.state, ev)
+		if f.state.DisputedAt().IsZero() && !next.DisputedAt().IsZero() {
+			opened[id] = int64(i)
+		}
+		pending[id] = folded{state: next, rev: re.Revision}
 	}
 	n := len(order)
 	var (
@@ -194,6 +202,7 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		created  = make([]time.Time, n)
 		disputed = make([]*time.Time, n)
 		payments = make([]string, n)
+		openings = make([]int64, n)
 	)
 	for i, id := range order {
 		s := pending[id].state
@@ -207,10 +216,15 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 			disputed[i] = &at
 		}
 		payments[i] = s.PaymentID
+		openings[i] = int64(len(events)) + int64(i) // opened before this batch
+		if at, ok := opened[id]; ok {
+			openings[i] = at
+		}
 	}
 	// The listings' counts move around the upsert (keptTable.deltaSQL).
 	escrowsKept.queueDelta(b, ids, -1)
-	b.Queue(escrowUpsertSQL, ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments)
+	b.Queue(escrowUpsertSQL, ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments,
+		openings)
 	escrowsKept.queueDelta(b, ids, 1)
 	return func() {
 		for _, id := range order {
