@@ -55,6 +55,25 @@ func TestReadModelsDoNotDependOnBatching(t *testing.T) {
 			}
 		}
 	}
+	// Two escrows disputed in the opposite order to their creation: dispute
+	// positions follow the openings, whatever the batches.
+	var disputed []string
+	for i := range 2 {
+		res, err := svc.CreateEscrow(ctx, a, seller, escrow.Draft{Amount: money.Naira(1000), Purpose: "d", WhoPays: "buyer", TotalQuantity: &one})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.PayEscrows(ctx, a, buyer, allowed, app.EscrowPayment{Reference: fmt.Sprintf("d-%d", i), Amount: res.Escrow.Due(),
+			EscrowIDs: []string{res.Escrow.ID}}); err != nil {
+			t.Fatal(err)
+		}
+		disputed = append(disputed, res.Escrow.ID)
+	}
+	for _, id := range []string{disputed[1], disputed[0]} {
+		if _, err := svc.SubmitDispute(ctx, a, buyer, id, "not delivered", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
 	three := 3
 	link, err := svc.CreateEscrow(ctx, a, "", escrow.Draft{Amount: money.Naira(2000), Purpose: "link", WhoPays: "buyer", TotalQuantity: &three})
 	if err != nil {
@@ -81,7 +100,7 @@ func TestReadModelsDoNotDependOnBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tables := []string{"rm_balances", "rm_transactions", "rm_escrows"}
+	tables := []string{"rm_balances", "rm_transactions", "rm_escrows", "rm_escrow_counts"}
 	// Rows as JSON (the record column's bytes as stored), with seq replaced
 	// by its rank: an upsert that hits a conflict still draws a seq, so only
 	// the order seq gives is the read model's, not its values.
@@ -90,7 +109,8 @@ func TestReadModelsDoNotDependOnBatching(t *testing.T) {
 		"rm_transactions": `SELECT id, merchant_id, environment, customer_id, reference, transaction_type, status, record, created_at,
 			row_number() OVER (ORDER BY seq) AS seq_rank FROM rm_transactions`,
 		"rm_escrows": `SELECT id, payment_token, merchant_id, environment, seller_id, buyer_id, status, category_id, deleted, state, created_at,
-			row_number() OVER (ORDER BY seq) AS seq_rank FROM rm_escrows`,
+			pos, dispute_pos, row_number() OVER (ORDER BY seq) AS seq_rank FROM rm_escrows`,
+		"rm_escrow_counts": `SELECT * FROM rm_escrow_counts`,
 	}
 	apply := func(p Projector, batch []eventstore.RecordedEvent) {
 		t.Helper()
