@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,8 +69,11 @@ func startHarness(t *testing.T, also func(ctx context.Context, store eventstore.
 type harnessOptions struct {
 	// log is the API's logger (default: none).
 	log *zap.Logger
-	// waitTimeout bounds the runner's WaitFor, so reads after writes give
-	// up (503) sooner than the default 5 s.
+	// waitTimeout bounds the API's wait for the read models while the
+	// test has stopped the projectors (h.projecting.stop), so reads after
+	// writes give up (503) quickly. While the projectors run, the API
+	// waits the runner's default: a loaded host must not turn a test's
+	// set-up writes into 503s.
 	waitTimeout time.Duration
 	// limits are the HTTP server's (default DefaultLimits, as serve has).
 	limits *Limits
@@ -81,8 +86,11 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	store := harnessStore(t, pool)
 	ctx, cancel := context.WithCancel(context.Background())
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
-	runner.WaitTimeout = o.waitTimeout
 	projecting := &runnerControl{runner: runner}
+	var waiter Waiter = runner
+	if o.waitTimeout > 0 {
+		waiter = stoppedFence{Runner: runner, stopped: &projecting.stopped, timeout: o.waitTimeout}
+	}
 	projecting.start()
 	var loops []func(context.Context) error
 	if also != nil {
@@ -111,7 +119,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	if log == nil {
 		log = zap.NewNop()
 	}
-	api := wired.API(cfg, store, pool, runner, log, nil)
+	api := wired.API(cfg, store, pool, waiter, log, nil)
 	t.Cleanup(api.Close)
 	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
 	limits := DefaultLimits
@@ -249,9 +257,32 @@ func (h *harness) storedEvents() iter.Seq[eventstore.RecordedEvent] {
 // runnerControl runs a projection runner until stopped; it can be started
 // again (the runner resumes from its stored checkpoints).
 type runnerControl struct {
-	runner *projections.Runner
-	cancel context.CancelFunc
-	done   chan struct{}
+	runner  *projections.Runner
+	cancel  context.CancelFunc
+	done    chan struct{}
+	stopped atomic.Bool // read by the API's requests (stoppedFence)
+}
+
+// stoppedFence is the runner as the API's read fence, except that while
+// the test has stopped the projectors a wait gives up after timeout with
+// the runner's own error (ErrLagging), as a lagging runner would.
+type stoppedFence struct {
+	*projections.Runner
+	stopped *atomic.Bool
+	timeout time.Duration
+}
+
+func (f stoppedFence) WaitFor(ctx context.Context, pos eventstore.Position) error {
+	if !f.stopped.Load() {
+		return f.Runner.WaitFor(ctx, pos)
+	}
+	short, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	err := f.Runner.WaitFor(short, pos)
+	if err != nil && ctx.Err() == nil && short.Err() != nil {
+		return fmt.Errorf("%w: the test stopped the projectors (%v)", projections.ErrLagging, err)
+	}
+	return err
 }
 
 func (rc *runnerControl) start() {
@@ -260,6 +291,7 @@ func (rc *runnerControl) start() {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rc.cancel, rc.done = cancel, make(chan struct{})
+	rc.stopped.Store(false)
 	go func(done chan struct{}) { defer close(done); _ = rc.runner.Run(ctx) }(rc.done)
 }
 
@@ -268,6 +300,7 @@ func (rc *runnerControl) stop() {
 	if rc.cancel == nil {
 		return
 	}
+	rc.stopped.Store(true)
 	rc.cancel()
 	<-rc.done
 	rc.cancel = nil
@@ -287,8 +320,8 @@ func (h *harness) wait(pos eventstore.Position) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// A short runner WaitTimeout (harnessOptions) must not fail the
-	// harness's own waits: keep waiting until the deadline.
+	// The runner gives up after its WaitTimeout (5 s): keep waiting until
+	// the deadline.
 	for {
 		err := h.runner.WaitFor(ctx, pos)
 		if err == nil {
