@@ -100,7 +100,7 @@ func TestReadModelsDoNotDependOnBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tables := []string{"rm_balances", "rm_transactions", "rm_escrows", "rm_escrow_counts"}
+	tables := []string{"rm_balances", "rm_transactions", "rm_escrows", "rm_escrow_counts", "rm_transaction_counts"}
 	// Rows as JSON (the record column's bytes as stored), with seq replaced
 	// by its rank: an upsert that hits a conflict still draws a seq, so only
 	// the order seq gives is the read model's, not its values.
@@ -110,7 +110,8 @@ func TestReadModelsDoNotDependOnBatching(t *testing.T) {
 			row_number() OVER (ORDER BY seq) AS seq_rank FROM rm_transactions`,
 		"rm_escrows": `SELECT id, payment_token, merchant_id, environment, seller_id, buyer_id, status, category_id, deleted, state, created_at,
 			pos, dispute_pos, row_number() OVER (ORDER BY seq) AS seq_rank FROM rm_escrows`,
-		"rm_escrow_counts": `SELECT * FROM rm_escrow_counts`,
+		"rm_escrow_counts":      `SELECT * FROM rm_escrow_counts`,
+		"rm_transaction_counts": `SELECT * FROM rm_transaction_counts`,
 	}
 	apply := func(p Projector, batch []eventstore.RecordedEvent) {
 		t.Helper()

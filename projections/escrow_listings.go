@@ -87,6 +87,9 @@ const escrowUpsertSQL = `INSERT INTO rm_escrows (id, payment_token, merchant_id,
 	deleted = excluded.deleted, state = excluded.state, disputed_at = excluded.disputed_at, payment_id = excluded.payment_id,
 	dispute_pos = excluded.dispute_pos`
 
+// escrowChangeSQL is escrowUpsertSQL moving the listings' counts with it.
+var escrowChangeSQL = escrowsKept.changeSQL(escrowUpsertSQL)
+
 // escrowListing starts a listing of a merchant's escrows by pos.
 func escrowListing(merchantID string, env domain.Environment, pos string) listing {
 	return listing{kept: escrowsKept, pos: pos, merchant: merchantID, environment: env, columns: "state"}

@@ -221,11 +221,9 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 			openings[i] = at
 		}
 	}
-	// The listings' counts move around the upsert (keptTable.deltaSQL).
-	escrowsKept.queueDelta(b, ids, -1)
-	b.Queue(escrowUpsertSQL, ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments,
+	// The listings' counts move with the upsert (keptTable.changeSQL).
+	b.Queue(escrowChangeSQL, ids, tokens, merchants, envs, sellers, buyers, statuses, categories, deleted, docs, created, disputed, payments,
 		openings)
-	escrowsKept.queueDelta(b, ids, 1)
 	return func() {
 		for _, id := range order {
 			p.states.put(id, pending[id].rev, pending[id].state)

@@ -182,9 +182,7 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 				customers[i] = &recs[i].rec.CustomerID
 			}
 		}
-		transactionsKept.queueDelta(b, ids, -1)
-		b.Queue(transactionUpsertSQL, ids, merchants, envs, customers, refs, types, statuses, docs, created)
-		transactionsKept.queueDelta(b, ids, 1)
+		b.Queue(transactionChangeSQL, ids, merchants, envs, customers, refs, types, statuses, docs, created)
 	}
 	if len(payouts) > 0 {
 		var merchants, envs, refs []string

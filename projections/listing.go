@@ -42,7 +42,10 @@ const BoundedCount = view.BoundedCount
 var ErrUnknownCursor = view.ErrUnknownCursor
 
 // countsDDL creates the counts table of one projector: every projector owns
-// its own, so a rebuild swaps it in with the rows it counts.
+// its own, so a rebuild swaps it in with the rows it counts. A count is
+// kept only while it counts something (countsSQL deletes one that reaches
+// zero), so the live table holds exactly the rows a rebuild writes; no
+// index covers n, so moving a count is a heap-only update.
 func countsDDL(table string) string {
 	return `
 CREATE TABLE IF NOT EXISTS ` + table + ` (
@@ -52,8 +55,7 @@ CREATE TABLE IF NOT EXISTS ` + table + ` (
     bucket      bigint NOT NULL,
     n           bigint NOT NULL,
     PRIMARY KEY (merchant_id, environment, key, bucket)
-);
-CREATE INDEX IF NOT EXISTS ` + table + `_spent ON ` + table + ` (merchant_id) WHERE n = 0;`
+);`
 }
 
 // keyedOrder is one generated keys column and the position column its keys
@@ -64,56 +66,133 @@ type keyedOrder struct{ keys, pos string }
 type keptTable struct {
 	table, counts, id string
 	orders            []keyedOrder
+	// fixed says that a row's keys and positions never change once it is
+	// written (its upsert changes none of the columns they come from), so
+	// only a new row moves the counts, and only up.
+	fixed bool
 }
 
-// deltaSQL adds sign times the keys of the rows whose id is in $1 to the
-// counts. Run with -1 before the rows change and +1 after, in the same
-// transaction: a key the change keeps nets to zero, one it drops or adds
-// moves by one, whatever the change was.
-func (k keptTable) deltaSQL(sign int) string {
+// keptColumns are the columns a row's counted keys are read from.
+func (k keptTable) keptColumns() string {
+	cols := []string{"merchant_id", "environment"}
+	for _, o := range k.orders {
+		cols = append(cols, o.keys, o.pos)
+	}
+	return strings.Join(cols, ", ")
+}
+
+// keysSQL selects (merchant_id, environment, key, bucket, n = sign), one
+// row per key and position of each row of from (which has keptColumns).
+func (k keptTable) keysSQL(from string, sign int) string {
 	var parts []string
 	for _, o := range k.orders {
-		parts = append(parts, `SELECT merchant_id, environment, key, `+o.pos+` >> `+strconv.Itoa(bucketShift)+` AS bucket
-		FROM `+k.table+` CROSS JOIN LATERAL unnest(`+o.keys+`) AS k(key)
-		WHERE `+k.id+` = ANY ($1) AND `+o.pos+` IS NOT NULL`)
+		parts = append(parts, `SELECT merchant_id, environment, key, `+o.pos+` >> `+strconv.Itoa(bucketShift)+` AS bucket, `+
+			strconv.Itoa(sign)+` AS n FROM `+from+` CROSS JOIN LATERAL unnest(`+o.keys+`) AS k(key) WHERE `+o.pos+` IS NOT NULL`)
 	}
-	return `INSERT INTO ` + k.counts + ` AS c (merchant_id, environment, key, bucket, n)
-		SELECT merchant_id, environment, key, bucket, ` + strconv.Itoa(sign) + ` * count(*) FROM (` +
-		strings.Join(parts, ` UNION ALL `) + `) r
-		GROUP BY merchant_id, environment, key, bucket
-		ORDER BY merchant_id, environment, key, bucket
-		ON CONFLICT (merchant_id, environment, key, bucket) DO UPDATE SET n = c.n + excluded.n`
+	return strings.Join(parts, ` UNION ALL `)
 }
 
-// spentSQL removes the counts a change brought to zero (a key its rows
-// no longer carry), through the partial index of such rows: a count is
-// kept only while it counts something, so the live table holds exactly
-// the rows a rebuild from the log writes.
-func (k keptTable) spentSQL() string {
-	return `DELETE FROM ` + k.counts + ` WHERE n = 0`
+// countsSQL ends a statement whose CTE d holds net count changes
+// (merchant_id, environment, key, bucket, n; one row per count, n never 0):
+// a count that stays above zero moves, one that reaches zero is deleted,
+// one not yet kept is inserted. Each projector is the only writer of its
+// counts (a rebuild writes its own shadow table), so a count absent from
+// the statement's snapshot is absent when it is inserted; were it not, the
+// insert fails on the key and the batch is applied again.
+func (k keptTable) countsSQL() string {
+	match := `(c.merchant_id, c.environment, c.key, c.bucket) = (d.merchant_id, d.environment, d.key, d.bucket)`
+	return `
+	moved AS (UPDATE ` + k.counts + ` c SET n = c.n + d.n FROM d WHERE ` + match + ` AND c.n + d.n <> 0),
+	spent AS (DELETE FROM ` + k.counts + ` c USING d WHERE ` + match + ` AND c.n + d.n = 0)
+	INSERT INTO ` + k.counts + ` (merchant_id, environment, key, bucket, n)
+	SELECT d.merchant_id, d.environment, d.key, d.bucket, d.n FROM d
+	WHERE NOT EXISTS (SELECT 1 FROM ` + k.counts + ` c WHERE ` + match + `)
+	ORDER BY 1, 2, 3, 4`
 }
 
-// queueDelta queues deltaSQL(sign) for ids: before a batch's writes of
-// those rows with -1, after them with +1 (and then spentSQL).
-func (k keptTable) queueDelta(b *pgx.Batch, ids []string, sign int) {
-	b.Queue(k.deltaSQL(sign), ids)
-	if sign > 0 {
-		b.Queue(k.spentSQL())
+// changeSQL makes write, an upsert of the rows whose ids are $1 that
+// writes every one of them, also move their counts, in the one statement:
+// the keys the rows had before (read in the statement's snapshot) count
+// -1, the keys they have after (its RETURNING) +1, and only the counts
+// whose sum is not zero change: a key the change keeps is not touched.
+//
+// For a fixed table only the rows the statement inserts count, +1 each,
+// and a count never reaches zero: one upsert of the counts by their key.
+func (k keptTable) changeSQL(write string) string {
+	if k.fixed {
+		return `WITH prior AS (SELECT ` + k.id + ` FROM ` + k.table + ` WHERE ` + k.id + ` = ANY ($1)),
+	written AS (` + write + `
+	RETURNING ` + k.id + `, ` + k.keptColumns() + `)
+	INSERT INTO ` + k.counts + ` AS c (merchant_id, environment, key, bucket, n)
+	SELECT merchant_id, environment, key, bucket, sum(n) FROM (` +
+			k.keysSQL(`(SELECT * FROM written w WHERE NOT EXISTS (SELECT 1 FROM prior p WHERE p.`+k.id+` = w.`+k.id+`)) r`, 1) + `) r
+	GROUP BY merchant_id, environment, key, bucket
+	ORDER BY merchant_id, environment, key, bucket
+	ON CONFLICT (merchant_id, environment, key, bucket) DO UPDATE SET n = c.n + excluded.n`
 	}
+	return `WITH prior AS (SELECT ` + k.keptColumns() + ` FROM ` + k.table + ` WHERE ` + k.id + ` = ANY ($1)),
+	written AS (` + write + `
+	RETURNING ` + k.keptColumns() + `),
+	d AS (SELECT merchant_id, environment, key, bucket, sum(n) AS n FROM (` +
+		k.keysSQL("prior", -1) + ` UNION ALL ` + k.keysSQL("written", 1) + `) r
+		GROUP BY merchant_id, environment, key, bucket HAVING sum(n) <> 0),` + k.countsSQL()
 }
 
-// execChange runs write for the row id in tx with the counts moved around it.
+// countKey is one count of a kept table.
+type countKey struct {
+	merchant, env, key string
+	bucket             int64
+}
+
+// rowKeys reads the counted keys row id has now.
+func (k keptTable) rowKeys(ctx context.Context, tx pgx.Tx, id string) (map[countKey]int64, error) {
+	rows, err := tx.Query(ctx, k.keysSQL(`(SELECT `+k.keptColumns()+` FROM `+k.table+` WHERE `+k.id+` = $1) r`, 1), id)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[countKey]int64{}
+	for rows.Next() {
+		var c countKey
+		var n int64
+		if err := rows.Scan(&c.merchant, &c.env, &c.key, &c.bucket, &n); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		keys[c] += n
+	}
+	return keys, rows.Err()
+}
+
+// execChange runs write (any statements changing the row id) in tx and
+// moves the counts by the keys the row lost and gained.
 func (k keptTable) execChange(ctx context.Context, tx pgx.Tx, id string, write func() error) error {
-	if _, err := tx.Exec(ctx, k.deltaSQL(-1), []string{id}); err != nil {
+	before, err := k.rowKeys(ctx, tx, id)
+	if err != nil {
 		return err
 	}
 	if err := write(); err != nil {
 		return err
 	}
-	if _, err := tx.Exec(ctx, k.deltaSQL(1), []string{id}); err != nil {
+	after, err := k.rowKeys(ctx, tx, id)
+	if err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, k.spentSQL())
+	for c, n := range before {
+		after[c] -= n
+	}
+	var merchants, envs, keys []string
+	var buckets, ns []int64
+	for c, n := range after {
+		if n != 0 {
+			merchants, envs, keys = append(merchants, c.merchant), append(envs, c.env), append(keys, c.key)
+			buckets, ns = append(buckets, c.bucket), append(ns, n)
+		}
+	}
+	if len(ns) == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, `WITH d AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
+		AS d(merchant_id, environment, key, bucket, n)),`+k.countsSQL(), merchants, envs, keys, buckets, ns)
 	return err
 }
 

@@ -12,9 +12,10 @@ import (
 
 // transactionsKept counts the transaction listings: the merchant's ledger
 // (records without a customer) and each customer's payment history, by
-// record type.
+// record type. A record's keys come from its customer and type, which its
+// upsert never changes (transactionUpsertSQL), so the table is fixed.
 var transactionsKept = keptTable{table: "rm_transactions", counts: "rm_transaction_counts", id: "id",
-	orders: []keyedOrder{{keys: "listing_keys", pos: "pos"}}}
+	orders: []keyedOrder{{keys: "listing_keys", pos: "pos"}}, fixed: true}
 
 // transactionListingDDL adds the listing columns, counts and indexes to
 // rm_transactions. Keys: m, m|t=<type> for the merchant's records;
@@ -50,6 +51,10 @@ const transactionUpsertSQL = `INSERT INTO rm_transactions (id, merchant_id, envi
 	LEFT JOIN rm_transactions o ON o.id = x.id
 	ORDER BY x.ord
 	ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`
+
+// transactionChangeSQL is transactionUpsertSQL moving the listings' counts
+// with it.
+var transactionChangeSQL = transactionsKept.changeSQL(transactionUpsertSQL)
 
 // Transactions lists records newest first: a page (with its pagination),
 // or when flat, every match up to FlatLimit.
