@@ -116,7 +116,9 @@ func TestSkipsAreStoredDuringASteadyStream(t *testing.T) {
 	e := newEnv(t)
 	c := interested{newCounter("steady")}
 	_, standby := activeAndStandby(t, e, c, 100*time.Millisecond)
-	standby.WaitTimeout = time.Second
+	// Fifty flush delays: enough for a loaded CI host, and a flush pushed
+	// back by every skip still never answers (the stream does not stop).
+	standby.WaitTimeout = 5 * time.Second
 	first := appendEvents(t, e.store, 1, 1)
 	stop := make(chan struct{})
 	writing := make(chan struct{})
