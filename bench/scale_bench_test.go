@@ -68,15 +68,16 @@ type scaleStore struct {
 	Store      eventstore.Store
 	Service    *app.Service // decides over Store directly
 	Actor      app.Actor    // the merchant, test environment
+	Keys       []app.IssuedKey
 	MerchantID string
 	Sellers    []string // its busiest customers: each sells 1/16 of the escrows
 	Events     int64    // events in the store
 }
 
 // scaleMeasures are further measurements on the full store, run in order
-// after the built-in ones; each reports its own metrics on b. The listing
-// latencies (first and last page of each listing, p50/p99) register here
-// from their own file: func init() { scaleMeasures = append(scaleMeasures, ...) }.
+// after the built-in ones; each reports its own metrics on b and registers
+// from its own file: func init() { scaleMeasures = append(scaleMeasures, ...) }
+// (the listings' pages: scale_listings_bench_test.go).
 var scaleMeasures []func(b *testing.B, s *scaleStore)
 
 func BenchmarkScale(b *testing.B) {
@@ -122,7 +123,7 @@ func BenchmarkScale(b *testing.B) {
 	b.Logf("cold load of %d events: %.1f ms from the first event, %.1f ms from a snapshot", scaleLongStream, without, with)
 
 	s := &scaleStore{URL: url, Pool: pool, Store: store, Service: app.NewService(app.NewEngine(store, 10000)),
-		Actor: gen.actor, MerchantID: gen.actor.MerchantID, Sellers: gen.sellers, Events: gen.written()}
+		Actor: gen.actor, Keys: gen.keys, MerchantID: gen.actor.MerchantID, Sellers: gen.sellers, Events: gen.written()}
 	for _, measure := range scaleMeasures {
 		measure(b, s)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 )
 
@@ -127,6 +128,7 @@ type scaleGen struct {
 	bs      *batchStore
 	svc     *app.Service
 	actor   app.Actor
+	keys    []app.IssuedKey // the merchant's keys, digested as the API does
 	sellers []string
 	buyers  atomic.Int64
 }
@@ -147,11 +149,12 @@ func newScaleGen(tb testing.TB, store eventstore.Store) *scaleGen {
 	ctx := context.Background()
 	g := &scaleGen{bs: newBatchStore(store, 20000)}
 	g.svc = app.NewService(app.NewEngine(g.bs, 200000))
-	m, err := g.svc.CreateMerchant(ctx, "Scale Shop", true, "NG", func(k string) string { return "scale-" + k })
+	m, err := g.svc.CreateMerchant(ctx, "Scale Shop", true, "NG", httpapi.KeyDigest)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	g.actor = app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
+	g.keys = m.Keys
 	for i := range scaleSellers {
 		g.sellers = append(g.sellers, g.customer(tb, "seller", int64(i)))
 	}
