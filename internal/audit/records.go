@@ -74,12 +74,21 @@ func newRecords(ctx context.Context, conn *pgx.Conn) (*records, error) {
 	if _, err := conn.Exec(ctx, recordsTable); err != nil {
 		return nil, err
 	}
+	// A temporary table is never analyzed, and this one grows from empty
+	// to every record of the merchant: a plan cached while it was small
+	// (on this pooled connection, by an earlier audit) would make every
+	// page read the whole table. Each statement is planned for the table
+	// as it is.
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode TO force_custom_plan`); err != nil {
+		return nil, err
+	}
 	return &records{conn: conn}, nil
 }
 
-// drop removes the table, so that the pooled connection is as it was.
+// drop removes the table and the setting, so that the pooled connection is
+// as it was.
 func (rs *records) drop(ctx context.Context) error {
-	_, err := rs.conn.Exec(ctx, `DROP TABLE IF EXISTS pg_temp.audit_records`)
+	_, err := rs.conn.Exec(ctx, `DROP TABLE IF EXISTS pg_temp.audit_records; RESET plan_cache_mode`)
 	return err
 }
 

@@ -1,0 +1,85 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+// The records table grows from empty to every record of the merchant, on a
+// pooled connection that earlier audits used: its lookups by id must seek
+// the table as it is, not follow a plan cached while it was empty (a
+// sequential scan per page makes the replay quadratic; a second audit in
+// one process took four times the first). Counted with the table's own
+// statistics: the lookups of a page over a large table scan nothing.
+func TestRecordLookupsSeekAsTheTableGrows(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	page := func(from, n int) []recordWrite {
+		ws := make([]recordWrite, n)
+		for i := range ws {
+			id := fmt.Sprintf("rec-%07d", from+i)
+			ws[i] = recordWrite{pos: eventstore.Position{Commit: uint64(from + i + 1), Prepare: uint64(from + i + 1)},
+				rec: ledger.Record{ID: id, Reference: id, Amount: money.Naira(10), Currency: "NGN", Status: ledger.Pending,
+					Type: ledger.Commission, Environment: domain.Test, CreatedAt: time.Unix(0, 0).UTC()},
+				canon: []byte(`{"id":"` + id + `"}`)}
+		}
+		return ws
+	}
+	fold := func(rs *records, ws []recordWrite) {
+		t.Helper()
+		if err := rs.fold(ctx, ws, func(d Difference) { t.Fatalf("difference %v", d) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An earlier audit on the connection, over a small history.
+	rs, err := newRecords(ctx, conn.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from := 0; from < 10000; from += 1000 {
+		fold(rs, page(from, 1000))
+	}
+	if err := rs.drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	rs, err = newRecords(ctx, conn.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.drop(ctx) //nolint:errcheck
+	for from := 0; from < 50000; from += 2000 {
+		fold(rs, page(from, 2000))
+	}
+	seqScans := func() int64 {
+		t.Helper()
+		if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := conn.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_all_tables WHERE relid = 'pg_temp.audit_records'::regclass`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := seqScans()
+	for from := 5000; from < 5300; from += 100 {
+		fold(rs, page(from, 100)) // records seen before: looked up, then updated
+	}
+	if after := seqScans(); after != before {
+		t.Fatalf("%d sequential scans of the records table for three pages of 100 lookups over 50,000 records", after-before)
+	}
+}
