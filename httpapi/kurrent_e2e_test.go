@@ -51,6 +51,17 @@ func TestMoneyPathsOnKurrent(t *testing.T) {
 	}
 }
 
+// TestCategoriesOnKurrent runs the category listings on the KurrentDB
+// adapter: a create and the order that places it are one append, whose
+// events KurrentDB gives in the order the command touched the streams (the
+// order before the category), not PostgreSQL's order by stream name. The
+// newest category must still list first.
+func TestCategoriesOnKurrent(t *testing.T) {
+	for name, test := range map[string]func(*testing.T){"CategoryLifecycle": TestCategoryLifecycle, "CategoryPaging": TestCategoryPaging} {
+		t.Run(name, func(t *testing.T) { runOnKurrent(t, test) })
+	}
+}
+
 // onKurrent holds the names of the tests whose harnesses use the KurrentDB
 // adapter (a harness made in a subtest of one does too).
 var onKurrent sync.Map

@@ -16,7 +16,9 @@ type Categories struct{}
 
 func (Categories) StreamPrefixes() []string { return []string{"category-", "categoryorder-"} }
 func (Categories) Name() string             { return "categories" }
-func (Categories) Tables() []string         { return []string{"rm_categories", categoriesKept.counts} }
+func (Categories) Tables() []string {
+	return []string{"rm_categories", "rm_category_orders", categoriesKept.counts}
+}
 func (Categories) Schema() string {
 	return `
 CREATE TABLE IF NOT EXISTS rm_categories (
@@ -37,7 +39,17 @@ CREATE TABLE IF NOT EXISTS rm_categories (
 ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS image_url text NOT NULL DEFAULT '';
 ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS position int;
 CREATE INDEX IF NOT EXISTS rm_categories_list
-    ON rm_categories (merchant_id, environment, created_at DESC, seq DESC) WHERE deleted_at IS NULL;` + categoryListingDDL()
+    ON rm_categories (merchant_id, environment, created_at DESC, seq DESC) WHERE deleted_at IS NULL;
+-- The last order of each tenant: a create and the order that places it are
+-- one append, whose events a store may give in either order (PostgreSQL by
+-- stream name, KurrentDB as the command touched the streams), so a
+-- category created after its order takes its position from here.
+CREATE TABLE IF NOT EXISTS rm_category_orders (
+    merchant_id text NOT NULL,
+    environment text NOT NULL,
+    ids         text[] NOT NULL,
+    PRIMARY KEY (merchant_id, environment)
+);` + categoryListingDDL()
 }
 
 func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -60,7 +72,8 @@ func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Reco
 		case category.Created: // in the listing from now (keptTable.execChange)
 			err = categoriesKept.execChange(ctx, tx, id, func() error {
 				_, err := tx.Exec(ctx, `INSERT INTO rm_categories (category_id, merchant_id, environment, name, description,
-					image_url, created_at, updated_at, pos) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,`+categoryPosSQL+`)
+					image_url, created_at, updated_at, pos, position) VALUES ($1,$2,$3,$4,$5,$6,$7,$7,`+categoryPosSQL+`,
+					(SELECT array_position(ids, $1) FROM rm_category_orders WHERE merchant_id = $2 AND environment = $3))
 					ON CONFLICT (category_id) DO NOTHING`,
 					id, e.MerchantID, string(e.Environment), e.Name, e.Description, e.ImageURL, e.CreatedAt)
 				return err
@@ -84,7 +97,9 @@ func (Categories) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Reco
 }
 
 // applyCategoryOrder numbers a merchant environment's categories as the
-// order lists them; one it no longer lists has no position.
+// order lists them; one it no longer lists has no position. The order is
+// kept (rm_category_orders) for a category whose creation comes after it
+// in the log.
 func applyCategoryOrder(ctx context.Context, tx pgx.Tx, re eventstore.RecordedEvent) error {
 	ev, err := category.OrderRegistry.Decode(re.Type, re.Data)
 	if err != nil {
@@ -93,6 +108,10 @@ func applyCategoryOrder(ctx context.Context, tx pgx.Tx, re eventstore.RecordedEv
 	o, ok := ev.(category.OrderSet)
 	if !ok {
 		return nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO rm_category_orders (merchant_id, environment, ids) VALUES ($1, $2, $3)
+		ON CONFLICT (merchant_id, environment) DO UPDATE SET ids = excluded.ids`, o.MerchantID, string(o.Environment), o.IDs); err != nil {
+		return err
 	}
 	if _, err := tx.Exec(ctx, `UPDATE rm_categories SET position = NULL WHERE merchant_id = $1 AND environment = $2
 		AND position IS NOT NULL AND NOT (category_id = ANY ($3))`, o.MerchantID, string(o.Environment), o.IDs); err != nil {
