@@ -138,7 +138,10 @@ func (e *ConcurrencyError) Unwrap() error { return ErrConcurrency }
 // Store is the event store port.
 type Store interface {
 	// Append writes all streams atomically: either every event is stored or
-	// none is. Streams must be distinct.
+	// none is. Streams must be distinct. In the global log the events of
+	// one append follow each other stream by stream in stream-name order,
+	// each stream's in the order given, whatever the order of appends: a
+	// reader of the log sees the same order on every store.
 	Append(ctx context.Context, appends ...StreamAppend) (AppendResult, error)
 	// ReadStream returns up to limit events of stream from revision from
 	// (inclusive), in order. A missing stream yields no events and no error.

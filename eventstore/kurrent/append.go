@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kurrent-io/KurrentDB-Client-Go/kurrentdb"
 
@@ -49,7 +50,12 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	case written == 1 && checked == 0:
 		return s.appendOne(ctx, appends[0])
 	default:
-		return s.appendRecords(ctx, appends)
+		// The log holds one append's events stream by stream in name order
+		// (eventstore.Store), as the PostgreSQL adapter writes them; the
+		// server keeps the order of the records it is given.
+		sorted := slices.Clone(appends)
+		slices.SortFunc(sorted, func(a, b eventstore.StreamAppend) int { return strings.Compare(a.Stream, b.Stream) })
+		return s.appendRecords(ctx, sorted)
 	}
 }
 

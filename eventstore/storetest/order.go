@@ -17,6 +17,35 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
+// testOneAppendInStreamNameOrder: the events of one append over several
+// streams, given out of name order, are read back from the global log
+// stream by stream in name order, each stream's in the order given (a
+// projector that folds several streams of one decision sees the same order
+// on every store).
+func testOneAppendInStreamNameOrder(t *testing.T, s eventstore.Store) {
+	p := prefix()
+	before := mustHead(t, s)
+	named := []string{p + "-c", p + "-a", p + "-b"} // the order given
+	var appends []eventstore.StreamAppend
+	byStream := map[string][]uuid.UUID{}
+	for _, st := range named {
+		evs := events("Ordered", 2)
+		appends = append(appends, eventstore.StreamAppend{Stream: st, Expected: eventstore.NoStream, Events: evs})
+		byStream[st] = ids(evs)
+	}
+	res := mustAppend(t, s, appends...)
+	WaitReadable(t, s, res.Position)
+	ours, _ := readAllFrom(t, s, before, 100, p)
+	var want []uuid.UUID
+	for _, st := range []string{p + "-a", p + "-b", p + "-c"} {
+		want = append(want, byStream[st]...)
+	}
+	sameIDs(t, "one append in the global log", recIDs(ours), want)
+	if last := ours[len(ours)-1]; last.Position != res.Position {
+		t.Fatalf("the append reported position %s, its last event in the log is at %s", res.Position, last.Position)
+	}
+}
+
 func testGlobalOrder(t *testing.T, s eventstore.Store) {
 	p := prefix()
 	before := mustHead(t, s)

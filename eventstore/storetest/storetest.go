@@ -38,6 +38,7 @@ func RunWithLimits(t *testing.T, newStore func(t *testing.T) eventstore.Store, l
 	t.Run("IdempotentEventIDs", func(t *testing.T) { testIdempotentEventIDs(t, newStore(t), limits) })
 	t.Run("ConcurrentIdenticalRetries", func(t *testing.T) { testConcurrentIdenticalRetries(t, newStore(t)) })
 	t.Run("GlobalOrder", func(t *testing.T) { testGlobalOrder(t, newStore(t)) })
+	t.Run("OneAppendInStreamNameOrder", func(t *testing.T) { testOneAppendInStreamNameOrder(t, newStore(t)) })
 	t.Run("LargeBatch", func(t *testing.T) { testLargeBatch(t, newStore(t)) })
 	t.Run("SubscribeCatchUpThenLive", func(t *testing.T) { testSubscribeCatchUpThenLive(t, newStore(t)) })
 	t.Run("SubscribeResumeFromCheckpoint", func(t *testing.T) { testSubscribeResume(t, newStore(t)) })
