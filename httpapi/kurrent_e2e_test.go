@@ -52,10 +52,10 @@ func TestMoneyPathsOnKurrent(t *testing.T) {
 }
 
 // TestCategoriesOnKurrent runs the category listings on the KurrentDB
-// adapter: a create and the order that places it are one append, whose
-// events KurrentDB gives in the order the command touched the streams (the
-// order before the category), not PostgreSQL's order by stream name. The
-// newest category must still list first.
+// adapter: a create and the order that places it are one append over
+// several streams, which the adapter once logged in the order the command
+// touched them (the order before the category) instead of the port's
+// stream-name order. The newest category must list first.
 func TestCategoriesOnKurrent(t *testing.T) {
 	for name, test := range map[string]func(*testing.T){"CategoryLifecycle": TestCategoryLifecycle, "CategoryPaging": TestCategoryPaging} {
 		t.Run(name, func(t *testing.T) { runOnKurrent(t, test) })

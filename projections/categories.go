@@ -41,9 +41,10 @@ ALTER TABLE rm_categories ADD COLUMN IF NOT EXISTS position int;
 CREATE INDEX IF NOT EXISTS rm_categories_list
     ON rm_categories (merchant_id, environment, created_at DESC, seq DESC) WHERE deleted_at IS NULL;
 -- The last order of each tenant: a create and the order that places it are
--- one append, whose events a store may give in either order (PostgreSQL by
--- stream name, KurrentDB as the command touched the streams), so a
--- category created after its order takes its position from here.
+-- one append, whose events the log gives in stream-name order (the
+-- category's first today); a category created after its order (another
+-- naming, or an older log of the KurrentDB adapter, which kept the order
+-- the command touched the streams in) takes its position from here.
 CREATE TABLE IF NOT EXISTS rm_category_orders (
     merchant_id text NOT NULL,
     environment text NOT NULL,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
@@ -110,5 +111,74 @@ func TestCategoriesProjection(t *testing.T) {
 	}
 	if got, _ := list(domain.Test, all); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after a rebuild %+v, want %+v", got, want)
+	}
+}
+
+// A create and the order that places it are one append. The store gives
+// its events in stream-name order (the category before categoryorder); a
+// projector that depended on it would break with a stream renamed or a
+// store that orders otherwise, so the projection is checked with each
+// order set before its category's creation, applied in one batch and one
+// event at a time: the newest category is still first.
+func TestCategoryPlacedWhateverTheOrderOfItsAppend(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	svc, actor := e.service(t)
+	var ids []string
+	var last eventstore.Position
+	for i := range 3 {
+		id, pos, err := svc.CreateCategory(ctx, actor, category.New{Name: fmt.Sprint("Cat ", i)}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, last = append(ids, id), pos
+	}
+	visible(t, e.store, last)
+	events, err := e.store.ReadAll(ctx, eventstore.Start, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := 0
+	for i := 0; i+1 < len(events); i++ {
+		if strings.HasPrefix(events[i].Stream, "category-") && strings.HasPrefix(events[i+1].Stream, "categoryorder-") {
+			events[i], events[i+1] = events[i+1], events[i]
+			swapped++
+			i++
+		}
+	}
+	if swapped != 3 {
+		t.Fatalf("%d creations followed by their order in the log, want 3", swapped)
+	}
+	for _, batch := range []int{len(events), 1} {
+		if _, err := e.pool.Exec(ctx, `DROP TABLE IF EXISTS rm_categories, rm_category_orders, rm_category_counts`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, Categories{}.Schema()); err != nil {
+			t.Fatal(err)
+		}
+		for from := 0; from < len(events); from += batch {
+			tx, err := e.pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := (Categories{}).Apply(ctx, tx, events[from:min(from+batch, len(events))]); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, _, err := NewQueries(e.pool).ListCategories(ctx, actor.MerchantID, domain.Test, view.Page{Page: 1, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var listed []string
+		for _, c := range got {
+			listed = append(listed, fmt.Sprintf("%s@%d", c.ID, c.Position))
+		}
+		want := []string{ids[2] + "@1", ids[1] + "@2", ids[0] + "@3"}
+		if fmt.Sprint(listed) != fmt.Sprint(want) {
+			t.Fatalf("batches of %d: listed %v, want %v", batch, listed, want)
+		}
 	}
 }
