@@ -8,8 +8,6 @@ import (
 	"os"
 	"sort"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,35 +308,4 @@ func escrowWarmup(b *testing.B) int {
 		b.Fatalf("BENCH_WARMUP=%q: want a number of lifecycles", v)
 	}
 	return n
-}
-
-// runCount runs op for i in from+1 … from+n on clients goroutines, untimed,
-// and returns the first error.
-func runCount(clients int, from int64, n int, op func(w int, i int64) error) error {
-	var (
-		next     atomic.Int64
-		firstErr error
-		errOnce  sync.Once
-		wg       sync.WaitGroup
-	)
-	next.Store(from)
-	for w := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1)
-				if i > from+int64(n) {
-					return
-				}
-				if err := op(w, i); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					next.Store(from + int64(n))
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	return firstErr
 }

@@ -113,6 +113,20 @@ func benchKobo[N ~string](ns ...N) (int64, error) {
 // the benchmark.
 func runClients(b *testing.B, clients int, op func(w int, i int64) error) time.Duration {
 	b.Helper()
+	b.ResetTimer()
+	start := time.Now()
+	err := runCount(clients, 0, b.N, op)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return elapsed
+}
+
+// runCount runs op for i in from+1 … from+n on clients goroutines and
+// returns the first error; after one, no operation starts.
+func runCount(clients int, from int64, n int, op func(w int, i int64) error) error {
 	var (
 		next     atomic.Int64
 		failed   atomic.Bool
@@ -120,15 +134,14 @@ func runClients(b *testing.B, clients int, op func(w int, i int64) error) time.D
 		errOnce  sync.Once
 		wg       sync.WaitGroup
 	)
-	b.ResetTimer()
-	start := time.Now()
+	next.Store(from)
 	for w := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for !failed.Load() {
 				i := next.Add(1)
-				if i > int64(b.N) {
+				if i > from+int64(n) {
 					return
 				}
 				if err := op(w, i); err != nil {
@@ -140,10 +153,5 @@ func runClients(b *testing.B, clients int, op func(w int, i int64) error) time.D
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	return elapsed
+	return firstErr
 }

@@ -23,7 +23,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS rm_categories_pos ON rm_categories (merchant_i
 }
 
 // categoryPosSQL is the position a new category of ($2, $3) takes.
-const categoryPosSQL = `(SELECT coalesce(max(pos), 0) + 1 FROM rm_categories WHERE merchant_id = $2 AND environment = $3)`
+var categoryPosSQL = categoriesKept.nextPosSQL("$2", "$3")
 
 // ListCategories pages a merchant's live categories of env in position
 // order (categoryRank), or with p.After those after that category.

@@ -24,7 +24,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS rm_customers_pos ON rm_customers (merchant_id,
 }
 
 // customerPosSQL is the position a new customer of ($2, $3) takes.
-const customerPosSQL = `(SELECT coalesce(max(pos), 0) + 1 FROM rm_customers WHERE merchant_id = $2 AND environment = $3)`
+var customerPosSQL = customersKept.nextPosSQL("$2", "$3")
 
 // ListCustomers pages a merchant's customers, newest first.
 func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]Customer, view.Pagination, error) {

@@ -81,6 +81,13 @@ func (k keptTable) keptColumns() string {
 	return strings.Join(cols, ", ")
 }
 
+// nextPosSQL is the position the next row of a tenant takes (the merchant
+// and environment are the placeholders given), for a table with one order.
+func (k keptTable) nextPosSQL(merchant, env string) string {
+	pos := k.orders[0].pos
+	return `(SELECT coalesce(max(` + pos + `), 0) + 1 FROM ` + k.table + ` WHERE merchant_id = ` + merchant + ` AND environment = ` + env + `)`
+}
+
 // keysSQL selects (merchant_id, environment, key, bucket, n = sign), one
 // row per key and position of each row of from (which has keptColumns).
 func (k keptTable) keysSQL(from string, sign int) string {
