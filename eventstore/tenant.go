@@ -1,12 +1,15 @@
 package eventstore
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Events name their tenant in their metadata (domain.Meta): the merchant
@@ -41,15 +44,54 @@ func (f TenantFilter) Matches(e RecordedEvent) bool {
 		!f.To.IsZero() && !e.RecordedAt.Before(f.To):
 		return false
 	}
-	var meta map[string]json.RawMessage
-	if len(e.Metadata) == 0 || json.Unmarshal(e.Metadata, &meta) != nil {
-		return false
+	m, env, ok := TenantOf(e.Metadata)
+	return ok && m == f.MerchantID && env == f.Environment
+}
+
+// TenantOf reads the tenant an event's metadata names: the string values
+// of its top-level MetaMerchantKey and MetaEnvironmentKey (names matched
+// exactly). ok is false unless the metadata is one JSON object in which
+// both are non-empty strings; when it is such an object, what it names is
+// returned even so (an empty string for a name it lacks). Every reader of the log asks this of every
+// event, so it scans the object without building it.
+func TenantOf(metadata []byte) (merchant, environment string, ok bool) {
+	if len(metadata) == 0 {
+		return "", "", false
 	}
-	var m, env string
-	if json.Unmarshal(meta[MetaMerchantKey], &m) != nil || json.Unmarshal(meta[MetaEnvironmentKey], &env) != nil {
-		return false
+	dec := jsontext.NewDecoder(bytes.NewReader(metadata))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return "", "", false
 	}
-	return m == f.MerchantID && env == f.Environment
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadToken()
+		if err != nil {
+			return "", "", false
+		}
+		var into *string
+		switch name.String() {
+		case MetaMerchantKey:
+			into = &merchant
+		case MetaEnvironmentKey:
+			into = &environment
+		default:
+			if dec.SkipValue() != nil {
+				return "", "", false
+			}
+			continue
+		}
+		v, err := dec.ReadToken()
+		if err != nil || v.Kind() != '"' {
+			return "", "", false
+		}
+		*into = v.String()
+	}
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return "", "", false
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return "", "", false
+	}
+	return merchant, environment, merchant != "" && environment != ""
 }
 
 // TenantReader is implemented by stores that read one tenant's events

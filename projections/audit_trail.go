@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 
@@ -69,20 +68,6 @@ func auditKey(typ string) string {
 
 type auditCounter struct{ merchant, env, key string }
 
-// eventTenant reads the tenant an event names in its metadata.
-func eventTenant(re eventstore.RecordedEvent) (string, string, bool) {
-	var meta map[string]json.RawMessage
-	if len(re.Metadata) == 0 || json.Unmarshal(re.Metadata, &meta) != nil {
-		return "", "", false
-	}
-	var m, env string
-	if json.Unmarshal(meta[eventstore.MetaMerchantKey], &m) != nil || json.Unmarshal(meta[eventstore.MetaEnvironmentKey], &env) != nil ||
-		m == "" || env == "" {
-		return "", "", false
-	}
-	return m, env, true
-}
-
 func (a AuditTrail) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	return projector.ApplyPlan(ctx, a, tx, events)
 }
@@ -99,7 +84,7 @@ func (AuditTrail) Plan(ctx context.Context, r Querier, events []eventstore.Recor
 	var evs []tagged
 	touched := map[auditCounter]int64{}
 	for _, re := range events {
-		m, env, ok := eventTenant(re)
+		m, env, ok := eventstore.TenantOf(re.Metadata)
 		if !ok {
 			continue
 		}

@@ -62,11 +62,8 @@ func at(p eventstore.Position) *eventstore.Position { return &p }
 
 // metaMerchant is the merchant an event's metadata names.
 func metaMerchant(re eventstore.RecordedEvent) string {
-	var m domain.Meta
-	if len(re.Metadata) == 0 || json.Unmarshal(re.Metadata, &m) != nil {
-		return ""
-	}
-	return m.MerchantID
+	m, _, _ := eventstore.TenantOf(re.Metadata)
+	return m
 }
 
 // apply replays one event of the global log.
