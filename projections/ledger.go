@@ -50,8 +50,8 @@ CREATE TABLE IF NOT EXISTS rm_transactions (
     created_at       timestamptz NOT NULL,
     seq              bigserial
 );
-CREATE INDEX IF NOT EXISTS rm_transactions_customer ON rm_transactions (customer_id, created_at DESC, seq DESC) WHERE customer_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS rm_transactions_merchant ON rm_transactions (merchant_id, environment, created_at DESC, seq DESC) WHERE customer_id IS NULL;
+-- Date ranges, as on rm_escrows (docs/listings.md, "Date ranges").
+CREATE INDEX IF NOT EXISTS rm_transactions_created ON rm_transactions USING brin (created_at) WITH (pages_per_range = 32, autosummarize = on);
 CREATE INDEX IF NOT EXISTS rm_transactions_reference ON rm_transactions (merchant_id, environment, reference);
 -- Withdrawals debited and not yet paid out or reversed: what the payout
 -- resumer looks at (a pending withdrawal in rm_transactions may also be

@@ -339,11 +339,9 @@ type bucketCount struct{ bucket, n int64 }
 // otherwise a count of its rows up to BoundedCount.
 func (q *Queries) total(ctx context.Context, l listing) (int64, []bucketCount, error) {
 	if l.keys == nil {
-		args := append([]any{l.merchant, string(l.environment)}, l.args...)
+		sql, args := l.boundedCountSQL()
 		var n int64
-		err := q.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+l.kept.table+
-			` WHERE merchant_id = $1 AND environment = $2 AND ((`+joinOr(l.branches)+`))
-			LIMIT `+strconv.Itoa(BoundedCount)+`) x`, args...).Scan(&n)
+		err := q.pool.QueryRow(ctx, sql, args...).Scan(&n)
 		return n, nil, err
 	}
 	rows, err := q.pool.Query(ctx, `SELECT bucket, sum(n)::bigint FROM `+l.kept.counts+`
@@ -364,6 +362,13 @@ func (q *Queries) total(ctx context.Context, l listing) (int64, []bucketCount, e
 		count += b.n
 	}
 	return count, buckets, rows.Err()
+}
+
+// boundedCountSQL counts the rows of l, a listing no key counts, up to
+// BoundedCount.
+func (l listing) boundedCountSQL() (string, []any) {
+	return `SELECT count(*) FROM (SELECT 1 FROM ` + l.kept.table + ` WHERE merchant_id = $1 AND environment = $2 AND ((` +
+		joinOr(l.branches) + `)) LIMIT ` + strconv.Itoa(BoundedCount) + `) x`, append([]any{l.merchant, string(l.environment)}, l.args...)
 }
 
 // cursorPos is the position of the row id names in l's tenant.
