@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +82,34 @@ func TestRecordLookupsSeekAsTheTableGrows(t *testing.T) {
 	}
 	if after := seqScans(); after != before {
 		t.Fatalf("%d sequential scans of the records table for three pages of 100 lookups over 50,000 records", after-before)
+	}
+}
+
+// The comparison reads the records in id order from the table's primary
+// key: no sort of every record of the merchant at the end of the replay.
+func TestRecordsAreComparedInIndexOrder(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	rs, err := newRecords(ctx, conn.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.drop(ctx) //nolint:errcheck
+	if _, err := conn.Exec(ctx, `INSERT INTO audit_records (id, ord, environment, canon, changed, customer_id, reference, type, status, created_at)
+		SELECT 'rec-' || i, i, 'test', '{}', false, '', 'r' || i, 'commission', 'PENDING', now() FROM generate_series(1, 20000) i;
+		ANALYZE audit_records`); err != nil {
+		t.Fatal(err)
+	}
+	var plan string
+	if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT TEXT) `+recordsByIDSQL).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(plan, "Index Scan using audit_records_pkey") {
+		t.Fatalf("the records are not read in the primary key's order:\n%s", plan)
 	}
 }
