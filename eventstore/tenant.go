@@ -50,15 +50,16 @@ func (f TenantFilter) Matches(e RecordedEvent) bool {
 
 // TenantOf reads the tenant an event's metadata names: the string values
 // of its top-level MetaMerchantKey and MetaEnvironmentKey (names matched
-// exactly). ok is false unless the metadata is one JSON object in which
+// exactly; of a name given twice, the last, as PostgreSQL's json operators
+// read it). ok is false unless the metadata is one JSON object in which
 // both are non-empty strings; when it is such an object, what it names is
-// returned even so (an empty string for a name it lacks). Every reader of the log asks this of every
-// event, so it scans the object without building it.
+// returned even so ("" for a name it lacks). Every reader of the log asks
+// this of every event, so it scans the object without building it.
 func TenantOf(metadata []byte) (merchant, environment string, ok bool) {
 	if len(metadata) == 0 {
 		return "", "", false
 	}
-	dec := jsontext.NewDecoder(bytes.NewReader(metadata))
+	dec := jsontext.NewDecoder(bytes.NewReader(metadata), jsontext.AllowDuplicateNames(true))
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return "", "", false
 	}

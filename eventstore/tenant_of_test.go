@@ -15,6 +15,7 @@ func TestTenantOf(t *testing.T) {
 		{`{"merchantId":"m1","environment":"test","actor":"k","occurredAt":"2026-11-28T00:00:00Z"}`, "m1", "test", true},
 		{`{"occurredAt":"x","nested":{"merchantId":"no"},"list":[1,{"a":"b"}],"environment":"live","merchantId":"m2"}`, "m2", "live", true},
 		{` { "merchantId" : "m\u0033" , "environment" : "test" } `, "m3", "test", true},
+		{`{"merchantId":"m0","environment":"test","merchantId":"m1"}`, "m1", "test", true}, // the last, as ->> reads it
 		{`{"merchantId":"m1"}`, "m1", "", false},
 		{`{"environment":"test"}`, "", "test", false},
 		{`{"merchantId":"","environment":"test"}`, "", "test", false},
