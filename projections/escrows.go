@@ -101,7 +101,7 @@ CREATE TABLE IF NOT EXISTS rm_escrows (
 -- Date ranges (listings' from and to): rows are written in time order,
 -- so a block range index finds them at a fraction of a btree's upkeep
 -- (docs/listings.md, "Date ranges").
-CREATE INDEX IF NOT EXISTS rm_escrows_created ON rm_escrows USING brin (created_at) WITH (pages_per_range = 32, autosummarize = on);
+CREATE INDEX IF NOT EXISTS rm_escrows_created ON rm_escrows USING brin (created_at timestamptz_minmax_multi_ops) WITH (pages_per_range = 32, autosummarize = on);
 ALTER TABLE rm_escrows ADD COLUMN IF NOT EXISTS disputed_at timestamptz;
 ALTER TABLE rm_escrows ADD COLUMN IF NOT EXISTS payment_id text NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS rm_escrows_disputes ON rm_escrows (merchant_id, environment, disputed_at DESC, seq DESC)

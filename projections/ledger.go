@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS rm_transactions (
     seq              bigserial
 );
 -- Date ranges, as on rm_escrows (docs/listings.md, "Date ranges").
-CREATE INDEX IF NOT EXISTS rm_transactions_created ON rm_transactions USING brin (created_at) WITH (pages_per_range = 32, autosummarize = on);
+CREATE INDEX IF NOT EXISTS rm_transactions_created ON rm_transactions USING brin (created_at timestamptz_minmax_multi_ops) WITH (pages_per_range = 32, autosummarize = on);
 CREATE INDEX IF NOT EXISTS rm_transactions_reference ON rm_transactions (merchant_id, environment, reference);
 -- Withdrawals debited and not yet paid out or reversed: what the payout
 -- resumer looks at (a pending withdrawal in rm_transactions may also be
