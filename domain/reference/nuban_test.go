@@ -215,7 +215,8 @@ func TestTestAccountNameDistinct(t *testing.T) {
 }
 
 // FuzzValidNUBAN: ValidNUBAN never panics on any input, an account it
-// accepts is 10 digits at a known bank with the right check digit, and for
+// accepts is 10 digits at a known bank (by its CBN or NIP code) with the
+// check digit of the bank's CBN code, and for
 // any 9-digit serial at any bank the generated check digit validates and
 // each of the other nine digits fails.
 func FuzzValidNUBAN(f *testing.F) {
@@ -229,10 +230,13 @@ func FuzzValidNUBAN(f *testing.F) {
 			if len(account) != 10 || !allASCIIDigits(account) {
 				t.Fatalf("accepted malformed account %q", account)
 			}
-			if _, ok := FindBank(bank); !ok {
+			found, ok := FindBank(bank)
+			if !ok {
 				t.Fatalf("accepted unknown bank %q", bank)
 			}
-			if d, ok := NUBANCheckDigit(bank, account[:9]); !ok || d != account[9] {
+			// The check digit is the CBN code's, whichever code names the
+			// bank (a NIP code such as 000010 included).
+			if d, ok := NUBANCheckDigit(found.Code, account[:9]); !ok || d != account[9] {
 				t.Fatalf("accepted %q at %q with check digit %q,%v", account, bank, d, ok)
 			}
 		}
