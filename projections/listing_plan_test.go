@@ -50,11 +50,7 @@ func asNodes(v any) []map[string]any {
 func TestListingPagesSeekOverIndexes(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	for _, p := range []Projector{NewEscrows(), Ledger{}} {
-		if _, err := e.pool.Exec(ctx, p.Schema()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	listedSchemas(t, e)
 	const n = 60_000
 	if _, err := e.pool.Exec(ctx, `
 		INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status, category_id, deleted,
@@ -73,11 +69,7 @@ func TestListingPagesSeekOverIndexes(t *testing.T) {
 		FROM generate_series(1, $1) i`, n); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []Projector{NewEscrows(), Ledger{}} { // numbers and counts the rows
-		if _, err := e.pool.Exec(ctx, p.Schema()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	listedSchemas(t, e) // numbers and counts the rows
 	if _, err := e.pool.Exec(ctx, `ANALYZE rm_escrows; ANALYZE rm_transactions; ANALYZE rm_escrow_counts; ANALYZE rm_transaction_counts`); err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +164,18 @@ func TestListingPagesSeekOverIndexes(t *testing.T) {
 	}
 }
 
+// listedSchemas runs the DDL of the escrows' and the ledger's read models:
+// their tables and indexes, and the numbering and counting of rows written
+// without positions.
+func listedSchemas(t *testing.T, e *env) {
+	t.Helper()
+	for _, p := range []Projector{NewEscrows(), Ledger{}} {
+		if _, err := e.pool.Exec(context.Background(), p.Schema()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // planIndexes lists the indexes an EXPLAIN (FORMAT JSON) plan reads.
 func planIndexes(node map[string]any) []string {
 	var names []string
@@ -192,11 +196,7 @@ func planIndexes(node map[string]any) []string {
 func TestDateRangesReadTheirBlockRanges(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	for _, p := range []Projector{NewEscrows(), Ledger{}} {
-		if _, err := e.pool.Exec(ctx, p.Schema()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	listedSchemas(t, e)
 	const n = 60_000
 	for _, sql := range []string{`
 		INSERT INTO rm_escrows (id, payment_token, merchant_id, environment, seller_id, buyer_id, status, category_id, deleted,
