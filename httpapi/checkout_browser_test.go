@@ -54,8 +54,9 @@ func browser(t *testing.T) context.Context {
 	return tab
 }
 
-// screenshot saves the tab's whole page as name.png and logs the path.
-func screenshot(t *testing.T, tab context.Context, name string) {
+// screenshot saves the tab's whole page as name.png, logs the path and
+// returns the image.
+func screenshot(t *testing.T, tab context.Context, name string) []byte {
 	t.Helper()
 	dir := os.Getenv("ESCROW_SCREENSHOT_DIR")
 	if dir == "" {
@@ -73,6 +74,7 @@ func screenshot(t *testing.T, tab context.Context, name string) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+	return png
 }
 
 func text(t *testing.T, tab context.Context, sel string) string {
