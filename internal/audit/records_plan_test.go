@@ -7,12 +7,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
+
+// pooledConn is a connection of a fresh test database's pool, as the
+// audit takes one, released when the test ends.
+func pooledConn(t *testing.T) *pgxpool.Conn {
+	t.Helper()
+	conn, err := pgtest.NewPool(t).Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	return conn
+}
 
 // The records table grows from empty to every record of the merchant, on a
 // pooled connection that earlier audits used: its lookups by id must seek
@@ -22,12 +36,7 @@ import (
 // statistics: the lookups of a page over a large table scan nothing.
 func TestRecordLookupsSeekAsTheTableGrows(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := pooledConn(t)
 	page := func(from, n int) []recordWrite {
 		ws := make([]recordWrite, n)
 		for i := range ws {
@@ -89,12 +98,7 @@ func TestRecordLookupsSeekAsTheTableGrows(t *testing.T) {
 // key: no sort of every record of the merchant at the end of the replay.
 func TestRecordsAreComparedInIndexOrder(t *testing.T) {
 	ctx := context.Background()
-	pool := pgtest.NewPool(t)
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
+	conn := pooledConn(t)
 	rs, err := newRecords(ctx, conn.Conn())
 	if err != nil {
 		t.Fatal(err)
