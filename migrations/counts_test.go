@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/migrations"
 )
 
@@ -15,11 +14,7 @@ import (
 // the counts at zero (the projectors' DDL before 0004) loses it: without
 // it every move of a count is a heap-only update.
 func TestCountsLoseTheIndexOfSpentCounts(t *testing.T) {
-	url := pgtest.NewEmptyURL(t)
-	if err := up(t, url); err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.OpenPool(t, url)
+	pool := migratedPool(t)
 	ctx := context.Background()
 	tables := []string{"rm_escrow_counts", "rm_transaction_counts", "rm_customer_counts", "rm_category_counts"}
 	for _, table := range tables {
@@ -46,11 +41,7 @@ func TestCountsLoseTheIndexOfSpentCounts(t *testing.T) {
 // page by position, and date ranges read the block range indexes the
 // projectors create.
 func TestReadModelsLoseTheirCreationTimeBtrees(t *testing.T) {
-	url := pgtest.NewEmptyURL(t)
-	if err := up(t, url); err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.OpenPool(t, url)
+	pool := migratedPool(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `
 		CREATE TABLE rm_escrows (id text PRIMARY KEY, merchant_id text, environment text, seller_id text, buyer_id text,

@@ -42,6 +42,16 @@ func applied(t *testing.T, pool *pgxpool.Pool) []appliedRow {
 	return got
 }
 
+// migratedPool is a pool on a fresh database migrated by Up.
+func migratedPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	url := pgtest.NewEmptyURL(t)
+	if err := up(t, url); err != nil {
+		t.Fatal(err)
+	}
+	return pgtest.OpenPool(t, url)
+}
+
 func up(t *testing.T, url string) error {
 	t.Helper()
 	return migrations.Up(context.Background(), pgtest.OpenPool(t, url))
@@ -50,11 +60,7 @@ func up(t *testing.T, url string) error {
 // A fresh database gets every migration, each recorded with the SHA-256
 // of its file as it is on disk.
 func TestUpFreshDatabase(t *testing.T) {
-	url := pgtest.NewEmptyURL(t)
-	if err := up(t, url); err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.OpenPool(t, url)
+	pool := migratedPool(t)
 	got := applied(t, pool)
 	names := migrations.Names()
 	if len(names) == 0 || len(got) != len(names) {
