@@ -18,7 +18,9 @@ import (
 // then returns; operator commands use it when no server runs. It is safe
 // while Runners run the same projectors: when another session holds a
 // projector's lock, CatchUp waits for that session's checkpoint to reach the
-// head instead, failing with ErrLagging if it stops moving for 30 s.
+// head instead, or applies the rest itself once the lock is free (the
+// holder may have stopped short of the head), failing with ErrLagging if
+// the checkpoint stops moving for 30 s while the lock stays held.
 func CatchUp(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps ...Projector) error {
 	return CatchUpTo(ctx, store, pool, log, eventstore.Start, ps...)
 }
@@ -50,20 +52,57 @@ func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool,
 	if head.Less(at) {
 		head = at
 	}
+	// When another session holds the projector's lock, wait for its
+	// checkpoint to reach head, taking the lock as soon as it is free: the
+	// holder may stop short of head and release it (another operator
+	// command catching up to an earlier write), and then nobody else would
+	// move the checkpoint.
+	var last eventstore.Position
+	lastMove, waiting := time.Now(), false
+	for {
+		ran, err := catchUpLocked(ctx, store, pool, log, p, head)
+		if err != nil || ran {
+			return err
+		}
+		if !waiting {
+			waiting = true
+			log.Info("projections: active elsewhere, waiting for it to reach head",
+				zap.String("projection", p.Name()), zap.Stringer("head", head))
+		}
+		cps, err := loadCheckpoints(ctx, pool, []string{p.Name()})
+		if err != nil {
+			return err
+		}
+		pos := cps[p.Name()]
+		if pos.AtLeast(head) {
+			return nil
+		}
+		if pos != last {
+			last, lastMove = pos, time.Now()
+		} else if time.Since(lastMove) > catchUpStall {
+			return fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, p.Name(), pos, head)
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+}
+
+// catchUpLocked applies p up to head if it can take p's lock (ran), and
+// does nothing if another session holds it.
+func catchUpLocked(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, p Projector, head eventstore.Position) (ran bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	var locked bool
 	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+lockKeySQL+`)`, p.Name()).Scan(&locked); err != nil {
 		conn.Release()
-		return err
+		return false, err
 	}
 	if !locked {
 		conn.Release()
-		log.Info("projections: active elsewhere, waiting for it to reach head",
-			zap.String("projection", p.Name()), zap.Stringer("head", head))
-		return waitForCheckpoint(ctx, pool, p.Name(), head, catchUpStall)
+		return false, nil
 	}
 	defer func() {
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -75,35 +114,10 @@ func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool,
 	}()
 	pos, err := applyUpTo(ctx, store, pool, p, head, catchUpBatch)
 	if err != nil {
-		return err
+		return true, err
 	}
 	log.Info("projections: caught up", zap.String("projection", p.Name()), zap.Stringer("checkpoint", pos))
-	return nil
-}
-
-// waitForCheckpoint polls name's checkpoint until it is at or after target;
-// it gives up with ErrLagging when the checkpoint does not move for stall.
-func waitForCheckpoint(ctx context.Context, pool *pgxpool.Pool, name string, target eventstore.Position, stall time.Duration) error {
-	var last eventstore.Position
-	lastMove := time.Now()
-	for {
-		cps, err := loadCheckpoints(ctx, pool, []string{name})
-		if err != nil {
-			return err
-		}
-		pos := cps[name]
-		if pos.AtLeast(target) {
-			return nil
-		}
-		if pos != last {
-			last, lastMove = pos, time.Now()
-		} else if time.Since(lastMove) > stall {
-			return fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, name, pos, target)
-		}
-		if !sleep(ctx, 20*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
+	return true, nil
 }
 
 // applyUpTo applies the log from the stored checkpoint until it is at or

@@ -361,3 +361,48 @@ func TestCatchUpToWaitsForItsOwnWrite(t *testing.T) {
 	}
 	checkExactlyOnce(t, e.pool, c, 3)
 }
+
+// TestCatchUpWhenTheHolderStopsShort: a catch-up that finds the projector's
+// lock held waits for the holder, but the holder may stop short of the
+// catch-up's target and let go (another operator command catching up to
+// an earlier write, as two CLI commands at once do): the catch-up then
+// takes the lock and applies the rest itself, instead of waiting 30 s for
+// a checkpoint nobody moves and failing with ErrLagging.
+func TestCatchUpWhenTheHolderStopsShort(t *testing.T) {
+	e := newEnv(t)
+	c := newCounter("short")
+	ctx := context.Background()
+	visible(t, e.store, appendEvents(t, e.store, 2, 1))
+	holder, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock(`+lockKeySQL+`)`, c.name); err != nil {
+		t.Fatal(err)
+	}
+	pos := visible(t, e.store, appendEvents(t, e.store, 3, 1))
+	done := make(chan error, 1)
+	go func() { done <- CatchUpTo(ctx, e.store, e.pool, e.log, pos, c) }()
+	select {
+	case err := <-done:
+		t.Fatalf("CatchUpTo returned while another session held the lock and nothing was applied: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// The holder lets go without having moved the checkpoint.
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock(`+lockKeySQL+`)`, c.name); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("CatchUpTo still waits for a checkpoint nobody moves")
+	}
+	if got := checkpointOf(t, e.pool, c.name); got.Less(pos) {
+		t.Fatalf("checkpoint %s short of %s", got, pos)
+	}
+	checkExactlyOnce(t, e.pool, c, 5)
+}
