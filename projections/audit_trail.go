@@ -189,3 +189,50 @@ func (q *Queries) AuditPage(ctx context.Context, merchantID string, env domain.E
 	}
 	return count, seek, nil
 }
+
+// NewFill counts a rebuild's events in memory (Filler): the counts are
+// per tenant and key, few; the marks, one per 1,024 events of a key, are
+// written as they pile up.
+func (AuditTrail) NewFill() Fill { return &auditFill{counts: map[auditCounter]int64{}} }
+
+type auditFill struct {
+	counts map[auditCounter]int64
+	marks  [][]any
+}
+
+func (f *auditFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	for _, re := range events {
+		m, env, ok := eventstore.TenantOf(re.Metadata)
+		if !ok {
+			continue
+		}
+		for _, k := range auditKeys(re.Type) {
+			c := auditCounter{m, env, k}
+			f.counts[c]++
+			if n := f.counts[c]; n%auditMarkEvery == 0 {
+				f.marks = append(f.marks, []any{m, env, k, n, int64(re.Position.Commit), int64(re.Position.Prepare)})
+			}
+		}
+	}
+	if len(f.marks) < fillHold {
+		return nil
+	}
+	return f.writeMarks(ctx, tx)
+}
+
+func (f *auditFill) writeMarks(ctx context.Context, tx pgx.Tx) error {
+	err := copyRows(ctx, tx, "rm_event_marks", []string{"merchant_id", "environment", "key", "n", "commit_pos", "prepare_pos"}, f.marks)
+	f.marks = f.marks[:0]
+	return err
+}
+
+func (f *auditFill) Finish(ctx context.Context, tx pgx.Tx) error {
+	if err := f.writeMarks(ctx, tx); err != nil {
+		return err
+	}
+	counts := make([][]any, 0, len(f.counts))
+	for c, n := range f.counts {
+		counts = append(counts, []any{c.merchant, c.env, c.key, n})
+	}
+	return copyRows(ctx, tx, "rm_event_counts", []string{"merchant_id", "environment", "key", "n"}, counts)
+}

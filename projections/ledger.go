@@ -70,12 +70,21 @@ func (l Ledger) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Record
 	return projector.ApplyPlan(ctx, l, tx, events)
 }
 
+// balanceKey is a row of rm_balances.
+type balanceKey struct{ merchant, env, holder, id, bucket string }
+
+// payoutKey is a row of rm_payouts_in_flight.
+type payoutKey struct{ merchant, env, ref string }
+
+func payoutKeyOf(r ledger.Record) payoutKey {
+	return payoutKey{r.MerchantID, string(r.Environment), r.Reference}
+}
+
 // Plan queues the batch's changes as a few statements whatever its size:
 // the balance deltas summed per account, the records (the last version of
 // each, in the order they first appeared, which is their seq order) and
 // the payouts in flight. It reads nothing.
 func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
-	type balanceKey struct{ merchant, env, holder, id, bucket string }
 	deltas := map[balanceKey]int64{}
 	type row struct {
 		rec ledger.Record
@@ -85,11 +94,10 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 	recIndex := map[string]int{}
 	// Payouts that started (true, with the debit's time) or ended (false)
 	// in the batch, by their key; the last word counts.
-	type payoutKey struct{ merchant, env, ref string }
 	payouts := map[payoutKey]*time.Time{}
 	var payoutOrder []payoutKey
 	notePayout := func(r ledger.Record, debited *time.Time) {
-		k := payoutKey{r.MerchantID, string(r.Environment), r.Reference}
+		k := payoutKeyOf(r)
 		if _, seen := payouts[k]; !seen {
 			payoutOrder = append(payoutOrder, k)
 		}

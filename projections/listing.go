@@ -220,7 +220,18 @@ IF EXISTS (SELECT 1 FROM ` + k.table + ` WHERE pos IS NULL) THEN`)
 	}
 	b.WriteString(`
     DELETE FROM ` + k.counts + `;
-    INSERT INTO ` + k.counts + ` (merchant_id, environment, key, bucket, n)
+    ` + k.countAllSQL() + `;
+END IF;
+END $backfill$;`)
+	return b.String()
+}
+
+// countAllSQL counts every row of the table into its (empty) counts
+// table: what a backfill and a rebuild's fill do once the rows are
+// written.
+func (k keptTable) countAllSQL() string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO ` + k.counts + ` (merchant_id, environment, key, bucket, n)
     SELECT merchant_id, environment, key, bucket, count(*) FROM (`)
 	for i, o := range k.orders {
 		if i > 0 {
@@ -230,9 +241,7 @@ IF EXISTS (SELECT 1 FROM ` + k.table + ` WHERE pos IS NULL) THEN`)
         SELECT merchant_id, environment, key, ` + o.pos + ` >> ` + strconv.Itoa(bucketShift) + ` AS bucket
         FROM ` + k.table + ` CROSS JOIN LATERAL unnest(` + o.keys + `) AS k(key) WHERE ` + o.pos + ` IS NOT NULL`)
 	}
-	b.WriteString(`) r GROUP BY 1, 2, 3, 4;
-END IF;
-END $backfill$;`)
+	b.WriteString(`) r GROUP BY 1, 2, 3, 4`)
 	return b.String()
 }
 

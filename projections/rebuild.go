@@ -52,16 +52,19 @@ func Rebuild(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, p 
 
 // rebuildPage is the number of events the shared reader of RebuildAll
 // reads at a time; each projector writes the events of a page that
-// concern it in transactions of at most rebuildBatch.
-const rebuildPage = 5000
+// concern it in transactions of at most rebuildBatch (a Filler: in one
+// transaction). A variable for the tests.
+var rebuildPage = 5000
 
 // RebuildAll replays the whole log into fresh tables of every projector of
 // ps while the live tables keep serving and the live runner keeps
 // projecting. The log is read once: one reader hands each page to one
 // writer per projector, and the writers run at once, each on its own
 // connection, writing only the events its projector is interested in
-// (Interested), in transactions of at most 2,000 events. Each fills the
-// tables of p.Schema() in the schema ShadowSchema(p.Name()). progress(done,
+// (Interested): applied in transactions of at most 2,000 events, or for a
+// Filler folded in memory and each row written once (fill.go). Each
+// fills the tables of p.Schema() in the schema ShadowSchema(p.Name()),
+// without the indexes it can build afterwards. progress(done,
 // total) is called after each page all writers have written (total is the
 // size of the log at the start, raised if the replay passes it).
 //
@@ -130,6 +133,9 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store,
 	ws := make([]*rebuildWriter, len(ps))
 	for i, p := range ps {
 		w := &rebuildWriter{p: p, pool: pool, store: store, live: live, shadow: ShadowSchema(p.Name())}
+		if f, ok := p.(Filler); ok {
+			w.fill = f.NewFill()
+		}
 		ws[i] = w
 		if err := ensureCheckpoint(ctx, pool, p.Name()); err != nil {
 			return err
@@ -226,6 +232,11 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store,
 				// The reader failed: its error is the group's.
 				return nil
 			}
+			if w.fill != nil {
+				if err := w.inShadow(gctx, w.fill.Finish); err != nil {
+					return fmt.Errorf("rebuild %s: fill: %w", w.p.Name(), err)
+				}
+			}
 			if err := w.createIndexes(gctx); err != nil {
 				return fmt.Errorf("rebuild %s: indexes: %w", w.p.Name(), err)
 			}
@@ -268,20 +279,23 @@ type rebuildWriter struct {
 	// indexes are the definitions of the shadow's indexes that the fill
 	// goes without (deferIndexes).
 	indexes []string
+	// fill folds the log for a Filler (pending then stays empty).
+	fill Fill
 }
 
 // deferIndexes drops the shadow tables' indexes that no constraint
 // needs, keeping their definitions: one index built over the filled
 // table costs a fraction of the same index kept up to date row by row.
-// Unique indexes and those behind constraints stay (upserts need them).
+// Those behind constraints stay, and for a projector that applies the
+// log (not a Filler) the unique ones too: its upserts need them.
 func (w *rebuildWriter) deferIndexes(ctx context.Context) error {
 	rows, err := w.pool.Query(ctx, `SELECT c.relname, pg_get_indexdef(i.indexrelid)
 		  FROM pg_index i
 		  JOIN pg_class c ON c.oid = i.indexrelid
 		  JOIN pg_namespace n ON n.oid = c.relnamespace
-		 WHERE n.nspname = $1 AND NOT i.indisunique AND NOT i.indisprimary
+		 WHERE n.nspname = $1 AND ($2 OR NOT i.indisunique) AND NOT i.indisprimary
 		   AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = i.indexrelid)
-		 ORDER BY c.relname`, w.shadow)
+		 ORDER BY c.relname`, w.shadow, w.fill != nil)
 	if err != nil {
 		return err
 	}
@@ -348,22 +362,37 @@ func (w *rebuildWriter) relevant(dst, events []eventstore.RecordedEvent) []event
 	return dst
 }
 
-// take queues the page's events for the projector and writes them once
-// there are rebuildBatch, or when the page is the last.
+// inShadow runs f in a transaction on the shadow schema. Nothing in the
+// shadow needs to survive a crash before the swap (a new rebuild starts
+// from scratch), so its commits do not wait for the disk; the swap's
+// does.
+func (w *rebuildWriter) inShadow(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, w.searchPath()+`; SET LOCAL synchronous_commit TO off`); err != nil {
+			return err
+		}
+		return f(ctx, tx)
+	})
+}
+
+// take hands the page's events for the projector to its fill, or queues
+// them and writes them once there are rebuildBatch, or when the page is
+// the last.
 func (w *rebuildWriter) take(ctx context.Context, page rebuildPageOf) error {
+	if w.fill != nil {
+		if mine := w.relevant(nil, page.events); len(mine) > 0 {
+			if err := w.inShadow(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.fill.Take(ctx, tx, mine) }); err != nil {
+				return fmt.Errorf("fill: %w", err)
+			}
+		}
+		w.pos = page.end
+		return nil
+	}
 	w.pending = w.relevant(w.pending, page.events)
 	last := len(page.events) < rebuildPage
 	for len(w.pending) >= rebuildBatch || (last && len(w.pending) > 0) {
 		n := min(len(w.pending), rebuildBatch)
-		if err := pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-			// Nothing in the shadow needs to survive a crash before the
-			// swap (a new rebuild starts from scratch), so its commits do
-			// not wait for the disk; the swap's does.
-			if _, err := tx.Exec(ctx, w.searchPath()+`; SET LOCAL synchronous_commit TO off`); err != nil {
-				return err
-			}
-			return w.p.Apply(ctx, tx, w.pending[:n])
-		}); err != nil {
+		if err := w.inShadow(ctx, func(ctx context.Context, tx pgx.Tx) error { return w.p.Apply(ctx, tx, w.pending[:n]) }); err != nil {
 			return fmt.Errorf("apply: %w", err)
 		}
 		w.pending = append(w.pending[:0], w.pending[n:]...)

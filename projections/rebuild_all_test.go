@@ -260,6 +260,15 @@ func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	compareDumps(t, "rebuild under writes", dumpReadModels(t, e, ps), busy)
+
+	// Again in pages of 3 events, the fills holding no row: rows are
+	// written and met again (read back, updated) all the time.
+	defer func(page, hold int) { rebuildPage, fillHold = page, hold }(rebuildPage, fillHold)
+	rebuildPage, fillHold = 3, 0
+	if err := RebuildAll(ctx, e.pool, e.store, All(), e.log, nil); err != nil {
+		t.Fatal(err)
+	}
+	compareDumps(t, "rebuild in small pages", busy, dumpReadModels(t, e, ps))
 	if n := count(t, e.pool, `SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'rebuild\_%'`); n != 0 {
 		t.Fatalf("%d shadow schemas left behind", n)
 	}
