@@ -12,17 +12,18 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/hold"
 )
 
 // NewFill folds the escrows of a rebuild (Filler). An escrow takes its
 // position when its stream begins and its dispute position when its
 // dispute opens, in the log's order, as escrowUpsertSQL gives them.
 func (Escrows) NewFill() Fill {
-	return &escrowFill{held: newHeld[filledEscrow](), pos: positions{}, disputes: positions{}}
+	return &escrowFill{held: hold.New[filledEscrow](fillHold), pos: positions{}, disputes: positions{}}
 }
 
 type escrowFill struct {
-	held          held[filledEscrow]
+	held          *hold.Rows[filledEscrow]
 	pos, disputes positions
 }
 
@@ -46,7 +47,7 @@ func (f *escrowFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 			again = append(again, id)
 		}
 	}
-	if again = f.held.missing(again); len(again) > 0 {
+	if again = f.held.Missing(again); len(again) > 0 {
 		if err := f.readBack(ctx, tx, again); err != nil {
 			return err
 		}
@@ -60,22 +61,22 @@ func (f *escrowFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 		if err != nil {
 			return err
 		}
-		r := f.held.get(id)
+		r := f.held.Get(id)
 		if r == nil {
-			r = f.held.add(id, filledEscrow{}, false)
+			r = f.held.Add(id, filledEscrow{}, false)
 		}
-		next := escrow.Apply(r.v.state, ev)
+		next := escrow.Apply(r.V.state, ev)
 		t := tenant{next.MerchantID, string(next.Environment)}
-		if r.v.pos == 0 {
-			r.v.pos = f.pos.next(t)
+		if r.V.pos == 0 {
+			r.V.pos = f.pos.next(t)
 		}
 		switch {
 		case next.DisputedAt().IsZero():
-			r.v.disputePos = 0
-		case r.v.disputePos == 0:
-			r.v.disputePos = f.disputes.next(t)
+			r.V.disputePos = 0
+		case r.V.disputePos == 0:
+			r.V.disputePos = f.disputes.next(t)
 		}
-		r.v.state = next
+		r.V.state = next
 	}
 	return f.write(ctx, tx, false)
 }
@@ -99,13 +100,13 @@ func (f *escrowFill) readBack(ctx context.Context, tx pgx.Tx, ids []string) erro
 		if err := domain.Unmarshal(doc, &v.state); err != nil {
 			return err
 		}
-		f.held.add(id, v, true)
+		f.held.Add(id, v, true)
 	}
 	if err := rows.Err(); err != nil {
 		return err
 	}
 	for _, id := range ids {
-		if f.held.rows[id] == nil {
+		if f.held.Get(id) == nil {
 			return fmt.Errorf("projections: escrow %s continues in the log without its beginning", id)
 		}
 	}
@@ -116,7 +117,7 @@ func (f *escrowFill) Finish(ctx context.Context, tx pgx.Tx) error {
 	if err := f.write(ctx, tx, true); err != nil {
 		return err
 	}
-	if err := f.held.finishSeq(ctx, tx, "rm_escrows"); err != nil {
+	if err := finishSeq(ctx, tx, "rm_escrows", f.held); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, escrowsKept.countAllSQL())
@@ -127,17 +128,17 @@ func (f *escrowFill) Finish(ctx context.Context, tx pgx.Tx) error {
 var escrowFillColumns = []string{"id", "payment_token", "merchant_id", "environment", "seller_id", "buyer_id", "status",
 	"category_id", "deleted", "state", "created_at", "disputed_at", "payment_id", "pos", "dispute_pos", "seq"}
 
-// write writes the escrows due (held.due): new ones with COPY, those
+// write writes the escrows due (hold.Rows.Due): new ones with COPY, those
 // written before with the columns escrowUpsertSQL updates.
 func (f *escrowFill) write(ctx context.Context, tx pgx.Tx, all bool) error {
-	fresh, stored := f.held.due(all)
+	fresh, stored := f.held.Due(all)
 	rows := make([][]any, 0, len(fresh))
 	for _, r := range fresh {
-		row, err := escrowRow(r.v)
+		row, err := escrowRow(r.V)
 		if err != nil {
 			return err
 		}
-		rows = append(rows, append(row, r.seq()))
+		rows = append(rows, append(row, r.Seq()))
 	}
 	if err := copyRows(ctx, tx, "rm_escrows", escrowFillColumns, rows); err != nil {
 		return err
@@ -154,7 +155,7 @@ func (f *escrowFill) write(ctx context.Context, tx pgx.Tx, all bool) error {
 		disputePos                                  = make([]*int64, n)
 	)
 	for i, r := range stored {
-		row, err := escrowRow(r.v)
+		row, err := escrowRow(r.V)
 		if err != nil {
 			return err
 		}

@@ -5,11 +5,11 @@ package projections
 
 import (
 	"context"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/hold"
 )
 
 // A Filler is a projector whose rebuild folds the log in memory instead of
@@ -46,96 +46,13 @@ type Fill interface {
 // place) at the cost of one more write. A variable for the tests.
 var fillHold = 8192
 
-// held is the rows of one table a fill has folded and not yet written,
-// by id.
-type held[R any] struct {
-	rows map[string]*heldRow[R]
-	// gen counts the writes; a row touched since the last one has seen
-	// == gen.
-	gen  int64
-	born int64
-}
-
-// heldRow is a row being folded.
-type heldRow[R any] struct {
-	id string
-	v  R
-	// stored: the shadow table has a row for it (written, then met
-	// again): it is updated, not inserted.
-	stored bool
-	seen   int64
-	born   int64 // the order rows were first met in: new rows are written in it
-}
-
-func newHeld[R any]() held[R] { return held[R]{rows: map[string]*heldRow[R]{}} }
-
-// get is the row id when held, touched.
-func (h *held[R]) get(id string) *heldRow[R] {
-	r := h.rows[id]
-	if r != nil {
-		r.seen = h.gen
-	}
-	return r
-}
-
-// add holds a row met for the first time since it was last written.
-func (h *held[R]) add(id string, v R, stored bool) *heldRow[R] {
-	r := &heldRow[R]{id: id, v: v, stored: stored, seen: h.gen, born: h.born}
-	h.born++
-	h.rows[id] = r
-	return r
-}
-
-// due takes out of the hold the rows to write now: all of them when all
-// (or when fillHold is 0, which the tests use to write every row after
-// each Take), else, once the hold is full, those not touched since the
-// last write. New rows come in the order they were first met (for a
-// listing's table, the order of their positions), stored ones in any
-// order.
-func (h *held[R]) due(all bool) (fresh, stored []*heldRow[R]) {
-	all = all || fillHold == 0
-	if !all && len(h.rows) < fillHold {
-		return nil, nil
-	}
-	for id, r := range h.rows {
-		if !all && r.seen == h.gen {
-			continue
-		}
-		delete(h.rows, id)
-		if r.stored {
-			stored = append(stored, r)
-		} else {
-			fresh = append(fresh, r)
-		}
-	}
-	h.gen++
-	slices.SortFunc(fresh, func(a, b *heldRow[R]) int { return int(a.born - b.born) })
-	return fresh, stored
-}
-
-// missing lists the ids of ids that are not held, each once, in order.
-func (h *held[R]) missing(ids []string) []string {
-	var out []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if _, ok := h.rows[id]; !ok && !seen[id] {
-			seen[id] = true
-			out = append(out, id)
-		}
-	}
-	return out
-}
-
-// seq is the row's seq: the listings' tables number their rows in the
-// order they were first written (a bigserial), which for a fill is the
-// order they were first met, whenever they are written; finishSeq moves
-// the sequence past them.
-func (r *heldRow[R]) seq() int64 { return r.born + 1 }
-
 // finishSeq sets the sequence of table's seq column past every row the
-// fill wrote, so that the rows applied after the fill follow them.
-func (h *held[R]) finishSeq(ctx context.Context, tx pgx.Tx, table string) error {
-	_, err := tx.Exec(ctx, `SELECT setval(pg_get_serial_sequence($1, 'seq'), $2, false)`, table, h.born+1)
+// fill wrote (rows, which numbers them by hold.Row.Seq), so that the rows
+// applied after the fill follow them. The listings' tables number their
+// rows in the order they were first written (a bigserial), which for a
+// fill is the order they were first met, whenever they are written.
+func finishSeq[R any](ctx context.Context, tx pgx.Tx, table string, rows *hold.Rows[R]) error {
+	_, err := tx.Exec(ctx, `SELECT setval(pg_get_serial_sequence($1, 'seq'), $2, false)`, table, rows.NextSeq())
 	return err
 }
 

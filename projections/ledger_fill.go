@@ -10,6 +10,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/hold"
 	"github.com/escrowd/escrowd/internal/projector"
 )
 
@@ -21,13 +22,13 @@ import (
 // them.
 func (Ledger) NewFill() Fill {
 	return &ledgerFill{balances: map[balanceKey]int64{}, payouts: map[payoutKey]time.Time{},
-		records: newHeld[filledRecord](), pos: positions{}}
+		records: hold.New[filledRecord](fillHold), pos: positions{}}
 }
 
 type ledgerFill struct {
 	balances map[balanceKey]int64
 	payouts  map[payoutKey]time.Time
-	records  held[filledRecord]
+	records  *hold.Rows[filledRecord]
 	pos      positions
 }
 
@@ -63,7 +64,7 @@ func (f *ledgerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 	}
 	// A record not held is new, or was written and is met again: the
 	// shadow table says which.
-	if again := f.records.missing(ids); len(again) > 0 {
+	if again := f.records.Missing(ids); len(again) > 0 {
 		if err := f.readBack(ctx, tx, again); err != nil {
 			return err
 		}
@@ -87,11 +88,11 @@ func (f *ledgerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 			}
 		}
 		for _, rec := range eff.Records {
-			r := f.records.get(rec.ID)
+			r := f.records.Get(rec.ID)
 			if r == nil {
-				r = f.records.add(rec.ID, filledRecord{first: rec, pos: f.pos.next(tenant{rec.MerchantID, string(rec.Environment)})}, false)
+				r = f.records.Add(rec.ID, filledRecord{first: rec, pos: f.pos.next(tenant{rec.MerchantID, string(rec.Environment)})}, false)
 			}
-			r.v.last = rec
+			r.V.last = rec
 		}
 	}
 	return f.writeRecords(ctx, tx, false)
@@ -113,7 +114,7 @@ func (f *ledgerFill) readBack(ctx context.Context, tx pgx.Tx, ids []string) erro
 		if err := rows.Scan(&id, &pos); err != nil {
 			return err
 		}
-		f.records.add(id, filledRecord{pos: pos}, true)
+		f.records.Add(id, filledRecord{pos: pos}, true)
 	}
 	return rows.Err()
 }
@@ -122,7 +123,7 @@ func (f *ledgerFill) Finish(ctx context.Context, tx pgx.Tx) error {
 	if err := f.writeRecords(ctx, tx, true); err != nil {
 		return err
 	}
-	if err := f.records.finishSeq(ctx, tx, "rm_transactions"); err != nil {
+	if err := finishSeq(ctx, tx, "rm_transactions", f.records); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, transactionsKept.countAllSQL()); err != nil {
@@ -142,23 +143,23 @@ func (f *ledgerFill) Finish(ctx context.Context, tx pgx.Tx) error {
 	return copyRows(ctx, tx, "rm_payouts_in_flight", []string{"merchant_id", "environment", "reference", "debited_at"}, payouts)
 }
 
-// writeRecords writes the records due (held.due): new ones with COPY,
+// writeRecords writes the records due (hold.Rows.Due): new ones with COPY,
 // those written before their status and record.
 func (f *ledgerFill) writeRecords(ctx context.Context, tx pgx.Tx, all bool) error {
-	fresh, stored := f.records.due(all)
+	fresh, stored := f.records.Due(all)
 	rows := make([][]any, 0, len(fresh))
 	for _, r := range fresh {
-		doc, err := json.Marshal(r.v.last)
+		doc, err := json.Marshal(r.V.last)
 		if err != nil {
 			return err
 		}
-		first := r.v.first
+		first := r.V.first
 		var customer *string
 		if first.CustomerID != "" {
 			customer = &first.CustomerID
 		}
 		rows = append(rows, []any{first.ID, first.MerchantID, string(first.Environment), customer, first.Reference, string(first.Type),
-			string(r.v.last.Status), doc, first.CreatedAt, r.v.pos, r.seq()})
+			string(r.V.last.Status), doc, first.CreatedAt, r.V.pos, r.Seq()})
 	}
 	if err := copyRows(ctx, tx, "rm_transactions", []string{"id", "merchant_id", "environment", "customer_id", "reference",
 		"transaction_type", "status", "record", "created_at", "pos", "seq"}, rows); err != nil {
@@ -169,11 +170,11 @@ func (f *ledgerFill) writeRecords(ctx context.Context, tx pgx.Tx, all bool) erro
 	}
 	ids, statuses, docs := make([]string, len(stored)), make([]string, len(stored)), make([]string, len(stored))
 	for i, r := range stored {
-		doc, err := json.Marshal(r.v.last)
+		doc, err := json.Marshal(r.V.last)
 		if err != nil {
 			return err
 		}
-		ids[i], statuses[i], docs[i] = r.id, string(r.v.last.Status), string(doc)
+		ids[i], statuses[i], docs[i] = r.ID, string(r.V.last.Status), string(doc)
 	}
 	_, err := tx.Exec(ctx, `UPDATE rm_transactions o SET status = x.status, record = x.record
 		FROM unnest($1::text[], $2::text[], $3::json[]) AS x(id, status, record) WHERE o.id = x.id`, ids, statuses, docs)
