@@ -253,6 +253,9 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 				}
 			}
 		}
+		if err == nil && rctx.Err() == nil {
+			err = recs.finish(rctx)
+		}
 		foldErr <- err
 	}()
 	page := cmp.Or(opts.PageSize, replayPage)

@@ -16,13 +16,14 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/hold"
 )
 
 // The merchant's transaction records grow with its history, so the
-// replay keeps them in a temporary table of its own session, not in
-// memory: for each page of events it reads the states of the records the
-// page writes, folds the page into them and writes them back. Memory holds
-// one page's records.
+// replay does not keep them all in memory: it holds those still changing
+// (recordHold, see package hold) and writes each to a temporary table of
+// its own session once it has stopped, reading a record back from the
+// table when the log changes it again later.
 const recordsTable = `CREATE TEMP TABLE audit_records (
     id             text COLLATE "C" PRIMARY KEY, -- recordsByIDSQL
     ord            bigint NOT NULL,  -- first-seen order
@@ -48,10 +49,9 @@ type recordWrite struct {
 	canon []byte
 }
 
-// spilledRecord is what the table knows of a record before a page.
+// spilledRecord is what the replay knows of a record.
 type spilledRecord struct {
 	ord      int64
-	isNew    bool
 	env      domain.Environment
 	canon    []byte
 	final    ledger.Record
@@ -60,9 +60,14 @@ type spilledRecord struct {
 	changed  bool
 }
 
+// recordHold is how many records the replay holds (hold.Rows): a few
+// megabytes. A variable for the tests.
+var recordHold = 8192
+
 // records is the replay's record table on conn.
 type records struct {
 	conn  *pgx.Conn
+	held  *hold.Rows[spilledRecord]
 	next  int64 // the next first-seen order
 	count int64 // distinct records
 }
@@ -82,7 +87,7 @@ func newRecords(ctx context.Context, conn *pgx.Conn) (*records, error) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode TO force_custom_plan`); err != nil {
 		return nil, err
 	}
-	return &records{conn: conn}, nil
+	return &records{conn: conn, held: hold.New[spilledRecord](recordHold)}, nil
 }
 
 // drop removes the table and the setting, so that the pooled connection is
@@ -92,53 +97,30 @@ func (rs *records) drop(ctx context.Context) error {
 	return err
 }
 
-// fold applies writes, in log order, to the stored records: a record is
-// upserted whole by id, and a settled record must never change again
-// (each change after settling reported once, as report receives it).
+// fold applies writes, in log order, to the records: a record is replaced
+// whole by id, and a settled record must never change again (each change
+// after settling reported once, as report receives it).
 func (rs *records) fold(ctx context.Context, writes []recordWrite, report func(Difference)) error {
 	if len(writes) == 0 {
 		return nil
 	}
-	ids := make([]string, 0, len(writes))
-	states := map[string]*spilledRecord{}
-	for _, w := range writes {
-		if _, ok := states[w.rec.ID]; !ok {
-			states[w.rec.ID] = nil
-			ids = append(ids, w.rec.ID)
-		}
+	ids := make([]string, len(writes))
+	for i, w := range writes {
+		ids[i] = w.rec.ID
 	}
-	rows, err := rs.conn.Query(ctx, `SELECT id, ord, settled, settle_commit, settle_prepare, changed
-		FROM audit_records WHERE id = ANY($1)`, ids)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var (
-			id     string
-			st     spilledRecord
-			sc, sp *int64
-		)
-		if err := rows.Scan(&id, &st.ord, &st.settled, &sc, &sp, &st.changed); err != nil {
-			rows.Close()
+	if again := rs.held.Missing(ids); len(again) > 0 {
+		if err := rs.readBack(ctx, again); err != nil {
 			return err
 		}
-		if sc != nil && sp != nil {
-			st.settleAt = &eventstore.Position{Commit: uint64(*sc), Prepare: uint64(*sp)}
-		}
-		states[id] = &st
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	for _, w := range writes {
-		st := states[w.rec.ID]
-		if st == nil {
-			st = &spilledRecord{ord: rs.next, isNew: true}
+		r := rs.held.Get(w.rec.ID)
+		if r == nil {
+			r = rs.held.Add(w.rec.ID, spilledRecord{ord: rs.next}, false)
 			rs.next++
 			rs.count++
-			states[w.rec.ID] = st
 		}
+		st := &r.V
 		if st.settleAt != nil && !st.changed && !bytes.Equal(w.canon, st.settled) {
 			st.changed = true
 			for _, f := range fieldDiffs(st.settled, w.canon) {
@@ -151,39 +133,97 @@ func (rs *records) fold(ctx context.Context, writes []recordWrite, report func(D
 			st.settled, st.settleAt = w.canon, at(w.pos)
 		}
 	}
-	n := len(ids)
-	var (
-		ords             = make([]int64, n)
-		envs             = make([]string, n)
-		canons, settleds = make([][]byte, n), make([][]byte, n)
-		scs, sps         = make([]*int64, n), make([]*int64, n)
-		changed          = make([]bool, n)
-		commissions      = make([]*string, n)
-		cids, refs       = make([]string, n), make([]string, n)
-		types, statuses  = make([]string, n), make([]string, n)
-		created          = make([]time.Time, n)
-	)
-	for i, id := range ids {
-		st := states[id]
-		ords[i], envs[i], canons[i], settleds[i], changed[i] = st.ord, string(st.env), st.canon, st.settled, st.changed
-		if st.settleAt != nil {
-			c, p := int64(st.settleAt.Commit), int64(st.settleAt.Prepare)
-			scs[i], sps[i] = &c, &p
-		}
-		commissions[i] = charged(st.final)
-		f := st.final
-		cids[i], refs[i], types[i], statuses[i], created[i] = f.CustomerID, f.Reference, string(f.Type), string(f.Status), f.CreatedAt
+	return rs.write(ctx, false)
+}
+
+// readBack holds again the records of ids that the table has (a record
+// not in it is new).
+func (rs *records) readBack(ctx context.Context, ids []string) error {
+	rows, err := rs.conn.Query(ctx, `SELECT id, ord, settled, settle_commit, settle_prepare, changed
+		FROM audit_records WHERE id = ANY($1)`, ids)
+	if err != nil {
+		return err
 	}
-	_, err = rs.conn.Exec(ctx, `INSERT INTO audit_records AS r
-		(id, ord, environment, canon, settled, settle_commit, settle_prepare, changed, commission,
-		 customer_id, reference, type, status, created_at)
-		SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[], $5::bytea[], $6::bigint[], $7::bigint[], $8::boolean[], $9::text[],
-		                     $10::text[], $11::text[], $12::text[], $13::text[], $14::timestamptz[])
-		ON CONFLICT (id) DO UPDATE SET environment = excluded.environment, canon = excluded.canon,
-		    settled = excluded.settled, settle_commit = excluded.settle_commit, settle_prepare = excluded.settle_prepare,
-		    changed = excluded.changed, commission = excluded.commission, customer_id = excluded.customer_id,
-		    reference = excluded.reference, type = excluded.type, status = excluded.status, created_at = excluded.created_at`,
-		ids, ords, envs, canons, settleds, scs, sps, changed, commissions, cids, refs, types, statuses, created)
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			id     string
+			st     spilledRecord
+			sc, sp *int64
+		)
+		if err := rows.Scan(&id, &st.ord, &st.settled, &sc, &sp, &st.changed); err != nil {
+			return err
+		}
+		if sc != nil && sp != nil {
+			st.settleAt = &eventstore.Position{Commit: uint64(*sc), Prepare: uint64(*sp)}
+		}
+		rs.held.Add(id, st, true)
+	}
+	return rows.Err()
+}
+
+// finish writes every record still held, once the replay is over.
+func (rs *records) finish(ctx context.Context) error { return rs.write(ctx, true) }
+
+// recordColumns are the columns of audit_records a record is written
+// with, in recordValues' order.
+var recordColumns = []string{"id", "ord", "environment", "canon", "settled", "settle_commit", "settle_prepare", "changed",
+	"commission", "customer_id", "reference", "type", "status", "created_at"}
+
+// recordValues is the row of a record, in recordColumns.
+func recordValues(id string, st spilledRecord) []any {
+	var sc, sp *int64
+	if st.settleAt != nil {
+		c, p := int64(st.settleAt.Commit), int64(st.settleAt.Prepare)
+		sc, sp = &c, &p
+	}
+	f := st.final
+	return []any{id, st.ord, string(st.env), st.canon, st.settled, sc, sp, st.changed, charged(f),
+		f.CustomerID, f.Reference, string(f.Type), string(f.Status), f.CreatedAt}
+}
+
+// write writes the records due (hold.Rows.Due): new ones with COPY, those
+// read back in place.
+func (rs *records) write(ctx context.Context, all bool) error {
+	fresh, stored := rs.held.Due(all)
+	if len(fresh) > 0 {
+		rows := make([][]any, len(fresh))
+		for i, r := range fresh {
+			rows[i] = recordValues(r.ID, r.V)
+		}
+		if _, err := rs.conn.CopyFrom(ctx, pgx.Identifier{"audit_records"}, recordColumns, pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+	}
+	if len(stored) == 0 {
+		return nil
+	}
+	n := len(stored)
+	var (
+		ids, envs                   = make([]string, n), make([]string, n)
+		canons, settleds            = make([][]byte, n), make([][]byte, n)
+		scs, sps                    = make([]*int64, n), make([]*int64, n)
+		changed                     = make([]bool, n)
+		commissions                 = make([]*string, n)
+		cids, refs, types, statuses = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		created                     = make([]time.Time, n)
+	)
+	for i, r := range stored {
+		v := recordValues(r.ID, r.V)
+		ids[i], envs[i], canons[i], settleds[i], scs[i], sps[i] = v[0].(string), v[2].(string), v[3].([]byte), v[4].([]byte), v[5].(*int64), v[6].(*int64)
+		changed[i], commissions[i], cids[i], refs[i] = v[7].(bool), v[8].(*string), v[9].(string), v[10].(string)
+		types[i], statuses[i], created[i] = v[11].(string), v[12].(string), v[13].(time.Time)
+	}
+	_, err := rs.conn.Exec(ctx, `UPDATE audit_records r SET environment = x.environment, canon = x.canon,
+		    settled = x.settled, settle_commit = x.settle_commit, settle_prepare = x.settle_prepare,
+		    changed = x.changed, commission = x.commission, customer_id = x.customer_id,
+		    reference = x.reference, type = x.type, status = x.status, created_at = x.created_at
+		FROM (SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[], $6::bigint[], $7::boolean[], $8::text[],
+		                           $9::text[], $10::text[], $11::text[], $12::text[], $13::timestamptz[])
+		      AS x(id, environment, canon, settled, settle_commit, settle_prepare, changed, commission,
+		           customer_id, reference, type, status, created_at)) x
+		WHERE r.id = x.id`,
+		ids, envs, canons, settleds, scs, sps, changed, commissions, cids, refs, types, statuses, created)
 	return err
 }
 

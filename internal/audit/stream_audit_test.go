@@ -27,10 +27,18 @@ func (e *env) auditPaged(m string, pageSize int) audit.Report {
 	return rep
 }
 
+// auditHoldingNothing is auditPaged with no record held between pages.
+func (e *env) auditHoldingNothing(m string, pageSize int) audit.Report {
+	e.t.Helper()
+	defer audit.HoldNoRecords()()
+	return e.auditPaged(m, pageSize)
+}
+
 // The audit streams: it folds the merchant's events a page at a time and
 // keeps the records it has seen in a table, not in memory. Whatever the
-// page size (one event: every record's versions in different pages), the
-// report is the same, difference for difference and in the same order, on
+// page size (one event: every record's versions in different pages), and
+// whether it holds the records still changing or writes and reads them
+// back after every page, the report is the same, difference for difference and in the same order, on
 // a clean log and on read models and a log corrupted in every way the
 // audit checks: a record changed after it settled (its first version
 // pages before), records missing, changed and invented in the read model,
@@ -56,6 +64,9 @@ func TestAuditPagedEqualsWhole(t *testing.T) {
 	for _, size := range []int{1, 2, 7} {
 		if got := e.auditPaged(m, size); !reflect.DeepEqual(got, whole) {
 			t.Fatalf("page size %d:\n%+v\nwhole:\n%+v", size, got, whole)
+		}
+		if got := e.auditHoldingNothing(m, size); !reflect.DeepEqual(got, whole) {
+			t.Fatalf("page size %d, no record held:\n%+v\nwhole:\n%+v", size, got, whole)
 		}
 	}
 
@@ -100,6 +111,9 @@ func TestAuditPagedEqualsWhole(t *testing.T) {
 	for _, size := range []int{1, 3} {
 		if got := e.auditPaged(m, size); !reflect.DeepEqual(got, whole) {
 			t.Fatalf("page size %d:\n%+v\nwhole:\n%+v", size, got.Differences, whole.Differences)
+		}
+		if got := e.auditHoldingNothing(m, size); !reflect.DeepEqual(got, whole) {
+			t.Fatalf("page size %d, no record held:\n%+v\nwhole:\n%+v", size, got.Differences, whole.Differences)
 		}
 	}
 }
