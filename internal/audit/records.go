@@ -70,6 +70,9 @@ type records struct {
 	held  *hold.Rows[spilledRecord]
 	next  int64 // the next first-seen order
 	count int64 // distinct records
+	// charging: some record was written charging commission (the only
+	// rows checkCommission looks at).
+	charging bool
 }
 
 func newRecords(ctx context.Context, conn *pgx.Conn) (*records, error) {
@@ -190,6 +193,7 @@ func (rs *records) write(ctx context.Context, all bool) error {
 		rows := make([][]any, len(fresh))
 		for i, r := range fresh {
 			rows[i] = recordValues(r.ID, r.V)
+			rs.charging = rs.charging || rows[i][8].(*string) != nil
 		}
 		if _, err := rs.conn.CopyFrom(ctx, pgx.Identifier{"audit_records"}, recordColumns, pgx.CopyFromRows(rows)); err != nil {
 			return err
@@ -212,6 +216,7 @@ func (rs *records) write(ctx context.Context, all bool) error {
 		v := recordValues(r.ID, r.V)
 		ids[i], envs[i], canons[i], settleds[i], scs[i], sps[i] = v[0].(string), v[2].(string), v[3].([]byte), v[4].([]byte), v[5].(*int64), v[6].(*int64)
 		changed[i], commissions[i], cids[i], refs[i] = v[7].(bool), v[8].(*string), v[9].(string), v[10].(string)
+		rs.charging = rs.charging || commissions[i] != nil
 		types[i], statuses[i], created[i] = v[11].(string), v[12].(string), v[13].(time.Time)
 	}
 	_, err := rs.conn.Exec(ctx, `UPDATE audit_records r SET environment = x.environment, canon = x.canon,
@@ -269,6 +274,9 @@ func charged(rec ledger.Record) *string {
 // are reported in the order of the first record charging them, the
 // records in the order they were first seen.
 func (rs *records) checkCommission(ctx context.Context, report func(Difference)) error {
+	if !rs.charging {
+		return nil // no row to look at: not worth a scan of every record
+	}
 	rows, err := rs.conn.Query(ctx, `SELECT environment, eid, array_agg(id ORDER BY ord)
 		  FROM audit_records, unnest(string_to_array(commission, E'\n')) WITH ORDINALITY AS x(eid, k)
 		 WHERE commission IS NOT NULL AND eid <> ''
