@@ -365,10 +365,14 @@ func (w *rebuildWriter) relevant(dst, events []eventstore.RecordedEvent) []event
 // inShadow runs f in a transaction on the shadow schema. Nothing in the
 // shadow needs to survive a crash before the swap (a new rebuild starts
 // from scratch), so its commits do not wait for the disk; the swap's
-// does.
+// does. The shadow's tables grow from empty and are not analyzed before
+// the swap: a plan cached by a pooled connection while a table was small
+// (a lookup by id that scans it) would stay for the whole rebuild and
+// make a fill quadratic, so each statement is planned for the tables as
+// they are.
 func (w *rebuildWriter) inShadow(ctx context.Context, f func(context.Context, pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, w.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, w.searchPath()+`; SET LOCAL synchronous_commit TO off`); err != nil {
+		if _, err := tx.Exec(ctx, w.searchPath()+`; SET LOCAL synchronous_commit TO off; SET LOCAL plan_cache_mode TO force_custom_plan`); err != nil {
 			return err
 		}
 		return f(ctx, tx)
