@@ -71,3 +71,25 @@ func TestFillLookupsSeekAsTheShadowGrows(t *testing.T) {
 		t.Fatalf("%d sequential scans of rm_transactions in a rebuild of 400 pages, want fewer than 100", scans)
 	}
 }
+
+// A rebuild swaps in tables that have their statistics: the listings'
+// first queries are planned for the rows there are, not for an empty
+// table, without waiting for autovacuum.
+func TestRebuiltTablesAreAnalyzed(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	svc, a := e.service(t)
+	mixedWorkload(t, svc, a, "s", 1)
+	if err := RebuildAll(ctx, e.pool, e.store, All(), e.log, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range All() {
+		for _, table := range p.Tables() {
+			if n := count(t, e.pool, `SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = $1`, table); n == 0 {
+				if rows := count(t, e.pool, `SELECT count(*) FROM `+table); rows > 0 {
+					t.Errorf("%s.%s: %d rows and no statistics after the rebuild", p.Name(), table, rows)
+				}
+			}
+		}
+	}
+}

@@ -68,11 +68,11 @@ var rebuildPage = 5000
 // total) is called after each page all writers have written (total is the
 // size of the log at the start, raised if the replay passes it).
 //
-// Once the log is read, each writer swaps its projector's tables in one
-// transaction: lock the checkpoint row (pausing the live runner of that
-// projector), apply the events still missing, drop the live tables, move
-// the shadow tables into the live schema, set the checkpoint to the
-// replay's position. The live runner then re-syncs from that checkpoint.
+// Once the log is read, each writer builds the indexes it went without,
+// analyzes its tables and swaps them in, in one transaction: lock the
+// checkpoint row (pausing the live runner of that projector), apply the
+// events still missing, drop the live tables, move the shadow tables into
+// the live schema, set the checkpoint to the replay's position. The live runner then re-syncs from that checkpoint.
 // A projector whose swap is done stays rebuilt when another fails.
 //
 // p.Schema() must create only tables and their indexes and constraints
@@ -240,6 +240,9 @@ func RebuildAll(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store,
 			if err := w.createIndexes(gctx); err != nil {
 				return fmt.Errorf("rebuild %s: indexes: %w", w.p.Name(), err)
 			}
+			if err := w.analyze(gctx); err != nil {
+				return fmt.Errorf("rebuild %s: analyze: %w", w.p.Name(), err)
+			}
 			if err := w.swap(gctx, func(n int) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -326,6 +329,21 @@ func (w *rebuildWriter) createIndexes(ctx context.Context) error {
 	}
 	w.indexes = nil
 	return nil
+}
+
+// analyze gathers the statistics of the shadow's tables: swapped in
+// fresh, they would have none, and the listings would be planned blind
+// until autovacuum reached them.
+func (w *rebuildWriter) analyze(ctx context.Context) error {
+	var tables []string
+	for _, t := range w.p.Tables() {
+		tables = append(tables, pgx.Identifier{w.shadow, t}.Sanitize())
+	}
+	if len(tables) == 0 {
+		return nil
+	}
+	_, err := w.pool.Exec(ctx, `ANALYZE `+strings.Join(tables, ", "))
+	return err
 }
 
 func (w *rebuildWriter) qShadow() string { return pgx.Identifier{w.shadow}.Sanitize() }
