@@ -42,8 +42,9 @@ type filledRecord struct {
 
 func (f *ledgerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	type step struct {
-		re eventstore.RecordedEvent
-		e  ledger.Entry
+		re  eventstore.RecordedEvent
+		e   ledger.Entry
+		eff ledger.Effect
 	}
 	var (
 		steps []step
@@ -57,8 +58,9 @@ func (f *ledgerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 		if !ok {
 			continue
 		}
-		steps = append(steps, step{re, e})
-		for _, r := range e.Ledger().Records {
+		eff := e.Ledger()
+		steps = append(steps, step{re, e, eff})
+		for _, r := range eff.Records {
 			ids = append(ids, r.ID)
 		}
 	}
@@ -81,7 +83,7 @@ func (f *ledgerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 		case payment.PayoutReversed:
 			delete(f.payouts, payoutKeyOf(ev.Record))
 		}
-		eff := s.e.Ledger()
+		eff := s.eff
 		if m := eff.Movement; m != nil {
 			for acct, delta := range m.Deltas() {
 				f.balances[balanceKey{m.MerchantID, string(m.Environment), string(acct.Holder), acct.ID, string(acct.Bucket)}] += delta.Kobo()

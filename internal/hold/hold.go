@@ -5,7 +5,10 @@
 // again (read back by the caller, or updated in place).
 package hold
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+)
 
 // Rows is the rows of one table a fold holds, by id.
 type Rows[R any] struct {
@@ -88,7 +91,7 @@ func (h *Rows[R]) Due(all bool) (fresh, stored []*Row[R]) {
 		}
 	}
 	h.gen++
-	slices.SortFunc(fresh, func(a, b *Row[R]) int { return int(a.born - b.born) })
+	slices.SortFunc(fresh, func(a, b *Row[R]) int { return cmp.Compare(a.born, b.born) })
 	return fresh, stored
 }
 
