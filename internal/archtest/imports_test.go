@@ -61,16 +61,18 @@ var rules = []rule{
 	{pkg: "internal/files", may: domainPkgs, testsMay: domainPkgs},
 	{pkg: "internal/gateway", may: domainPkgs, testsMay: domainPkgs},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},
+	// The rows a long fold holds (the rebuild's fills, the audit's replay).
+	{pkg: "internal/hold"},
 	// The contract of log consumers, below both the read models and the
 	// webhook subscriber.
 	{pkg: "internal/projector", may: []string{"domain/...", "eventstore"}, testsMay: testFixtures},
 	// The read models: never the application or an adapter.
-	{pkg: "projections", may: []string{"domain/...", "eventstore", "internal/projector", "view"}, testsMay: testFixtures},
+	{pkg: "projections", may: []string{"domain/...", "eventstore", "internal/projector", "internal/hold", "view"}, testsMay: testFixtures},
 	// The application: commands and aggregate loading over the store port.
 	// No read model, no adapter.
 	{pkg: "internal/app", may: []string{"domain/...", "eventstore", "internal/gateway"}, testsMay: testFixtures},
 	// The audit replays the log against the read models (operator tool).
-	{pkg: "internal/audit", may: []string{"domain/...", "eventstore", "internal/projector", "internal/app", "projections"},
+	{pkg: "internal/audit", may: []string{"domain/...", "eventstore", "internal/projector", "internal/hold", "internal/app", "projections"},
 		testsMay: testFixtures},
 	// Adapters. Webhooks take what they need of the application and the
 	// read models as narrow interfaces the wiring injects.
