@@ -72,8 +72,9 @@ var rebuildPage = 5000
 // analyzes its tables and swaps them in, in one transaction: lock the
 // checkpoint row (pausing the live runner of that projector), apply the
 // events still missing, drop the live tables, move the shadow tables into
-// the live schema, set the checkpoint to the replay's position. The live runner then re-syncs from that checkpoint.
-// A projector whose swap is done stays rebuilt when another fails.
+// the live schema, set the checkpoint to the replay's position. The live
+// runner then re-syncs from that checkpoint. A projector whose swap is
+// done stays rebuilt when another fails.
 //
 // p.Schema() must create only tables and their indexes and constraints
 // (those move with their table), and p.Tables() must name them all.
