@@ -24,7 +24,8 @@ import (
 var phones atomic.Int64
 
 // mixedWorkload runs round rounds of what a merchant's traffic does to
-// every read model: customers created, edited and blocked, top-ups,
+// every read model: customers created, edited, blocked and their
+// permissions changed, top-ups,
 // escrows created and paid and confirmed, disputed and resolved, edited
 // and deleted, categories created, moved and deleted, whitelisted
 // addresses added and removed. It returns the last write's position.
@@ -59,6 +60,8 @@ func mixedWorkload(t *testing.T, svc *app.Service, a app.Actor, tag string, roun
 		name := "Renamed"
 		note(svc.UpdateCustomer(ctx, a, other, customer.Update{Firstname: &name}))
 		note(svc.SetBlocked(ctx, a, other, r%2 == 0, "review"))
+		no := false
+		note(svc.SetPermissions(ctx, a, other, nil, &no, nil))
 		catID, pos, err := svc.CreateCategory(ctx, a, category.New{Name: fmt.Sprintf("%s cat %d", tag, r)}, 0)
 		note(pos, err)
 		cat2, pos, err := svc.CreateCategory(ctx, a, category.New{Name: fmt.Sprintf("%s cat %d b", tag, r)}, 0)
