@@ -46,19 +46,7 @@ func (c customerRow) values() []any {
 
 func (f *customerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	// A customer met again after it was written continues from its row.
-	var again []string
-	begun := map[string]bool{}
-	for _, re := range events {
-		id, ok := strings.CutPrefix(re.Stream, "customer-")
-		switch {
-		case !ok:
-		case re.Revision == 0:
-			begun[id] = true
-		case !begun[id]:
-			again = append(again, id)
-		}
-	}
-	if again = f.held.Missing(again); len(again) > 0 {
+	if again := f.held.Missing(continued(events, "customer-")); len(again) > 0 {
 		if err := f.readBack(ctx, tx, again); err != nil {
 			return err
 		}

@@ -35,19 +35,7 @@ type filledEscrow struct {
 
 func (f *escrowFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	// An escrow met again after it was written continues from its row.
-	var again []string
-	begun := map[string]bool{}
-	for _, re := range events {
-		id, ok := strings.CutPrefix(re.Stream, "escrow-")
-		switch {
-		case !ok:
-		case re.Revision == 0:
-			begun[id] = true
-		case !begun[id]:
-			again = append(again, id)
-		}
-	}
-	if again = f.held.Missing(again); len(again) > 0 {
+	if again := f.held.Missing(continued(events, "escrow-")); len(again) > 0 {
 		if err := f.readBack(ctx, tx, again); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ package projections
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -54,6 +55,26 @@ var fillHold = 8192
 func finishSeq[R any](ctx context.Context, tx pgx.Tx, table string, rows *hold.Rows[R]) error {
 	_, err := tx.Exec(ctx, `SELECT setval(pg_get_serial_sequence($1, 'seq'), $2, false)`, table, rows.NextSeq())
 	return err
+}
+
+// continued lists the ids (the stream names without prefix) of the
+// streams of prefix that events continue from an earlier page: the
+// stream's first event in events is not its first. A fill holds such a
+// row, or reads it back from what it wrote.
+func continued(events []eventstore.RecordedEvent, prefix string) []string {
+	var ids []string
+	begun := map[string]bool{}
+	for _, re := range events {
+		id, ok := strings.CutPrefix(re.Stream, prefix)
+		switch {
+		case !ok:
+		case re.Revision == 0:
+			begun[id] = true
+		case !begun[id]:
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // tenant is a merchant environment: listings number their rows per
