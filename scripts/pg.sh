@@ -157,7 +157,11 @@ CONF
     # The port is given at start (not in postgresql.conf), so moving it
     # needs no edit of the cluster's files.
     # 9>&-: the server must not inherit (and hold forever) the ports lock.
-    as_pg "$BIN/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -o "-p $port" -w -t 60 start >/dev/null 9>&-
+    if ! as_pg "$BIN/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -o "-p $port" -w -t 60 start >/dev/null 9>&-; then
+      say "PostgreSQL did not start on port $port; the end of $pgdata/server.log:"
+      tail -n 20 "$pgdata/server.log" >&2
+      exit 1
+    fi
   fi
   url_for "$port"
 }
