@@ -124,4 +124,16 @@ func TestPayoutsInFlight(t *testing.T) {
 	if left, err := q.PayoutsInFlight(ctx, time.Now().Add(time.Hour), 10); err != nil || len(left) != 1 || left[0].Reference != "unanswered-2" {
 		t.Fatalf("in flight after paying one: %+v (%v)", left, err)
 	}
+
+	// A rebuild's fill gives the same payouts in flight (and balances and
+	// records), whole or in pages of 2 events holding nothing.
+	applied := dumpReadModels(t, e, []Projector{Ledger{}})
+	defer func(page, hold int) { rebuildPage, fillHold = page, hold }(rebuildPage, fillHold)
+	for _, c := range []struct{ page, hold int }{{rebuildPage, fillHold}, {2, 0}} {
+		rebuildPage, fillHold = c.page, c.hold
+		if err := RebuildAll(ctx, e.pool, e.store, []Projector{Ledger{}}, e.log, nil); err != nil {
+			t.Fatal(err)
+		}
+		compareDumps(t, "rebuild", applied, dumpReadModels(t, e, []Projector{Ledger{}}))
+	}
 }
