@@ -46,7 +46,7 @@ bench:
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./domain/reference/:FuzzNormalizePhone ./domain/reference/:FuzzValidNUBAN \
-	./domain/money/:FuzzParse ./httpapi/:FuzzParseDateBound ./httpapi/:FuzzFingerprintStreaming \
+	./domain/money/:FuzzParse ./eventstore/:FuzzTenantOfMeta ./httpapi/:FuzzParseDateBound ./httpapi/:FuzzFingerprintStreaming \
 	./httpapi/:FuzzCustomerBodies ./httpapi/:FuzzEscrowBodies ./httpapi/:FuzzPaymentBodies \
 	./httpapi/:FuzzCategoryBodies ./httpapi/:FuzzMerchantBodies ./httpapi/:FuzzMultipartBodies \
 	./httpapi/:FuzzQueryParameters ./httpapi/:FuzzPathParameters ./httpapi/:FuzzRequestHeaders
