@@ -11,9 +11,10 @@ import (
 )
 
 // customersKept counts the customer listing (key customers: every customer
-// of the tenant; none is ever removed).
+// of the tenant; none is ever removed). A customer's keys and position are
+// set when it is created and never change, so the table is fixed.
 var customersKept = keptTable{table: "rm_customers", counts: "rm_customer_counts", id: "customer_id",
-	orders: []keyedOrder{{keys: "listing_keys", pos: "pos"}}}
+	orders: []keyedOrder{{keys: "listing_keys", pos: "pos"}}, fixed: true}
 
 func customerListingDDL() string {
 	return `
@@ -22,9 +23,6 @@ ALTER TABLE rm_customers ADD COLUMN IF NOT EXISTS listing_keys text[] GENERATED 
 		countsDDL(customersKept.counts) + customersKept.backfillDDL([]backfill{{pos: "pos", where: "true", order: "seq"}}) + `
 CREATE UNIQUE INDEX IF NOT EXISTS rm_customers_pos ON rm_customers (merchant_id, environment, pos);`
 }
-
-// customerPosSQL is the position a new customer of ($2, $3) takes.
-var customerPosSQL = customersKept.nextPosSQL("$2", "$3")
 
 // ListCustomers pages a merchant's customers, newest first.
 func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env domain.Environment, p view.Page) ([]Customer, view.Pagination, error) {

@@ -3,11 +3,13 @@ package projections
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/projector"
 )
 
 // Customers builds the customer listing and lookup table.
@@ -44,51 +46,97 @@ CREATE INDEX IF NOT EXISTS rm_customers_email ON rm_customers (merchant_id, envi
 CREATE INDEX IF NOT EXISTS rm_customers_phone ON rm_customers (merchant_id, environment, phone);` + customerListingDDL()
 }
 
-func (Customers) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+func (c Customers) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	return projector.ApplyPlan(ctx, c, tx, events)
+}
+
+// Plan queues the batch's writes, in its order, for one round trip: each
+// run of creations one insert that moves the listing's count with it
+// (customerCreateSQL), each other event one update.
+func (Customers) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+	var created customerCreations
 	for _, re := range events {
-		if !strings.HasPrefix(re.Stream, "customer-") {
+		id, ok := strings.CutPrefix(re.Stream, "customer-")
+		if !ok {
 			continue
 		}
 		ev, err := customer.Registry.Decode(re.Type, re.Data)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		id := strings.TrimPrefix(re.Stream, "customer-")
-		write := func() error { return applyCustomer(ctx, tx, id, ev) }
-		if _, created := ev.(customer.Created); created {
-			// Only a creation changes the listing (keptTable.execChange).
-			err = customersKept.execChange(ctx, tx, id, write)
-		} else {
-			err = write()
+		if e, ok := ev.(customer.Created); ok {
+			created.add(id, e)
+			continue
 		}
-		if err != nil {
-			return err
-		}
+		// The creations before the event come first: it may change one.
+		created.queue(b)
+		queueCustomerChange(b, id, ev)
 	}
-	return nil
+	created.queue(b)
+	return nil, nil
 }
 
-// applyCustomer writes the effect of one event of customer id.
-func applyCustomer(ctx context.Context, tx pgx.Tx, id string, ev any) error {
-	var err error
-	switch e := ev.(type) {
-	case customer.Created:
-		_, err = tx.Exec(ctx, `INSERT INTO rm_customers (customer_id, merchant_id, environment, firstname, lastname, email, phone,
-				country_id, bvn, dob, created_at, updated_at, pos) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11,`+customerPosSQL+`)
-				ON CONFLICT (customer_id) DO NOTHING`,
-			id, e.MerchantID, string(e.Environment), e.Firstname, e.Lastname, e.Email, e.Phone, e.CountryID, e.BVN, e.DOB, e.CreatedAt)
-	case customer.ProfileUpdated:
-		_, err = tx.Exec(ctx, `UPDATE rm_customers SET firstname = coalesce($2, firstname), lastname = coalesce($3, lastname),
-				email = coalesce($4, email), updated_at = $5 WHERE customer_id = $1`, id, e.Firstname, e.Lastname, e.Email, e.UpdatedAt)
-	case customer.PermissionsChanged:
-		_, err = tx.Exec(ctx, `UPDATE rm_customers SET can_buy = $2, can_sell = $3, can_withdraw = $4, updated_at = $5 WHERE customer_id = $1`,
-			id, e.Permissions.CanBuy, e.Permissions.CanSell, e.Permissions.CanWithdraw, e.UpdatedAt)
-	case customer.Blocked:
-		_, err = tx.Exec(ctx, `UPDATE rm_customers SET status = 'blocked', blocked_reason = $2, blocked_at = $3, updated_at = $3 WHERE customer_id = $1`,
-			id, e.Reason, e.BlockedAt)
-	case customer.Unblocked:
-		_, err = tx.Exec(ctx, `UPDATE rm_customers SET status = 'active', blocked_reason = NULL, blocked_at = NULL, updated_at = $2 WHERE customer_id = $1`,
-			id, e.UnblockedAt)
+// customerInsertSQL writes a run of creations. A customer not yet written
+// takes the next position of its tenant, in the run's order; one written
+// already (a creation applied again) is left as it is.
+const customerInsertSQL = `INSERT INTO rm_customers (customer_id, merchant_id, environment, firstname, lastname, email, phone,
+		country_id, bvn, dob, created_at, updated_at, pos)
+	SELECT x.id, x.merchant, x.env, x.firstname, x.lastname, x.email, x.phone, x.country, x.bvn, x.dob, x.created, x.created,
+		(SELECT coalesce(max(pos), 0) FROM rm_customers WHERE merchant_id = x.merchant AND environment = x.env)
+			+ row_number() OVER (PARTITION BY x.merchant, x.env ORDER BY x.ord)
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+		$11::timestamptz[]) WITH ORDINALITY AS x(id, merchant, env, firstname, lastname, email, phone, country, bvn, dob, created, ord)
+	WHERE NOT EXISTS (SELECT 1 FROM rm_customers o WHERE o.customer_id = x.id)
+	ORDER BY x.ord
+	ON CONFLICT (customer_id) DO NOTHING`
+
+// customerCreateSQL is customerInsertSQL counting the customers it writes.
+var customerCreateSQL = customersKept.changeSQL(customerInsertSQL)
+
+// The updates of a customer's row; none changes a column its listing's
+// keys or position come from (customersKept is fixed).
+const (
+	customerProfileSQL = `UPDATE rm_customers SET firstname = coalesce($2, firstname), lastname = coalesce($3, lastname),
+		email = coalesce($4, email), updated_at = $5 WHERE customer_id = $1`
+	customerPermissionsSQL = `UPDATE rm_customers SET can_buy = $2, can_sell = $3, can_withdraw = $4, updated_at = $5 WHERE customer_id = $1`
+	customerBlockSQL       = `UPDATE rm_customers SET status = 'blocked', blocked_reason = $2, blocked_at = $3, updated_at = $3 WHERE customer_id = $1`
+	customerUnblockSQL     = `UPDATE rm_customers SET status = 'active', blocked_reason = NULL, blocked_at = NULL, updated_at = $2 WHERE customer_id = $1`
+)
+
+// customerCreations are a run of creations, as customerInsertSQL's arrays.
+type customerCreations struct {
+	ids, merchants, envs, firstnames, lastnames, emails, phones, countries, bvns, dobs []string
+	created                                                                            []time.Time
+}
+
+func (c *customerCreations) add(id string, e customer.Created) {
+	c.ids, c.merchants, c.envs = append(c.ids, id), append(c.merchants, e.MerchantID), append(c.envs, string(e.Environment))
+	c.firstnames, c.lastnames, c.emails = append(c.firstnames, e.Firstname), append(c.lastnames, e.Lastname), append(c.emails, e.Email)
+	c.phones, c.countries = append(c.phones, e.Phone), append(c.countries, e.CountryID)
+	c.bvns, c.dobs, c.created = append(c.bvns, e.BVN), append(c.dobs, e.DOB), append(c.created, e.CreatedAt)
+}
+
+// queue queues the run, if any, and starts a new one.
+func (c *customerCreations) queue(b *pgx.Batch) {
+	if len(c.ids) == 0 {
+		return
 	}
-	return err
+	b.Queue(customerCreateSQL, c.ids, c.merchants, c.envs, c.firstnames, c.lastnames, c.emails, c.phones, c.countries,
+		c.bvns, c.dobs, c.created)
+	*c = customerCreations{}
+}
+
+// queueCustomerChange queues the update an event other than a creation
+// makes to customer id's row.
+func queueCustomerChange(b *pgx.Batch, id string, ev any) {
+	switch e := ev.(type) {
+	case customer.ProfileUpdated:
+		b.Queue(customerProfileSQL, id, e.Firstname, e.Lastname, e.Email, e.UpdatedAt)
+	case customer.PermissionsChanged:
+		b.Queue(customerPermissionsSQL, id, e.Permissions.CanBuy, e.Permissions.CanSell, e.Permissions.CanWithdraw, e.UpdatedAt)
+	case customer.Blocked:
+		b.Queue(customerBlockSQL, id, e.Reason, e.BlockedAt)
+	case customer.Unblocked:
+		b.Queue(customerUnblockSQL, id, e.UnblockedAt)
+	}
 }

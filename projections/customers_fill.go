@@ -13,7 +13,7 @@ import (
 )
 
 // NewFill folds the customers of a rebuild (Filler): each row as
-// applyCustomer writes it, a new customer taking the next position of
+// Plan writes it, a new customer taking the next position of
 // its tenant when created.
 func (Customers) NewFill() Fill {
 	return &customerFill{held: hold.New[customerRow](fillHold), pos: positions{}}
