@@ -285,6 +285,27 @@ func TestAuditMixedWorkloadAndCorruptedReadModels(t *testing.T) {
 	e.restore()
 	expectClean(t, e.audit(m))
 
+	// Each column the API filters on is compared, and the record's fields,
+	// not its bytes: the same record written with other spacing is equal.
+	at := paid.CreatedAt.UTC()
+	for _, c := range []struct{ set, line string }{
+		{`reference = 'other'`, "column reference: expected " + paid.Reference + ", found other"},
+		{`transaction_type = 'deposit'`, "column transaction_type: expected " + string(paid.Type) + ", found deposit"},
+		{`customer_id = 'zz'`, "column customer_id: expected " + paid.CustomerID + ", found zz"},
+		{`environment = 'live'`, "column environment: expected test, found live"},
+		{`created_at = created_at + interval '1 second'`,
+			"column created_at: expected " + at.Format(time.RFC3339Nano) + ", found " + at.Add(time.Second).Truncate(time.Microsecond).Format(time.RFC3339Nano)},
+		{`record = jsonb_pretty(record::jsonb)::json`, ""},
+	} {
+		e.exec(`UPDATE rm_transactions SET `+c.set+` WHERE id = $1`, paid.ID)
+		if c.line == "" {
+			expectClean(t, e.audit(m))
+		} else {
+			expectLines(t, e.audit(m), "record test record "+paid.ID+" "+c.line)
+		}
+		e.restore()
+	}
+
 	// A wallet event no movement explains.
 	e.appendRaw(app.WalletKind.StreamName(b), wallet.Posted{TransactionID: "bogus", Main: 5}, m)
 	expectLines(t, e.audit(m), "wallet customer "+b+" main: expected 6200.25, found 6200.3 (postings vs wallet stream)")

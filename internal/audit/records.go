@@ -25,7 +25,7 @@ import (
 // its own session once it has stopped, reading a record back from the
 // table when the log changes it again later.
 const recordsTable = `CREATE TEMP TABLE audit_records (
-    id             text COLLATE "C" PRIMARY KEY, -- recordsByIDSQL
+    id             text COLLATE "C" PRIMARY KEY, -- recordDigestsSQL
     ord            bigint NOT NULL,  -- first-seen order
     environment    text NOT NULL,
     canon          bytea NOT NULL,   -- the last version, canonical JSON
@@ -232,26 +232,35 @@ func (rs *records) write(ctx context.Context, all bool) error {
 	return err
 }
 
-// recordsByIDSQL reads the replayed records in the byte order of their ids
-// (the order Go compares strings in), which is the order of the table's
-// primary key: its id is collated "C" so that the merge reads the index
-// instead of sorting every record of the merchant.
-const recordsByIDSQL = `SELECT id, ord, canon, environment, customer_id, reference, type, status, created_at
-	FROM audit_records ORDER BY id COLLATE "C"`
-
-// sameRow is the fast path of the comparison, for the rows that match:
-// the record's bytes are those the replay gives (both are the record as
-// encoding/json writes it), and so are the columns (the replay's
-// created_at as PostgreSQL stores it). Anything else goes through
-// compareRow, which says what differs.
-func sameRow(row, mine txRow, canon []byte) bool {
-	cid := ""
-	if row.customerID != nil {
-		cid = *row.customerID
+// rowDigest is the SHA-256 of what the comparison holds equal in a row of
+// rm_transactions and the record the replay gives for it: the record's
+// bytes (both are the record as encoding/json writes it) and the columns
+// the API filters on (created_at as PostgreSQL stores it), each field
+// ended by a zero byte, which none of them can hold (PostgreSQL's text
+// cannot, and JSON writes it escaped). The two sides name their columns
+// apart; each is written out below, so that both digest the same fields in
+// the same order.
+func rowDigest(record, env, customer, reference, typ, status, created string) string {
+	parts := []string{record}
+	for _, text := range []string{env, customer, reference, typ, status} {
+		parts = append(parts, `convert_to(`+text+`, 'UTF8')`)
 	}
-	return bytes.Equal(row.record, canon) && row.env == mine.env && cid == *mine.customerID &&
-		row.reference == mine.reference && row.typ == mine.typ && row.status == mine.status && row.createdAt.Equal(mine.createdAt)
+	return `sha256(` + strings.Join(parts, ` || '\x00'::bytea || `) + ` || '\x00'::bytea || timestamptz_send(` + created + `))`
 }
+
+// rmDigestsSQL reads the merchant's rows of rm_transactions as their ids
+// and digests, in the byte order of the ids (the order Go compares
+// strings in); only the ids and digests are sorted and sent.
+var rmDigestsSQL = `SELECT id, ` + rowDigest(`convert_to(record::text, 'UTF8')`, `environment`, `coalesce(customer_id, '')`,
+	`reference`, `transaction_type`, `status`, `created_at`) + `
+	FROM rm_transactions WHERE merchant_id = $1 ORDER BY id COLLATE "C"`
+
+// recordDigestsSQL reads the replayed records as their ids and digests in
+// the same order, which is the order of the table's primary key: its id is
+// collated "C" so that the merge reads the index instead of sorting every
+// record of the merchant.
+var recordDigestsSQL = `SELECT id, ` + rowDigest(`canon`, `environment`, `customer_id`, `reference`, `type`, `status`, `created_at`) + `
+	FROM audit_records ORDER BY id COLLATE "C"`
 
 // charged lists the escrows a commission record charges (each once), or
 // nil for any other record: a failed or reversed commission charged
@@ -305,92 +314,151 @@ func (rs *records) checkCommission(ctx context.Context, report func(Difference))
 // equal field by field (the record as the API serves it, and the columns
 // the API filters on), and every row of the merchant has a replayed
 // record. The rows come from snap (the read model's snapshot, see
-// RunWith), the records from the table, both in id order, merged;
-// differences are reported in the order the records were first seen,
-// then the rows without a record by id.
+// RunWith), the records from the table. Both are read as ids and digests
+// (rowDigest) in id order and merged; only the ids whose digests differ,
+// or that one side lacks, are read again whole and compared (differing).
+// Differences are reported in the order the records were first seen, then
+// the rows without a record by id.
 func (rs *records) compareRecords(ctx context.Context, snap pgx.Tx, merchantID string, report func(Difference)) error {
-	rowsRM, err := snap.Query(ctx, `SELECT id, environment, customer_id, reference, transaction_type, status, record::text, created_at
-		FROM rm_transactions WHERE merchant_id = $1 ORDER BY id COLLATE "C"`, merchantID)
+	rowsRM, err := snap.Query(ctx, rmDigestsSQL, merchantID)
 	if err != nil {
 		return err
 	}
 	defer rowsRM.Close()
-	rowsRec, err := rs.conn.Query(ctx, recordsByIDSQL)
+	rowsRec, err := rs.conn.Query(ctx, recordDigestsSQL)
 	if err != nil {
 		return err
 	}
 	defer rowsRec.Close()
 
-	type keyed struct {
-		ord   int64 // -1: a row without a record
-		id    string
-		diffs []Difference
-	}
-	var found []keyed
 	var (
-		rmID, recID   string
-		row           txRow
-		ord           int64
-		canon         []byte
-		mine          txRow // the record's columns as the replay has them
-		rmOK, recOK   bool
-		nextRM, nextR = true, true
+		rmID, recID         string
+		rmDigest, recDigest []byte
+		rmOK, recOK         bool
+		nextRM, nextR       = true, true
+		differing           []string // ids of a row, a record, or both that are not equal
 	)
 	for {
 		if nextRM {
-			rmOK, nextRM = rowsRM.Next(), false
-			if rmOK {
-				var doc string
-				if err := rowsRM.Scan(&rmID, &row.env, &row.customerID, &row.reference, &row.typ, &row.status, &doc, &row.createdAt); err != nil {
+			if rmOK, nextRM = rowsRM.Next(), false; rmOK {
+				if err := rowsRM.Scan(&rmID, &rmDigest); err != nil {
 					return err
 				}
-				row.record = []byte(doc)
 			}
 		}
 		if nextR {
-			recOK, nextR = rowsRec.Next(), false
-			if recOK {
-				var cid string
-				if err := rowsRec.Scan(&recID, &ord, &canon, &mine.env, &cid, &mine.reference, &mine.typ, &mine.status, &mine.createdAt); err != nil {
+			if recOK, nextR = rowsRec.Next(), false; recOK {
+				if err := rowsRec.Scan(&recID, &recDigest); err != nil {
 					return err
 				}
-				mine.customerID = &cid
 			}
-		}
-		if !rmOK && !recOK {
-			break
 		}
 		switch {
-		case recOK && (!rmOK || recID < rmID): // a record without its row
-			var want ledger.Record
-			if err := json.Unmarshal(canon, &want); err != nil {
-				return fmt.Errorf("audit: record %s: %w", recID, err)
-			}
-			found = append(found, keyed{ord: ord, id: recID, diffs: []Difference{{Check: CheckRecord, Environment: want.Environment, RecordID: recID,
-				Expected: "a row (" + string(want.Status) + ")", Found: "no row"}}})
-			nextR = true
-		case rmOK && (!recOK || rmID < recID): // a row without a record
-			found = append(found, keyed{ord: -1, id: rmID, diffs: []Difference{{Check: CheckRecord, Environment: domain.Environment(row.env), RecordID: rmID,
-				Expected: "no row", Found: "a row (" + row.status + ")", Detail: "no such record in the event log"}}})
-			nextRM = true
-		case sameRow(row, mine, canon):
-			nextRM, nextR = true, true
+		case !rmOK && !recOK:
+		case recOK && (!rmOK || recID < rmID):
+			differing, nextR = append(differing, recID), true
+			continue
+		case rmOK && (!recOK || rmID < recID):
+			differing, nextRM = append(differing, rmID), true
+			continue
 		default:
-			var want ledger.Record
-			if err := json.Unmarshal(canon, &want); err != nil {
-				return fmt.Errorf("audit: record %s: %w", recID, err)
-			}
-			if diffs := compareRow(recID, want, canon, row); len(diffs) > 0 {
-				found = append(found, keyed{ord: ord, id: recID, diffs: diffs})
+			if !bytes.Equal(rmDigest, recDigest) {
+				differing = append(differing, recID)
 			}
 			nextRM, nextR = true, true
+			continue
 		}
+		break
 	}
 	if err := rowsRM.Err(); err != nil {
 		return err
 	}
 	if err := rowsRec.Err(); err != nil {
 		return err
+	}
+	rowsRM.Close()
+	rowsRec.Close()
+	return rs.differing(ctx, snap, merchantID, differing, report)
+}
+
+// differingPage is how many ids differing reads at a time.
+const differingPage = 1000
+
+// differing compares in full the rows and records of ids (in id order,
+// each lacking one side or not equal to it) and reports what differs.
+func (rs *records) differing(ctx context.Context, snap pgx.Tx, merchantID string, ids []string, report func(Difference)) error {
+	type keyed struct {
+		ord   int64 // -1: a row without a record
+		id    string
+		diffs []Difference
+	}
+	var found []keyed
+	for page := range slices.Chunk(ids, differingPage) {
+		rows := map[string]txRow{}
+		rmRows, err := snap.Query(ctx, `SELECT id, environment, customer_id, reference, transaction_type, status, record::text, created_at
+			FROM rm_transactions WHERE merchant_id = $1 AND id = ANY ($2)`, merchantID, page)
+		if err != nil {
+			return err
+		}
+		for rmRows.Next() {
+			var (
+				id, doc string
+				row     txRow
+			)
+			if err := rmRows.Scan(&id, &row.env, &row.customerID, &row.reference, &row.typ, &row.status, &doc, &row.createdAt); err != nil {
+				rmRows.Close()
+				return err
+			}
+			row.record = []byte(doc)
+			rows[id] = row
+		}
+		if err := rmRows.Err(); err != nil {
+			return err
+		}
+		type replayed struct {
+			ord   int64
+			canon []byte
+		}
+		recs := map[string]replayed{}
+		recRows, err := rs.conn.Query(ctx, `SELECT id, ord, canon FROM audit_records WHERE id = ANY ($1)`, page)
+		if err != nil {
+			return err
+		}
+		for recRows.Next() {
+			var (
+				id string
+				r  replayed
+			)
+			if err := recRows.Scan(&id, &r.ord, &r.canon); err != nil {
+				recRows.Close()
+				return err
+			}
+			recs[id] = r
+		}
+		if err := recRows.Err(); err != nil {
+			return err
+		}
+		for _, id := range page {
+			row, hasRow := rows[id]
+			rec, hasRec := recs[id]
+			if !hasRec {
+				found = append(found, keyed{ord: -1, id: id, diffs: []Difference{{Check: CheckRecord, Environment: domain.Environment(row.env), RecordID: id,
+					Expected: "no row", Found: "a row (" + row.status + ")", Detail: "no such record in the event log"}}})
+				continue
+			}
+			var want ledger.Record
+			if err := json.Unmarshal(rec.canon, &want); err != nil {
+				return fmt.Errorf("audit: record %s: %w", id, err)
+			}
+			if !hasRow {
+				found = append(found, keyed{ord: rec.ord, id: id, diffs: []Difference{{Check: CheckRecord, Environment: want.Environment, RecordID: id,
+					Expected: "a row (" + string(want.Status) + ")", Found: "no row"}}})
+				continue
+			}
+			if diffs := compareRow(id, want, rec.canon, row); len(diffs) > 0 {
+				found = append(found, keyed{ord: rec.ord, id: id, diffs: diffs})
+			}
+		}
 	}
 	slices.SortStableFunc(found, func(a, b keyed) int {
 		switch {

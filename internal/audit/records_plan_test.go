@@ -110,7 +110,7 @@ func TestRecordsAreComparedInIndexOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	var plan string
-	if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT TEXT) `+recordsByIDSQL).Scan(&plan); err != nil {
+	if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT TEXT) `+recordDigestsSQL).Scan(&plan); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(plan, "Index Scan using audit_records_pkey") {
