@@ -68,6 +68,11 @@ func auditKey(typ string) string {
 
 type auditCounter struct{ merchant, env, key string }
 
+// auditCountsSQL reads the counts of the keys ($1, $2, $3: merchants,
+// environments, keys), each looked up by its key, as byIDs does.
+const auditCountsSQL = `SELECT c.merchant_id, c.environment, c.key, c.n FROM unnest($1::text[], $2::text[], $3::text[]) AS x(m, e, k)
+	CROSS JOIN LATERAL (SELECT * FROM rm_event_counts c WHERE (c.merchant_id, c.environment, c.key) = (x.m, x.e, x.k) LIMIT 1) c`
+
 func (a AuditTrail) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	return projector.ApplyPlan(ctx, a, tx, events)
 }
@@ -111,9 +116,7 @@ func (AuditTrail) Plan(ctx context.Context, r Querier, events []eventstore.Recor
 	for i, c := range order {
 		ms[i], envs[i], keys[i] = c.merchant, c.env, c.key
 	}
-	rows, err := r.Query(ctx, `SELECT c.merchant_id, c.environment, c.key, c.n FROM rm_event_counts c
-		JOIN unnest($1::text[], $2::text[], $3::text[]) AS x(m, e, k) ON (c.merchant_id, c.environment, c.key) = (x.m, x.e, x.k)`,
-		ms, envs, keys)
+	rows, err := r.Query(ctx, auditCountsSQL, ms, envs, keys)
 	if err != nil {
 		return nil, err
 	}

@@ -86,7 +86,8 @@ const customerInsertSQL = `INSERT INTO rm_customers (customer_id, merchant_id, e
 			+ row_number() OVER (PARTITION BY x.merchant, x.env ORDER BY x.ord)
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
 		$11::timestamptz[]) WITH ORDINALITY AS x(id, merchant, env, firstname, lastname, email, phone, country, bvn, dob, created, ord)
-	WHERE NOT EXISTS (SELECT 1 FROM rm_customers o WHERE o.customer_id = x.id)
+	LEFT JOIN LATERAL (SELECT 1 AS written FROM rm_customers o WHERE o.customer_id = x.id LIMIT 1) o ON true -- see byIDs
+	WHERE o.written IS NULL
 	ORDER BY x.ord
 	ON CONFLICT (customer_id) DO NOTHING`
 

@@ -81,7 +81,7 @@ const escrowUpsertSQL = `INSERT INTO rm_escrows (id, payment_token, merchant_id,
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
 		$9::bool[], $10::json[], $11::timestamptz[], $12::timestamptz[], $13::text[], $14::bigint[])
 		WITH ORDINALITY AS x(id, token, merchant, env, seller, buyer, status, category, deleted, state, created, disputed, payment, opened, ord)
-	LEFT JOIN rm_escrows o ON o.id = x.id
+	LEFT JOIN LATERAL (SELECT o.id, o.pos, o.dispute_pos FROM rm_escrows o WHERE o.id = x.id LIMIT 1) o ON true -- see byIDs
 	ORDER BY x.ord
 	ON CONFLICT (id) DO UPDATE SET buyer_id = excluded.buyer_id, status = excluded.status, category_id = excluded.category_id,
 	deleted = excluded.deleted, state = excluded.state, disputed_at = excluded.disputed_at, payment_id = excluded.payment_id,

@@ -112,6 +112,9 @@ func (p Escrows) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 	return projector.ApplyPlan(ctx, p, tx, events)
 }
 
+// escrowStatesSQL reads the states of the escrows whose ids are $1.
+var escrowStatesSQL = byIDs("rm_escrows", "id", "id, state", `$1`)
+
 // Plan folds consecutive events of one escrow in memory and writes once:
 // one read for the states neither the batch nor the cache has, one upsert.
 // The states are remembered only once the upsert has committed (see
@@ -147,7 +150,7 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		return nil, nil
 	}
 	if len(missing) > 0 {
-		rows, err := r.Query(ctx, `SELECT id, state FROM rm_escrows WHERE id = ANY ($1)`, missing)
+		rows, err := r.Query(ctx, escrowStatesSQL, missing)
 		if err != nil {
 			return nil, err
 		}

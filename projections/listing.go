@@ -117,6 +117,20 @@ func (k keptTable) countsSQL() string {
 	ORDER BY 1, 2, 3, 4`
 }
 
+// byIDs selects cols of the rows of table whose id (column id) is one of
+// the text[] parameter ids, looking each up by itself (LIMIT 1 keeps the
+// planner from joining the ids to the table as a whole). A projector's
+// statements are prepared on long-lived connections, and the plan kept
+// for them is made once: made while the table was small and never
+// analyzed, a join to it is a hash join over a scan of the whole table,
+// which then reads every row each batch as the table grows, until
+// statistics come to replace the plan. A lookup by id has one plan at any
+// size (TestProjectorLookupsSeekOnNewTables).
+func byIDs(table, id, cols, ids string) string {
+	return `SELECT p.* FROM unnest(` + ids + `::text[]) AS u(id)
+		CROSS JOIN LATERAL (SELECT ` + cols + ` FROM ` + table + ` t WHERE t.` + id + ` = u.id LIMIT 1) p`
+}
+
 // changeSQL makes write, an upsert of the rows whose ids are $1 that
 // writes every one of them, also move their counts, in the one statement:
 // the keys the rows had before (read in the statement's snapshot) count
@@ -127,7 +141,7 @@ func (k keptTable) countsSQL() string {
 // and a count never reaches zero: one upsert of the counts by their key.
 func (k keptTable) changeSQL(write string) string {
 	if k.fixed {
-		return `WITH prior AS (SELECT ` + k.id + ` FROM ` + k.table + ` WHERE ` + k.id + ` = ANY ($1)),
+		return `WITH prior AS (` + byIDs(k.table, k.id, k.id, `$1`) + `),
 	written AS (` + write + `
 	RETURNING ` + k.id + `, ` + k.keptColumns() + `)
 	INSERT INTO ` + k.counts + ` AS c (merchant_id, environment, key, bucket, n)
@@ -137,7 +151,7 @@ func (k keptTable) changeSQL(write string) string {
 	ORDER BY merchant_id, environment, key, bucket
 	ON CONFLICT (merchant_id, environment, key, bucket) DO UPDATE SET n = c.n + excluded.n`
 	}
-	return `WITH prior AS (SELECT ` + k.keptColumns() + ` FROM ` + k.table + ` WHERE ` + k.id + ` = ANY ($1)),
+	return `WITH prior AS (` + byIDs(k.table, k.id, k.keptColumns(), `$1`) + `),
 	written AS (` + write + `
 	RETURNING ` + k.keptColumns() + `),
 	d AS (SELECT merchant_id, environment, key, bucket, sum(n) AS n FROM (` +

@@ -48,7 +48,7 @@ const transactionUpsertSQL = `INSERT INTO rm_transactions (id, merchant_id, envi
 			ELSE o.pos END
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::json[], $9::timestamptz[])
 		WITH ORDINALITY AS x(id, merchant, env, customer, ref, typ, status, record, created, ord)
-	LEFT JOIN rm_transactions o ON o.id = x.id
+	LEFT JOIN LATERAL (SELECT o.id, o.pos FROM rm_transactions o WHERE o.id = x.id LIMIT 1) o ON true -- see byIDs
 	ORDER BY x.ord
 	ON CONFLICT (id) DO UPDATE SET status = excluded.status, record = excluded.record`
 

@@ -1,0 +1,67 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// The live projectors' statements are prepared once per connection and
+// their plan kept: each must find the rows it reads or writes by their
+// keys even under a plan made while its table was new and never analyzed
+// (byIDs). Without the lookups, such a plan joins to the whole table with
+// a sequential scan, read again every batch as the table grows.
+func TestProjectorLookupsSeekOnNewTables(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for _, p := range []Projector{NewEscrows(), Ledger{}, Customers{}, AuditTrail{}} {
+		if _, err := prepare(ctx, e.pool, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The plan kept for a prepared statement is, at worst, the generic one.
+	if _, err := conn.Exec(ctx, `SET plan_cache_mode TO force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), `RESET plan_cache_mode; DEALLOCATE ALL`) //nolint:errcheck
+	for i, c := range []struct {
+		name, sql, table string
+	}{
+		{"escrow upsert", escrowChangeSQL, "rm_escrows"},
+		{"escrow states", escrowStatesSQL, "rm_escrows"},
+		{"transaction upsert", transactionChangeSQL, "rm_transactions"},
+		{"customer creations", customerCreateSQL, "rm_customers"},
+		{"audit trail counts", auditCountsSQL, "rm_event_counts"},
+	} {
+		stmt := fmt.Sprint("lookup_plan_", i)
+		sd, err := conn.Conn().Prepare(ctx, stmt, c.sql)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		args := strings.TrimSuffix(strings.Repeat("NULL, ", len(sd.ParamOIDs)), ", ")
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+stmt+`(`+args+`)`)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on "+c.table) {
+			t.Errorf("%s scans %s:\n%s", c.name, c.table, text)
+		}
+	}
+}
