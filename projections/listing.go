@@ -101,20 +101,27 @@ func (k keptTable) keysSQL(from string, sign int) string {
 
 // countsSQL ends a statement whose CTE d holds net count changes
 // (merchant_id, environment, key, bucket, n; one row per count, n never 0):
-// a count that stays above zero moves, one that reaches zero is deleted,
-// one not yet kept is inserted. Each projector is the only writer of its
-// counts (a rebuild writes its own shadow table), so a count absent from
-// the statement's snapshot is absent when it is inserted; were it not, the
-// insert fails on the key and the batch is applied again.
+// a count that reaches zero is deleted, every other one is inserted or
+// moved by one upsert. Each count is found by its key (as byIDs finds a
+// row), never by joining d to the table: the plan kept for a projector's
+// statement may have been made while the table was new. The upsert leaves
+// out the counts deleted (one statement cannot change a row twice). Each
+// projector is the only writer of its counts (its appliers take turns on
+// its checkpoint; a rebuild writes its own shadow table), so the counts
+// read are the counts changed.
 func (k keptTable) countsSQL() string {
-	match := `(c.merchant_id, c.environment, c.key, c.bucket) = (d.merchant_id, d.environment, d.key, d.bucket)`
+	match := func(c string) string {
+		return `(` + c + `.merchant_id, ` + c + `.environment, ` + c + `.key, ` + c + `.bucket) = (d.merchant_id, d.environment, d.key, d.bucket)`
+	}
 	return `
-	moved AS (UPDATE ` + k.counts + ` c SET n = c.n + d.n FROM d WHERE ` + match + ` AND c.n + d.n <> 0),
-	spent AS (DELETE FROM ` + k.counts + ` c USING d WHERE ` + match + ` AND c.n + d.n = 0)
-	INSERT INTO ` + k.counts + ` (merchant_id, environment, key, bucket, n)
+	spent AS (DELETE FROM ` + k.counts + ` c WHERE c.ctid IN (
+		SELECT z.ctid FROM d CROSS JOIN LATERAL (SELECT ctid FROM ` + k.counts + ` c WHERE ` + match("c") + ` AND c.n + d.n = 0 LIMIT 1) z)
+		RETURNING c.merchant_id, c.environment, c.key, c.bucket)
+	INSERT INTO ` + k.counts + ` AS c (merchant_id, environment, key, bucket, n)
 	SELECT d.merchant_id, d.environment, d.key, d.bucket, d.n FROM d
-	WHERE NOT EXISTS (SELECT 1 FROM ` + k.counts + ` c WHERE ` + match + `)
-	ORDER BY 1, 2, 3, 4`
+	WHERE NOT EXISTS (SELECT 1 FROM spent s WHERE ` + match("s") + `)
+	ORDER BY 1, 2, 3, 4
+	ON CONFLICT (merchant_id, environment, key, bucket) DO UPDATE SET n = c.n + excluded.n`
 }
 
 // byIDs selects cols of the rows of table whose id (column id) is one of

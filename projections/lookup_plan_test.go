@@ -10,8 +10,9 @@ import (
 // The live projectors' statements are prepared once per connection and
 // their plan kept: each must find the rows it reads or writes by their
 // keys even under a plan made while its table was new and never analyzed
-// (byIDs). Without the lookups, such a plan joins to the whole table with
-// a sequential scan, read again every batch as the table grows.
+// (byIDs), and so must the listings' counts they move (countsSQL).
+// Without the lookups, such a plan joins to the whole table with a
+// sequential scan, read again every batch as the table grows.
 func TestProjectorLookupsSeekOnNewTables(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
@@ -31,13 +32,14 @@ func TestProjectorLookupsSeekOnNewTables(t *testing.T) {
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `RESET plan_cache_mode; DEALLOCATE ALL`) //nolint:errcheck
 	for i, c := range []struct {
-		name, sql, table string
+		name, sql string
+		tables    []string
 	}{
-		{"escrow upsert", escrowChangeSQL, "rm_escrows"},
-		{"escrow states", escrowStatesSQL, "rm_escrows"},
-		{"transaction upsert", transactionChangeSQL, "rm_transactions"},
-		{"customer creations", customerCreateSQL, "rm_customers"},
-		{"audit trail counts", auditCountsSQL, "rm_event_counts"},
+		{"escrow upsert", escrowChangeSQL, []string{"rm_escrows", "rm_escrow_counts"}},
+		{"escrow states", escrowStatesSQL, []string{"rm_escrows"}},
+		{"transaction upsert", transactionChangeSQL, []string{"rm_transactions", "rm_transaction_counts"}},
+		{"customer creations", customerCreateSQL, []string{"rm_customers", "rm_customer_counts"}},
+		{"audit trail counts", auditCountsSQL, []string{"rm_event_counts"}},
 	} {
 		stmt := fmt.Sprint("lookup_plan_", i)
 		sd, err := conn.Conn().Prepare(ctx, stmt, c.sql)
@@ -60,8 +62,11 @@ func TestProjectorLookupsSeekOnNewTables(t *testing.T) {
 		if err := rows.Err(); err != nil {
 			t.Fatal(err)
 		}
-		if text := strings.Join(plan, "\n"); strings.Contains(text, "Seq Scan on "+c.table) {
-			t.Errorf("%s scans %s:\n%s", c.name, c.table, text)
+		text := strings.Join(plan, "\n")
+		for _, table := range c.tables {
+			if strings.Contains(text, "Seq Scan on "+table+" ") {
+				t.Errorf("%s scans %s:\n%s", c.name, table, text)
+			}
 		}
 	}
 }
