@@ -125,7 +125,8 @@ func (k keptTable) countsSQL() string {
 }
 
 // byIDs selects cols of the rows of table whose id (column id) is one of
-// the text[] parameter ids, looking each up by itself (LIMIT 1 keeps the
+// the text[] parameter ids (each row once, as id = ANY (ids) would),
+// looking each up by itself (LIMIT 1 keeps the
 // planner from joining the ids to the table as a whole). A projector's
 // statements are prepared on long-lived connections, and the plan kept
 // for them is made once: made while the table was small and never
@@ -134,7 +135,7 @@ func (k keptTable) countsSQL() string {
 // statistics come to replace the plan. A lookup by id has one plan at any
 // size (TestProjectorLookupsSeekOnNewTables).
 func byIDs(table, id, cols, ids string) string {
-	return `SELECT p.* FROM unnest(` + ids + `::text[]) AS u(id)
+	return `SELECT p.* FROM (SELECT DISTINCT unnest(` + ids + `::text[])) AS u(id)
 		CROSS JOIN LATERAL (SELECT ` + cols + ` FROM ` + table + ` t WHERE t.` + id + ` = u.id LIMIT 1) p`
 }
 
