@@ -139,3 +139,40 @@ func TestAuditCancelledFails(t *testing.T) {
 		t.Fatalf("a cancelled audit returned no error: %+v", rep)
 	}
 }
+
+// The progress report's total is the merchant's events (both
+// environments), known before the replay starts: the audit trail's count,
+// which equals what the replay reads once the log is quiet.
+func TestAuditProgressKnowsTheTotal(t *testing.T) {
+	e := newEnv(t)
+	m := e.merchant("Shop")
+	other := e.merchant("Other")
+	test := actor(m, domain.Test)
+	c := e.customer(test, "a@x.co", "08031110001")
+	e.topUp(test, c, 1000)
+	e.pay(test, c, app.IntentRequest{Reference: "dep-1", Type: ledger.Deposit, Amount: money.Naira(100)})
+	e.customer(actor(m, domain.Live), "b@x.co", "08031110003")
+	o := actor(other, domain.Test)
+	e.topUp(o, e.customer(o, "o@x.co", "08031110002"), 5000)
+	var (
+		calls       int
+		first, last [2]int64
+	)
+	rep, err := audit.RunWith(e.ctx, e.store, e.pool, m, audit.Options{PageSize: 2, Progress: func(done, total int64) {
+		if calls == 0 {
+			first = [2]int64{done, total}
+		}
+		calls++
+		last = [2]int64{done, total}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectClean(t, rep)
+	if rep.Events < 6 || calls < 3 {
+		t.Fatalf("%d events in %d reports: too few to see progress", rep.Events, calls)
+	}
+	if first[1] != rep.Events || last != [2]int64{rep.Events, rep.Events} {
+		t.Fatalf("progress: first %v, last %v; want a total of %d from the first report to the last", first, last, rep.Events)
+	}
+}
