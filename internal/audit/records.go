@@ -29,7 +29,7 @@ const recordsTable = `CREATE TEMP TABLE audit_records (
     ord            bigint NOT NULL,  -- first-seen order
     environment    text NOT NULL,
     canon          bytea NOT NULL,   -- the last version, canonical JSON
-    settled        bytea,            -- the version that first settled
+    settled        bytea,            -- the version that first settled, if not canon (recordValues)
     settle_commit  bigint,
     settle_prepare bigint,
     changed        boolean NOT NULL, -- reported as changed after settling
@@ -142,7 +142,8 @@ func (rs *records) fold(ctx context.Context, writes []recordWrite, report func(D
 // readBack holds again the records of ids that the table has (a record
 // not in it is new).
 func (rs *records) readBack(ctx context.Context, ids []string) error {
-	rows, err := rs.conn.Query(ctx, `SELECT id, ord, settled, settle_commit, settle_prepare, changed
+	rows, err := rs.conn.Query(ctx, `SELECT id, ord, CASE WHEN settle_commit IS NOT NULL THEN coalesce(settled, canon) END,
+		    settle_commit, settle_prepare, changed
 		FROM audit_records WHERE id = ANY($1)`, ids)
 	if err != nil {
 		return err
@@ -173,15 +174,22 @@ func (rs *records) finish(ctx context.Context) error { return rs.write(ctx, true
 var recordColumns = []string{"id", "ord", "environment", "canon", "settled", "settle_commit", "settle_prepare", "changed",
 	"commission", "customer_id", "reference", "type", "status", "created_at"}
 
-// recordValues is the row of a record, in recordColumns.
+// recordValues is the row of a record, in recordColumns. The version that
+// settled is written only when the last version differs from it: a record
+// that settles stops changing, so most settled rows would hold the same
+// bytes twice (readBack reads canon for a settled row without them).
 func recordValues(id string, st spilledRecord) []any {
 	var sc, sp *int64
+	settled := st.settled
 	if st.settleAt != nil {
 		c, p := int64(st.settleAt.Commit), int64(st.settleAt.Prepare)
 		sc, sp = &c, &p
+		if bytes.Equal(settled, st.canon) {
+			settled = nil
+		}
 	}
 	f := st.final
-	return []any{id, st.ord, string(st.env), st.canon, st.settled, sc, sp, st.changed, charged(f),
+	return []any{id, st.ord, string(st.env), st.canon, settled, sc, sp, st.changed, charged(f),
 		f.CustomerID, f.Reference, string(f.Type), string(f.Status), f.CreatedAt}
 }
 
