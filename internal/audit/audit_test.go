@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -230,8 +231,15 @@ func TestAuditMixedWorkloadAndCorruptedReadModels(t *testing.T) {
 
 	// No projector has run: the audit catches the read models up itself
 	// rather than reporting their lag.
+	full, stop := audit.ComparedInFull()
+	defer stop()
 	rep := e.audit(m)
 	expectClean(t, rep)
+	// The replay's digests (recordDigest, in Go) equal the rows' (in
+	// PostgreSQL): no record is read again to be compared in full.
+	if len(*full) != 0 {
+		t.Fatalf("a clean read model had records compared in full: %v", *full)
+	}
 	// Movements: 2 top-ups, 2 deposits, 1 transfer, 2 payouts, 1 reversal.
 	// Records: those 7 payments, the transfer's receiving side, 1 pending.
 	// Accounts: test a, b, c main, clearing, platform revenue; live d, clearing.
@@ -298,10 +306,14 @@ func TestAuditMixedWorkloadAndCorruptedReadModels(t *testing.T) {
 		{`record = jsonb_pretty(record::jsonb)::json`, ""},
 	} {
 		e.exec(`UPDATE rm_transactions SET `+c.set+` WHERE id = $1`, paid.ID)
+		*full = nil
 		if c.line == "" {
 			expectClean(t, e.audit(m))
 		} else {
 			expectLines(t, e.audit(m), "record test record "+paid.ID+" "+c.line)
+		}
+		if !slices.Equal(*full, []string{paid.ID}) {
+			t.Fatalf("%s: compared in full %v, want only %s", c.set, *full, paid.ID)
 		}
 		e.restore()
 	}

@@ -8,3 +8,12 @@ func HoldNoRecords() (restore func()) {
 	recordHold = 0
 	return func() { recordHold = was }
 }
+
+// ComparedInFull collects the ids the next audits compare in full (their
+// digests differ), until the returned function stops it.
+func ComparedInFull() (ids *[]string, stop func()) {
+	var got []string
+	was := comparedInFull
+	comparedInFull = func(ids []string) { got = append(got, ids...) }
+	return &got, func() { comparedInFull = was }
+}
