@@ -117,3 +117,32 @@ func TestRecordsAreComparedInIndexOrder(t *testing.T) {
 		t.Fatalf("the records are not read in the primary key's order:\n%s", plan)
 	}
 }
+
+// The records' session plans every statement for the table as it is and
+// without JIT (newRecords); the pooled connection gets its settings back.
+func TestRecordsSessionSettings(t *testing.T) {
+	ctx := context.Background()
+	conn := pooledConn(t)
+	show := func() string {
+		t.Helper()
+		var mode, jit string
+		if err := conn.QueryRow(ctx, `SELECT current_setting('plan_cache_mode'), current_setting('jit')`).Scan(&mode, &jit); err != nil {
+			t.Fatal(err)
+		}
+		return mode + " " + jit
+	}
+	was := show()
+	rs, err := newRecords(ctx, conn.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := show(); got != "force_custom_plan off" {
+		t.Fatalf("records session: plan_cache_mode and jit %s", got)
+	}
+	if err := rs.drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := show(); got != was {
+		t.Fatalf("after the audit: %s, before it %s", got, was)
+	}
+}
