@@ -28,6 +28,7 @@ type cpuSample struct {
 	// server's own background work (WAL writer, autovacuum, checkpoints).
 	db    map[string]time.Duration
 	steal int64 // machine-wide jiffies: stolen
+	idle  int64 // machine-wide jiffies: idle or waiting for I/O
 	total int64 // machine-wide jiffies: all
 }
 
@@ -76,7 +77,10 @@ func sampleCPU(database string) cpuSample {
 		for i := 1; i < len(f) && i <= 8; i++ {
 			v, _ := strconv.ParseInt(f[i], 10, 64)
 			s.total += v
-			if i == 8 {
+			switch i {
+			case 4, 5:
+				s.idle += v
+			case 8:
 				s.steal = v
 			}
 		}
