@@ -82,11 +82,15 @@ func keptStore(b *testing.B, name string) (dbURL, merchantID string, events int6
 	}
 	u.Path = "/" + name
 	dbURL = u.String()
-	// A finished store records its merchant last (scaleKeptTable).
+	// A finished store records its merchant last (scaleKeptTable). It is
+	// brought up to this build's migrations, as a deployment would be.
 	if conn, err := pgx.Connect(ctx, dbURL); err == nil {
 		err = conn.QueryRow(ctx, `SELECT merchant_id, events FROM bench_scale_kept`).Scan(&merchantID, &events)
 		_ = conn.Close(ctx)
 		if err == nil {
+			if err := migrations.Up(ctx, pgtest.OpenPool(b, dbURL)); err != nil {
+				b.Fatal(err)
+			}
 			return dbURL, merchantID, events
 		}
 	}
