@@ -168,9 +168,9 @@ type Store interface {
 
 // Horizon describes events that have committed but that ReadAll does not
 // return yet. A store that numbers events before they commit (PostgreSQL)
-// holds every later event back while an older transaction is still open, so
-// that a reader never skips one; an open transaction anywhere on the
-// database server holds the whole log back, projections and webhooks
+// holds every later event back while an older transaction that appends to
+// the log is still open, so that a reader never skips one; such a
+// transaction left open holds the whole log back, projections and webhooks
 // included, while the lag of each reader still reads zero.
 type Horizon struct {
 	// Held counts committed events beyond Head, up to the cap the caller

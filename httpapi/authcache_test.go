@@ -241,9 +241,9 @@ func TestAuthCacheOwnWritesCountAtOnce(t *testing.T) {
 	f.dir.set(found(f.head(), true))
 	f.resolve("d1", "cus_b")
 	base := f.dir.count()
-	// Hold the tail back: subscribers see nothing while this transaction
-	// is open, so the tail cannot read the own write below.
-	_, endHold := pgtest.OpenTransactionElsewhere(t)
+	// Hold the tail back: subscribers see nothing past this open log
+	// writer, so the tail cannot read the own write below.
+	_, endHold := pgtest.OpenLogWriter(t, f.store.Pool().Config().ConnString())
 	pos := f.appendTo(f.engine, app.CustomerKind.StreamName("cus_a"))
 	f.expectCalls("unrelated customer while an own change is unread", "d1", "cus_b", base+1)
 	endHold()

@@ -14,8 +14,8 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-// CatchUp applies every projector once up to the log's head as of the call,
-// then returns; operator commands use it when no server runs. It is safe
+// CatchUp applies every projector once up to the log's last event as of
+// the call (every append acknowledged before it), then returns; operator commands use it when no server runs. It is safe
 // while Runners run the same projectors: when another session holds a
 // projector's lock, CatchUp waits for that session's checkpoint to reach the
 // head instead, or applies the rest itself once the lock is free (the
@@ -25,10 +25,10 @@ func CatchUp(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, lo
 	return CatchUpTo(ctx, store, pool, log, eventstore.Start, ps...)
 }
 
-// CatchUpTo is CatchUp up to at least position at (a write's own position):
-// the log's head as of the call can still be short of a write that has just
-// committed, because an event becomes readable only when every older write
-// transaction has ended.
+// CatchUpTo is CatchUp up to at least position at (a write's own position).
+// An event becomes readable only when every older transaction appending to
+// the log has ended, so a catch-up may wait for one; it says so in the log
+// and fails with ErrLagging when nothing becomes readable for 30 s.
 func CatchUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, at eventstore.Position, ps ...Projector) error {
 	if log == nil {
 		log = zap.NewNop()
@@ -45,7 +45,7 @@ func CatchUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, 
 }
 
 func catchUpOne(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, p Projector, at eventstore.Position) error {
-	head, err := store.Head(ctx)
+	head, err := store.Last(ctx)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,15 @@ func catchUpLocked(ctx context.Context, store eventstore.Store, pool *pgxpool.Po
 		}
 		conn.Release()
 	}()
-	pos, err := applyUpTo(ctx, store, pool, p, head, catchUpBatch)
+	pos, err := applyUpTo(ctx, store, pool, p, head, catchUpBatch, func(pos eventstore.Position) {
+		f := []zap.Field{zap.String("projection", p.Name()), zap.Stringer("checkpoint", pos), zap.Stringer("target", head)}
+		if hr, ok := store.(eventstore.HorizonReporter); ok {
+			if h, err := hr.Horizon(ctx, 1, 0); err == nil && h.Blocker != "" {
+				f = append(f, zap.String("heldBy", h.Blocker))
+			}
+		}
+		log.Warn("projections: waiting for events held back by an open log writer", f...)
+	})
 	if err != nil {
 		return true, err
 	}
@@ -122,8 +130,9 @@ func catchUpLocked(ctx context.Context, store eventstore.Store, pool *pgxpool.Po
 
 // applyUpTo applies the log from the stored checkpoint until it is at or
 // after target. The caller should hold the projector's advisory lock, but
-// correctness does not depend on it (applyBatch re-syncs).
-func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, p Projector, target eventstore.Position, batch int) (eventstore.Position, error) {
+// correctness does not depend on it (applyBatch re-syncs). held, when set,
+// is told once per second that the log is held back short of target.
+func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, p Projector, target eventstore.Position, batch int, held func(eventstore.Position)) (eventstore.Position, error) {
 	pos, err := prepare(ctx, pool, p)
 	if err != nil {
 		return pos, err
@@ -139,6 +148,9 @@ func applyUpTo(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, 
 			// still open. Wait for it, within the stall limit.
 			if waited > catchUpStall {
 				return pos, fmt.Errorf("%w: %s stuck at %s, waiting for %s", ErrLagging, p.Name(), pos, target)
+			}
+			if held != nil && waited%time.Second == 0 && waited > 0 {
+				held(pos)
 			}
 			if !sleep(ctx, 5*time.Millisecond) {
 				return pos, ctx.Err()

@@ -98,7 +98,7 @@ func TestCustomersAppliedInAnyBatches(t *testing.T) {
 			UPDATE projection_checkpoints SET commit_pos = 0, prepare_pos = 0 WHERE name = 'customers'`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := applyUpTo(ctx, e.store, e.pool, Customers{}, visible(t, e.store, head), batch); err != nil {
+		if _, err := applyUpTo(ctx, e.store, e.pool, Customers{}, visible(t, e.store, head), batch, nil); err != nil {
 			t.Fatal(err)
 		}
 		rows, positions, counts := state()
@@ -137,7 +137,7 @@ func TestCustomersAppliedInAnyBatches(t *testing.T) {
 		UPDATE projection_checkpoints SET commit_pos = 0, prepare_pos = 0 WHERE name = 'customers'`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := applyUpTo(ctx, e.store, e.pool, Customers{}, mid, 1); err != nil {
+	if _, err := applyUpTo(ctx, e.store, e.pool, Customers{}, mid, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	reapplyAll(t, e, Customers{})

@@ -356,7 +356,7 @@ func applyConcurrently(t *testing.T, e *env, p Projector, head eventstore.Positi
 	errs := make(chan error, len(batches))
 	for _, batch := range batches {
 		wg.Go(func() {
-			_, err := applyUpTo(context.Background(), e.store, e.pool, p, head, batch)
+			_, err := applyUpTo(context.Background(), e.store, e.pool, p, head, batch, nil)
 			errs <- err
 		})
 	}

@@ -19,8 +19,8 @@ import (
 )
 
 // rebuildBatch is the number of events replayed per transaction. Small
-// transactions matter: a long one holds back the event store's visibility
-// horizon (pg_snapshot_xmin), which would stall every live projector.
+// transactions keep the shadow tables' locks and the server's xmin (and so
+// vacuum) from being held for the whole rebuild.
 const rebuildBatch = 2000
 
 // ErrRebuildRunning is returned by Rebuild when another rebuild of the same

@@ -93,7 +93,7 @@ func losingApplier(t *testing.T, loser Projector, checkLost func(*testing.T)) {
 	checkLost(t)
 	// The loser re-syncs from the stored checkpoint and goes on: it
 	// applies the release.
-	if _, err := applyUpTo(ctx, e.store, e.pool, loser, head, 1000); err != nil {
+	if _, err := applyUpTo(ctx, e.store, e.pool, loser, head, 1000, nil); err != nil {
 		t.Fatal(err)
 	}
 	stateOf := func() string {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 func TestBatchAndCheckpointAreAtomic(t *testing.T) {
@@ -323,22 +324,15 @@ func TestRunRejectsDuplicateNames(t *testing.T) {
 	}
 }
 
-// TestCatchUpToWaitsForItsOwnWrite: an older write transaction that is still
-// open holds a just-committed event back from readers. CatchUpTo the
+// TestCatchUpToWaitsForItsOwnWrite: an older transaction appending to the
+// log that is still open holds a just-committed event back from readers. CatchUpTo the
 // event's position must not return before the event is projected (CatchUp
 // to "the head as of the call" would stop short of it).
 func TestCatchUpToWaitsForItsOwnWrite(t *testing.T) {
 	e := newEnv(t)
 	c := newCounter("own")
 	ctx := context.Background()
-	blocker, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer blocker.Rollback(ctx) //nolint:errcheck
-	if _, err := blocker.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
-		t.Fatal(err)
-	}
+	_, endBlocker := pgtest.OpenLogWriter(t, e.pool.Config().ConnString())
 	pos := appendEvents(t, e.store, 3, 1)
 	if head, err := e.store.Head(ctx); err != nil || !head.Less(pos) {
 		t.Fatalf("the write should not be readable yet: head %s, pos %s, %v", head, pos, err)
@@ -350,9 +344,7 @@ func TestCatchUpToWaitsForItsOwnWrite(t *testing.T) {
 		t.Fatalf("CatchUpTo returned while its position was unreadable: %v", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if err := blocker.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	endBlocker()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

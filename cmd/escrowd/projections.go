@@ -40,8 +40,8 @@ var projectionsStatusCommand = &command{
 	summary: "how far behind the log each read model and the webhook subscriber are",
 	detail: `For each: how many events it has yet to apply, when it last applied one,
 whether a process is running it, and its last error. Below the table:
-committed events held back by a transaction left open on the server, and the
-session holding them. Safe while servers run.
+committed events held back by an open transaction that appends to the log,
+and the session holding them. Safe while servers run.
 --json prints {"projectors": [...], "horizon": {...}} with the checkpoints.`,
 	database: true,
 	define: func(fs *flag.FlagSet) runFunc {
@@ -107,7 +107,7 @@ type horizonStatus struct {
 }
 
 // printHorizon explains the one stall the lag column cannot show: events
-// committed behind an open transaction are beyond the head every projector
+// committed behind an open log writer are beyond the head every projector
 // counts up to.
 func printHorizon(w io.Writer, h eventstore.Horizon) {
 	if h.Held == 0 {
@@ -121,7 +121,7 @@ func printHorizon(w io.Writer, h eventstore.Horizon) {
 	fmt.Fprintf(w, "\nHorizon: %d%s committed events held back for %s, behind every projector and the webhook subscriber.\n",
 		h.Held, more, h.HeldFor.Round(time.Millisecond))
 	if h.Blocker != "" {
-		fmt.Fprintf(w, "Oldest open transaction: %s\n", h.Blocker)
+		fmt.Fprintf(w, "Held by: %s\n", h.Blocker)
 		fmt.Fprintln(w, "End it (commit, roll back, or pg_terminate_backend) to let them through.")
 	}
 }

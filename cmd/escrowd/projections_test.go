@@ -184,9 +184,9 @@ func TestServeReportsWebhookSubscriber(t *testing.T) {
 	})
 }
 
-// TestProjectionsStatusExplainsHeldHorizon: with a transaction left open in
-// another database of the server, committed events are held back from
-// every read model while each lag reads zero; `projections status` says how
+// TestProjectionsStatusExplainsHeldHorizon: with a transaction that
+// appended left open, committed events are held back from every read model
+// while each lag reads zero; `projections status` says how
 // many events are held and for how long, names the session, and says how to
 // let them through. Its JSON carries the same.
 func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
@@ -194,7 +194,7 @@ func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
 	if _, err := cli(t, db, "merchant", "create", "--name", "Before"); err != nil {
 		t.Fatal(err)
 	}
-	other, end := pgtest.OpenTransactionElsewhere(t)
+	other, end := pgtest.OpenLogWriter(t, db)
 	// `merchant create` would wait for its read model, which cannot see
 	// it now: five events of a stream nothing projects stand in for it.
 	env := testEnv(t, db)
@@ -211,7 +211,7 @@ func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"committed events held back for", "behind every projector",
-		"Oldest open transaction: pid ", "in database " + other, "pg_terminate_backend"} {
+		"Held by: pid ", "pgtest-open-log-writer", other, "pg_terminate_backend"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -251,8 +251,7 @@ func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
 }
 
 // TestHorizonMetrics: the horizon gauges show events held behind a
-// transaction left open in another database, and fall back to 0 when it
-// ends.
+// log writer left open, and fall back to 0 when it ends.
 func TestHorizonMetrics(t *testing.T) {
 	db := pgtest.NewURL(t)
 	env := testEnv(t, db)
@@ -273,7 +272,7 @@ func TestHorizonMetrics(t *testing.T) {
 		}
 		return got["escrowd_eventstore_horizon_held_events"], got["escrowd_eventstore_horizon_held_seconds"]
 	}
-	_, end := pgtest.OpenTransactionElsewhere(t)
+	_, end := pgtest.OpenLogWriter(t, db)
 	held := make([]eventstore.EventData, 3)
 	for i := range held {
 		held[i] = eventstore.EventData{ID: uuid.New(), Type: "held", Data: []byte(`{}`)}
@@ -347,13 +346,13 @@ func TestPrintHorizon(t *testing.T) {
 		want []string
 		not  []string
 	}{
-		{eventstore.Horizon{}, []string{"Horizon: no committed event is held back."}, []string{"or more", "Oldest open transaction"}},
+		{eventstore.Horizon{}, []string{"Horizon: no committed event is held back."}, []string{"or more", "Held by"}},
 		{eventstore.Horizon{Held: horizonCountLimit - 1, HeldFor: 1500 * time.Millisecond},
 			[]string{fmt.Sprintf("Horizon: %d committed events held back for 1.5s,", horizonCountLimit-1)},
-			[]string{"or more", "Oldest open transaction"}},
+			[]string{"or more", "Held by"}},
 		{eventstore.Horizon{Held: horizonCountLimit, HeldFor: 2 * time.Second, Blocker: "pid 42 in database other"},
 			[]string{fmt.Sprintf("Horizon: %d or more committed events held back for 2s,", horizonCountLimit),
-				"Oldest open transaction: pid 42 in database other"}, nil},
+				"Held by: pid 42 in database other"}, nil},
 	} {
 		var out strings.Builder
 		printHorizon(&out, c.h)

@@ -1,9 +1,11 @@
 // Package postgres is the PostgreSQL adapter of the event store port.
 //
 // Global order is (transaction id, sequence). ReadAll only returns events
-// written by transactions older than the oldest transaction still running,
-// so a reader that advances past an event never misses one that commits
-// later with an earlier position. Appends are a single call of the es_append
+// below the horizon: older than the oldest transaction still running that
+// appends to the log (es_horizon), so a reader that advances past an event
+// never misses one that commits later with an earlier position, and no
+// transaction that cannot append (in another database, a long read, an
+// idle session) holds a reader back. Appends are a single call of the es_append
 // function (one round trip); NOTIFY is sent after commit, outside the append
 // transaction, because NOTIFY inside a transaction serialises commits.
 package postgres

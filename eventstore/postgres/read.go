@@ -63,12 +63,15 @@ func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit in
 	if limit <= 0 {
 		limit = 1000
 	}
+	h, err := s.horizon(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rows, err := s.pool.Query(ctx,
 		`SELECT `+eventColumns+` FROM es_events
-		 WHERE (tx_id, seq) > ($1::text::xid8, $2)
-		   AND tx_id < pg_snapshot_xmin(pg_current_snapshot())
+		 WHERE (tx_id, seq) > ($1::text::xid8, $2) AND tx_id < $4::text::xid8
 		 ORDER BY es_events.tx_id, es_events.seq LIMIT $3`,
-		strconv.FormatUint(after.Commit, 10), int64(after.Prepare), limit)
+		strconv.FormatUint(after.Commit, 10), int64(after.Prepare), limit, h)
 	if err != nil {
 		return nil, err
 	}
@@ -76,9 +79,25 @@ func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit in
 }
 
 func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
+	h, err := s.horizon(ctx)
+	if err != nil {
+		return eventstore.Position{}, err
+	}
 	return s.newest(ctx, `SELECT tx_id::text AS commit_text, seq FROM es_events
-		 WHERE tx_id < pg_snapshot_xmin(pg_current_snapshot())
-		 ORDER BY es_events.tx_id DESC, es_events.seq DESC LIMIT 1`)
+		 WHERE tx_id < $1::text::xid8
+		 ORDER BY es_events.tx_id DESC, es_events.seq DESC LIMIT 1`, h)
+}
+
+// horizon is the transaction id below which every event of the log is
+// final (es_horizon, migration 0006): events of transactions below it that
+// are not visible to a later statement never will be. Only transactions
+// that append count, so an open transaction that does not write to the log
+// (in any database of the server) holds no reader back. The caller reads
+// with a later statement, in a transaction of its own.
+func (s *Store) horizon(ctx context.Context) (string, error) {
+	var h string
+	err := s.pool.QueryRow(ctx, `SELECT es_horizon()::text`).Scan(&h)
+	return h, err
 }
 
 // Last is the newest event of the statement's snapshot, past the horizon
@@ -91,12 +110,12 @@ func (s *Store) Last(ctx context.Context) (eventstore.Position, error) {
 }
 
 // newest runs a query for one event position (Start when it finds none).
-func (s *Store) newest(ctx context.Context, query string) (eventstore.Position, error) {
+func (s *Store) newest(ctx context.Context, query string, args ...any) (eventstore.Position, error) {
 	var (
 		tx  string
 		seq int64
 	)
-	err := s.pool.QueryRow(ctx, query).Scan(&tx, &seq)
+	err := s.pool.QueryRow(ctx, query, args...).Scan(&tx, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return eventstore.Start, nil
 	}

@@ -17,7 +17,7 @@ import (
 //
 // The window holds every event after start up to head, in log order, as
 // ReadAll returned them; ReadAll only returns events whose transaction is
-// older than every running one, so no event can later appear inside the
+// older than every running log writer, so no event can later appear inside the
 // window and a follower whose position is in it may take the events after
 // its position from memory. Followers outside the window (catching up from
 // far behind, or ahead of a tail that just started) read the database.

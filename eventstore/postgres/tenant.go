@@ -16,7 +16,11 @@ func (s *Store) ReadTenant(ctx context.Context, f eventstore.TenantFilter, after
 	if limit <= 0 {
 		limit = 1000
 	}
-	where, args := tenantWhere(f)
+	h, err := s.horizon(ctx)
+	if err != nil {
+		return nil, err
+	}
+	where, args := tenantWhere(f, h)
 	query, args := tenantQuery(where, args, after, skip, limit)
 	rows, err := s.pool.Query(ctx, query, args...)
 	if err != nil {
@@ -36,19 +40,23 @@ func tenantQuery(where string, args []any, after eventstore.Position, skip, limi
 
 // CountTenant counts the events ReadTenant can return.
 func (s *Store) CountTenant(ctx context.Context, f eventstore.TenantFilter) (int64, error) {
-	where, args := tenantWhere(f)
+	h, err := s.horizon(ctx)
+	if err != nil {
+		return 0, err
+	}
+	where, args := tenantWhere(f, h)
 	var n int64
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM es_events WHERE `+where, args...).Scan(&n)
+	err = s.pool.QueryRow(ctx, `SELECT count(*) FROM es_events WHERE `+where, args...).Scan(&n)
 	return n, err
 }
 
-// tenantWhere is the condition of a tenant's visible events; its first two
-// terms are the leading columns of es_events_tenant_idx, written exactly
-// as the index's expressions so the planner matches them.
-func tenantWhere(f eventstore.TenantFilter) (string, []any) {
+// tenantWhere is the condition of a tenant's events below horizon h; its
+// first two terms are the leading columns of es_events_tenant_idx, written
+// exactly as the index's expressions so the planner matches them.
+func tenantWhere(f eventstore.TenantFilter, h string) (string, []any) {
 	where := `(metadata ->> 'merchantId') = $1 AND (metadata ->> 'environment') = $2
-		AND tx_id < pg_snapshot_xmin(pg_current_snapshot())`
-	args := []any{f.MerchantID, f.Environment}
+		AND tx_id < $3::text::xid8`
+	args := []any{f.MerchantID, f.Environment, h}
 	if f.Type != "" {
 		args = append(args, f.Type)
 		if f.TypePrefix() {

@@ -157,15 +157,55 @@ func ensureTemplate(tb testing.TB, ctx context.Context, admin *pgx.Conn, server 
 // a fresh, empty database of the same server, as a forgotten session of some
 // other application would, and keeps it open until end is called (or the
 // test ends). Transaction ids are server-wide, so it holds back the
-// visibility horizon of every database on the server; callers keep it short,
-// since tests in other packages share the server. It returns the database's
-// name.
+// server's xmin; the log's horizon must not wait for it (it cannot write
+// to the log). It returns the database's name.
 func OpenTransactionElsewhere(tb testing.TB) (database string, end func()) {
 	tb.Helper()
 	u := NewEmptyURL(tb)
+	end = openSession(tb, u, "pgtest-forgotten-session", `SELECT pg_current_xact_id()`)
+	return withoutQuery(u), end
+}
+
+// OpenTransactionHere opens, in the database of url, a transaction that
+// holds a transaction id without writing to the log (a long read-model job
+// or an idle session would), until end is called or the test ends.
+func OpenTransactionHere(tb testing.TB, url string) (end func()) {
+	tb.Helper()
+	return openSession(tb, url, "pgtest-idle-writer", `SELECT pg_current_xact_id()`)
+}
+
+// OpenLogWriter opens, in the database of url, a transaction that appends
+// one event to a stream of its own (through es_append, as the store does)
+// and stays open until end is called (which rolls it back) or the test
+// ends: it holds back the log's horizon. It returns the stream's name.
+func OpenLogWriter(tb testing.TB, url string) (stream string, end func()) {
+	tb.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	stream = "pgtest-open-writer-" + hex.EncodeToString(b[:])
+	end = openSession(tb, url, "pgtest-open-log-writer", fmt.Sprintf(
+		`SELECT tx FROM es_append(ARRAY['%s'], ARRAY[-1]::bigint[], ARRAY[1], ARRAY[gen_random_uuid()],
+		   ARRAY['pgtest.held'], ARRAY['{}']::json[], ARRAY[NULL]::json[], ARRAY[1], ARRAY[0])`, stream))
+	return stream, end
+}
+
+// withoutQuery is the database name of url.
+func withoutQuery(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
+
+// openSession connects to url as application name, begins a transaction,
+// runs stmt in it and keeps it open until the returned end is called (or
+// the test ends).
+func openSession(tb testing.TB, url, name, stmt string) (end func()) {
+	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, u)
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		tb.Fatalf("pgtest: connect: %v", err)
 	}
@@ -187,16 +227,16 @@ func OpenTransactionElsewhere(tb testing.TB) (database string, end func()) {
 		waitForBackendGone(tb, pid)
 	}
 	tb.Cleanup(end) // before the database is dropped
-	if _, err := conn.Exec(ctx, `SET application_name = 'pgtest-forgotten-session'`); err != nil {
+	if _, err := conn.Exec(ctx, `SET application_name = '`+name+`'`); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := conn.Exec(ctx, `BEGIN`); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, `SELECT pg_current_xact_id()`); err != nil {
+	if _, err := conn.Exec(ctx, stmt); err != nil {
 		tb.Fatal(err)
 	}
-	return conn.Config().Database, end
+	return end
 }
 
 func waitForBackendGone(tb testing.TB, pid uint32) {

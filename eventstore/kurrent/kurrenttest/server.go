@@ -70,6 +70,10 @@ type Options struct {
 	// NoAppendRecords leaves AppendRecords out of the supported methods, as
 	// a KurrentDB before it does (the client then refuses to call it).
 	NoAppendRecords bool
+	// FollowerLag makes reads that do not ask for the leader (no
+	// requires-leader header) answer as a follower that has not yet
+	// replicated the newest FollowerLag records of the log.
+	FollowerLag int
 }
 
 // Position is a place in the log: commit and prepare positions.

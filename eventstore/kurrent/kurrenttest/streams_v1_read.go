@@ -3,7 +3,9 @@
 package kurrenttest
 
 import (
+	"context"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -89,13 +92,30 @@ func readEvent(r *record, structured bool) *api.ReadResp {
 
 // firstAt is the index of the first log record at or after p (after p,
 // when exclusive). Called with mu held.
-func (s *Server) firstAt(p Position, exclusive bool) int {
-	return sort.Search(len(s.log), func(i int) bool {
+func (s *Server) firstAt(p Position, exclusive bool) int { return firstAt(s.log, p, exclusive) }
+
+// firstAt is the index of the first record of log at or after p (after p,
+// when exclusive).
+func firstAt(log []*record, p Position, exclusive bool) int {
+	return sort.Search(len(log), func(i int) bool {
 		if exclusive {
-			return p.less(s.log[i].pos)
+			return p.less(log[i].pos)
 		}
-		return !s.log[i].pos.less(p)
+		return !log[i].pos.less(p)
 	})
+}
+
+// replicated is the log as the node answering a read has it: all of it
+// for a read that requires the leader, without the newest FollowerLag
+// records for any other. Called with mu held.
+func (s *Server) replicated(ctx context.Context) []*record {
+	if s.opts.FollowerLag == 0 {
+		return s.log
+	}
+	if md, _ := metadata.FromIncomingContext(ctx); slices.Contains(md.Get("requires-leader"), "true") {
+		return s.log
+	}
+	return s.log[:max(0, len(s.log)-s.opts.FollowerLag)]
 }
 
 func (v streamsV1) Read(req *api.ReadReq, srv grpc.ServerStreamingServer[api.ReadResp]) error {
@@ -119,9 +139,13 @@ func (v streamsV1) Read(req *api.ReadReq, srv grpc.ServerStreamingServer[api.Rea
 	backwards := o.GetReadDirection() == api.ReadReq_Options_Backwards
 	var out []*record
 	v.s.mu.Lock()
+	log := v.s.replicated(srv.Context())
 	if st := o.GetStream(); st != nil {
 		name := string(st.GetStreamIdentifier().GetStreamName())
 		recs := v.s.streams[name]
+		for len(recs) > 0 && (len(log) == 0 || log[len(log)-1].pos.less(recs[len(recs)-1].pos)) {
+			recs = recs[:len(recs)-1]
+		}
 		if len(recs) == 0 {
 			v.s.mu.Unlock()
 			return srv.Send(&api.ReadResp{Content: &api.ReadResp_StreamNotFound_{StreamNotFound: &api.ReadResp_StreamNotFound{
@@ -153,14 +177,14 @@ func (v streamsV1) Read(req *api.ReadReq, srv grpc.ServerStreamingServer[api.Rea
 		case *api.ReadReq_Options_AllOptions_Position:
 			p := Position{Commit: x.Position.GetCommitPosition(), Prepare: x.Position.GetPreparePosition()}
 			// Forwards includes the event at p; backwards starts before it.
-			start = v.s.firstAt(p, false)
+			start = firstAt(log, p, false)
 			if backwards {
 				start--
 			}
 		case *api.ReadReq_Options_AllOptions_End:
-			start = len(v.s.log)
+			start = len(log)
 			if backwards {
-				start = len(v.s.log) - 1
+				start = len(log) - 1
 			}
 		default:
 			start = 0
@@ -170,14 +194,14 @@ func (v streamsV1) Read(req *api.ReadReq, srv grpc.ServerStreamingServer[api.Rea
 		}
 		if backwards {
 			for i := start; i >= 0 && uint64(len(out)) < count; i-- {
-				if f.match(v.s.log[i]) {
-					out = append(out, v.s.log[i])
+				if f.match(log[i]) {
+					out = append(out, log[i])
 				}
 			}
 		} else {
-			for i := start; i < len(v.s.log) && uint64(len(out)) < count; i++ {
-				if f.match(v.s.log[i]) {
-					out = append(out, v.s.log[i])
+			for i := start; i < len(log) && uint64(len(out)) < count; i++ {
+				if f.match(log[i]) {
+					out = append(out, log[i])
 				}
 			}
 		}
