@@ -9,6 +9,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/view"
 )
 
@@ -29,7 +30,7 @@ func (s *Server) categoryRoutes() {
 // environment; anything else is 404 Category not found.
 func (s *Server) ownCategory(c echo.Context, id string) (view.Category, error) {
 	p, _ := PrincipalFrom(c)
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.CategoriesName)
 	if err != nil {
 		return view.Category{}, err
 	}
@@ -166,7 +167,7 @@ func (s *Server) getCategory(c echo.Context) error {
 
 func (s *Server) listCategories(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.CategoriesName)
 	if err != nil {
 		return err
 	}
@@ -180,7 +181,7 @@ func (s *Server) listCategories(c echo.Context) error {
 // respondCategory answers a write with the category as the read model holds
 // it once it includes the write.
 func (s *Server) respondCategory(c echo.Context, id string, pos eventstore.Position, status int, msg string) error {
-	if err := s.awaitWrite(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos, projections.CategoriesName); err != nil {
 		return err
 	}
 	cat, err := s.ownCategory(c, id)

@@ -13,6 +13,7 @@ import (
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/projections"
 )
 
 // Hosted checkout (api-decisions §8): the merchant's server opens a
@@ -90,7 +91,7 @@ func (s *Server) openCheckout(c echo.Context) error {
 
 // escrowIDByToken resolves a payment token to an escrow id.
 func (s *Server) escrowIDByToken(c echo.Context, token string) (string, error) {
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.EscrowsName)
 	if err != nil {
 		return "", err
 	}

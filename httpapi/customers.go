@@ -31,7 +31,7 @@ func (s *Server) customerRoutes() {
 // ownCustomer reads a customer of the caller's merchant and environment.
 func (s *Server) ownCustomer(c echo.Context, id string) (projections.Customer, bool, error) {
 	p, _ := PrincipalFrom(c)
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.CustomersName)
 	if err != nil {
 		return projections.Customer{}, false, err
 	}
@@ -64,7 +64,7 @@ func (s *Server) createCustomer(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.awaitWrite(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos, projections.CustomersName); err != nil {
 		return err
 	}
 	cu, _, err := s.ownCustomer(c, id)
@@ -90,7 +90,7 @@ func (s *Server) listCustomers(c echo.Context) error {
 	ctx := c.Request().Context()
 	emailQ, phoneQ := strings.TrimSpace(c.QueryParam("email")), strings.TrimSpace(c.QueryParam("phone"))
 	if emailQ == "" && phoneQ == "" {
-		q, err := s.readModels(c)
+		q, err := s.readModels(c, projections.CustomersName)
 		if err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func (s *Server) listCustomers(c echo.Context) error {
 	if phoneQ != "" {
 		phones = s.phoneCandidates(c, phoneQ)
 	}
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.CustomersName)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (s *Server) phoneCandidates(c echo.Context, raw string) []string {
 func (s *Server) verifyPhone(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	phones := s.phoneCandidates(c, c.Param("phone"))
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.CustomersName)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (s *Server) updateCustomer(c echo.Context) error {
 }
 
 func (s *Server) respondCustomer(c echo.Context, id string, pos eventstore.Position, msg string) error {
-	if err := s.awaitWrite(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos, projections.CustomersName); err != nil {
 		return err
 	}
 	cu, ok, err := s.ownCustomer(c, id)

@@ -168,7 +168,7 @@ func (s *Server) merchantDisputes(c echo.Context) error {
 
 // disputeByEscrow is one escrow with its dispute, for its buyer or seller.
 func (s *Server) disputeByEscrow(c echo.Context) error {
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.EscrowsName)
 	if err != nil {
 		return err
 	}

@@ -231,7 +231,7 @@ func (s *Server) respondEscrow(c echo.Context, res app.EscrowResult, status int,
 
 // escrowByToken resolves the path's payment token to an escrow id.
 func (s *Server) escrowByToken(c echo.Context) (string, error) {
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.EscrowsName)
 	if err != nil {
 		return "", err
 	}
@@ -290,7 +290,7 @@ func (s *Server) deleteEscrow(c echo.Context) error {
 }
 
 func (s *Server) verifyEscrow(c echo.Context) error {
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.EscrowsName)
 	if err != nil {
 		return err
 	}
@@ -437,7 +437,7 @@ func (s *Server) listEscrows(c echo.Context, f projections.EscrowFilter, msg str
 // from the read models (behind the read fence), rendered for the caller.
 func (s *Server) respondEscrowPage(c echo.Context, msg string,
 	read func(*projections.Queries, view.Page) ([]escrow.State, view.Pagination, error)) error {
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.EscrowsName)
 	if err != nil {
 		return err
 	}

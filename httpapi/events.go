@@ -66,7 +66,7 @@ func (s *Server) listEvents(c echo.Context) error {
 	// The fence a read of the read models takes: once they include every
 	// write acknowledged before this request, so does the log below its
 	// horizon, which is what ReadTenant returns.
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.AuditTrailName)
 	if err != nil {
 		return err
 	}

@@ -77,6 +77,10 @@ type harnessOptions struct {
 	waitTimeout time.Duration
 	// limits are the HTTP server's (default DefaultLimits, as serve has).
 	limits *Limits
+	// projectors replaces the runner's projectors (default
+	// projections.All()); parkAfter, when set, is the runner's ParkAfter.
+	projectors []projections.Projector
+	parkAfter  int
 }
 
 func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) []func(context.Context) error,
@@ -85,7 +89,12 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	pool := pgtest.NewPool(t)
 	store := harnessStore(t, pool)
 	ctx, cancel := context.WithCancel(context.Background())
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
+	ps := o.projectors
+	if ps == nil {
+		ps = projections.All()
+	}
+	runner := projections.NewRunner(store, pool, zap.NewNop(), ps...)
+	runner.ParkAfter = o.parkAfter
 	projecting := &runnerControl{runner: runner}
 	var waiter Waiter = runner
 	if o.waitTimeout > 0 {
@@ -272,13 +281,13 @@ type stoppedFence struct {
 	timeout time.Duration
 }
 
-func (f stoppedFence) WaitFor(ctx context.Context, pos eventstore.Position) error {
+func (f stoppedFence) WaitFor(ctx context.Context, pos eventstore.Position, names ...string) error {
 	if !f.stopped.Load() {
-		return f.Runner.WaitFor(ctx, pos)
+		return f.Runner.WaitFor(ctx, pos, names...)
 	}
 	short, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	err := f.Runner.WaitFor(short, pos)
+	err := f.Runner.WaitFor(short, pos, names...)
 	if err != nil && ctx.Err() == nil && short.Err() != nil {
 		return fmt.Errorf("%w: the test stopped the projectors (%v)", projections.ErrLagging, err)
 	}

@@ -56,7 +56,7 @@ func amountOf(field string, in money.Input) (money.Amount, error) {
 func (s *Server) getWallet(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	cu, _ := CustomerFrom(c)
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.LedgerName)
 	if err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (s *Server) listTransactions(c echo.Context, f projections.TransactionFilte
 	if err != nil {
 		return err
 	}
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.LedgerName)
 	if err != nil {
 		return err
 	}
@@ -388,7 +388,7 @@ func (s *Server) merchantTransactions(c echo.Context) error {
 
 func (s *Server) merchantBalance(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.LedgerName)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/escrowd/escrowd/domain/whitelist"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/projections"
 )
 
 // cryptoRoutes: the platform's BSC deposit address, customers' withdrawal
@@ -95,7 +96,7 @@ func (s *Server) virtualAccount(c echo.Context) error {
 func (s *Server) listWhitelist(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	cu, _ := CustomerFrom(c)
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.WhitelistName)
 	if err != nil {
 		return err
 	}
@@ -137,10 +138,10 @@ func (s *Server) removeWhitelist(c echo.Context) error {
 // respondWhitelisted answers a write with the address as the read model
 // holds it once it includes the write.
 func (s *Server) respondWhitelisted(c echo.Context, customerID, addressID string, pos eventstore.Position, status int, msg string) error {
-	if err := s.awaitWrite(c, pos); err != nil {
+	if err := s.awaitWrite(c, pos, projections.WhitelistName); err != nil {
 		return err
 	}
-	q, err := s.readModels(c)
+	q, err := s.readModels(c, projections.WhitelistName)
 	if err != nil {
 		return err
 	}

@@ -141,7 +141,7 @@ func TestReadyzNotReady(t *testing.T) {
 			r := h.do(req{path: "/readyz"})
 			if r.Status != 200 {
 				out := notReady(t, r)
-				if hz, _ := out["horizon"].(map[string]any); len(out) != 3 || out["database"] != "ok" || out["projectionLag"] != 5.0 || hz == nil {
+				if hz, _ := out["horizon"].(map[string]any); len(out) != 4 || out["parked"] == nil || out["database"] != "ok" || out["projectionLag"] != 5.0 || hz == nil {
 					t.Fatalf("lagging: %s, want the database ok, a lag of 5 and the horizon", r.Raw)
 				}
 				break
@@ -177,7 +177,7 @@ func TestReadyzNotReady(t *testing.T) {
 		}
 		t.Cleanup(dead.Close)
 		r := h.readyzWith(h.runner, dead.Ping)
-		if out := notReady(t, r); len(out) != 3 || out["database"] != "unavailable" || out["projectionLag"] != 0.0 || out["horizon"] == nil {
+		if out := notReady(t, r); len(out) != 4 || out["parked"] == nil || out["database"] != "unavailable" || out["projectionLag"] != 0.0 || out["horizon"] == nil {
 			t.Fatalf("got %s, want the database unavailable, no lag, and the horizon", r.Raw)
 		}
 	})

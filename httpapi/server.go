@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"net/http"
 	"regexp"
 	"strings"
@@ -68,10 +69,16 @@ type Config struct {
 	WebhookAllowPrivate bool
 }
 
-// Waiter lets a request wait until the read models include a position.
+// Waiter lets a request wait until the named read models (every one when
+// none is named) include a position.
 type Waiter interface {
-	WaitFor(ctx context.Context, pos eventstore.Position) error
+	WaitFor(ctx context.Context, pos eventstore.Position, names ...string) error
 	Lag(ctx context.Context) (int64, error)
+}
+
+// parkedReporter is a Waiter that knows which projectors parked an event.
+type parkedReporter interface {
+	Parked(ctx context.Context) (map[string]*projections.Parked, error)
 }
 
 // checkpointLagger is a Waiter that also measures other stored checkpoints
@@ -250,35 +257,45 @@ func bodyLimit(n int64) echo.MiddlewareFunc {
 	}
 }
 
-// awaitWrite waits until the read models include a write, for a write that
-// answers with what the read models hold; a lagging projector gives 503,
-// never stale data. Writes that answer from their own events do not call
-// it: reads wait instead (readModels).
-func (s *Server) awaitWrite(c echo.Context, pos eventstore.Position) error {
+// awaitWrite waits until the named read models (those the answer is read
+// from) include a write, for a write that answers with what they hold; a
+// lagging projector gives 503, never stale data. Writes that answer from
+// their own events do not call it: reads wait instead (readModels).
+func (s *Server) awaitWrite(c echo.Context, pos eventstore.Position, names ...string) error {
 	if pos == (eventstore.Position{}) || s.waiter == nil {
 		return nil
 	}
-	return s.waitFor(c.Request().Context(), pos, "The service is busy; the change was saved, retry reading shortly")
+	return s.waitFor(c.Request().Context(), pos, "The service is busy; the change was saved, retry reading shortly", "the change was saved, but ", names...)
 }
 
-// waitFor waits until the read models include pos; a projector that does
-// not catch up in time is 503 with busy, the message saying what the
-// client may assume.
-func (s *Server) waitFor(ctx context.Context, pos eventstore.Position, busy string) error {
-	err := s.waiter.WaitFor(ctx, pos)
-	if errors.Is(err, projections.ErrLagging) {
+// waitFor waits until the named read models (all when none is named)
+// include pos; a projector that does not catch up in time is 503 with busy,
+// the message saying what the client may assume, and one that parked an
+// event it cannot apply is 503 naming it, after saved (what the client may
+// assume then).
+func (s *Server) waitFor(ctx context.Context, pos eventstore.Position, busy, saved string, names ...string) error {
+	err := s.waiter.WaitFor(ctx, pos, names...)
+	var parked *projections.ParkedError
+	switch {
+	case errors.As(err, &parked):
+		msg := saved + "the " + parked.Projector + " read model is stopped at an event it cannot apply; retry once an operator has resolved it"
+		return &domain.Error{Code: domain.Unavailable, Message: strings.ToUpper(msg[:1]) + msg[1:]}
+	case errors.Is(err, projections.ErrLagging):
 		return &domain.Error{Code: domain.Unavailable, Message: busy}
 	}
 	return err
 }
 
-// ctxFenced marks a request whose read models include every write
-// acknowledged before it.
-const ctxFenced = "escrowd.readFence"
+// ctxFence holds the position a request's reads of the read models wait
+// for: the log's newest event when it first read one.
+const ctxFence = "escrowd.readFence"
 
-// readModels returns the read models once they include every write
-// acknowledged before this request's first read of them: it waits for the
-// store's newest committed event (eventstore.Store.Last), once per request.
+// readModels returns the read models named (the projectors of the tables
+// the caller queries) once they include every write acknowledged before
+// this request's first read of the read models: it waits for the store's
+// newest committed event (eventstore.Store.Last), read once per request.
+// Other read models are not waited for, so one projector stuck behind
+// holds back only the reads of its own tables.
 //
 // Writes answer from the events they append and return as soon as those
 // are committed, without waiting for the projectors; the wait is paid by
@@ -290,19 +307,22 @@ const ctxFenced = "escrowd.readFence"
 // which need not be past every write acknowledged before the request (a
 // command that finds nothing to do may return none, or an earlier one). A
 // lagging projector gives 503, never stale data.
-func (s *Server) readModels(c echo.Context) (*projections.Queries, error) {
-	if s.waiter == nil || s.last == nil || c.Get(ctxFenced) != nil {
+func (s *Server) readModels(c echo.Context, names ...string) (*projections.Queries, error) {
+	if s.waiter == nil || s.last == nil {
 		return s.queries, nil
 	}
 	ctx := c.Request().Context()
-	pos, err := s.last(ctx)
-	if err != nil {
+	pos, fenced := c.Get(ctxFence).(eventstore.Position)
+	if !fenced {
+		var err error
+		if pos, err = s.last(ctx); err != nil {
+			return nil, err
+		}
+		c.Set(ctxFence, pos)
+	}
+	if err := s.waitFor(ctx, pos, "The service is busy; retry shortly", "", names...); err != nil {
 		return nil, err
 	}
-	if err := s.waitFor(ctx, pos, "The service is busy; retry shortly"); err != nil {
-		return nil, err
-	}
-	c.Set(ctxFenced, true)
 	return s.queries, nil
 }
 
@@ -352,6 +372,20 @@ func (s *Server) readyz(c echo.Context) error {
 		out["projectionLag"] = lag
 		if err != nil || lag > s.cfg.MaxReadyLag {
 			ok = false
+		}
+		if pr, can := s.waiter.(parkedReporter); can {
+			// Reported, not failed on: the other read models serve, and
+			// the parked one's reads answer 503 naming it.
+			parked, err := pr.Parked(ctx)
+			if err != nil {
+				ok = false
+			}
+			names := make([]string, 0, len(parked))
+			for name := range parked {
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			out["parked"] = names
 		}
 		if hr, can := s.waiter.(horizonReporter); can {
 			h, has, err := hr.Horizon(ctx, s.cfg.MaxReadyLag+1, s.cfg.MaxReadyHorizon)

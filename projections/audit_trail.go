@@ -24,7 +24,7 @@ type AuditTrail struct{}
 // auditMarkEvery is the distance between two marks of a key.
 const auditMarkEvery = 1 << bucketShift
 
-func (AuditTrail) Name() string     { return "audit_trail" }
+func (AuditTrail) Name() string     { return AuditTrailName }
 func (AuditTrail) Tables() []string { return []string{"rm_event_counts", "rm_event_marks"} }
 func (AuditTrail) Schema() string {
 	return `

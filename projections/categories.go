@@ -15,7 +15,7 @@ import (
 type Categories struct{}
 
 func (Categories) StreamPrefixes() []string { return []string{"category-", "categoryorder-"} }
-func (Categories) Name() string             { return "categories" }
+func (Categories) Name() string             { return CategoriesName }
 func (Categories) Tables() []string {
 	return []string{"rm_categories", "rm_category_orders", categoriesKept.counts}
 }

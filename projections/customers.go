@@ -16,7 +16,7 @@ import (
 type Customers struct{}
 
 func (Customers) StreamPrefixes() []string { return []string{"customer-"} }
-func (Customers) Name() string             { return "customers" }
+func (Customers) Name() string             { return CustomersName }
 func (Customers) Tables() []string         { return []string{"rm_customers", customersKept.counts} }
 func (Customers) Schema() string {
 	return `

@@ -80,7 +80,7 @@ func (c *escrowStates) put(id string, rev uint64, s escrow.State) {
 }
 
 func (Escrows) StreamPrefixes() []string { return []string{"escrow-"} }
-func (Escrows) Name() string             { return "escrows" }
+func (Escrows) Name() string             { return EscrowsName }
 func (Escrows) Tables() []string         { return []string{"rm_escrows", escrowsKept.counts} }
 func (Escrows) Schema() string {
 	return `

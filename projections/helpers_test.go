@@ -145,6 +145,9 @@ func testRunner(store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, ps 
 	r.WaitTimeout = 30 * time.Second
 	r.LockRetry = 100 * time.Millisecond
 	r.RetryBackoff = 20 * time.Millisecond
+	// Tests that inject failures retry them until they clear; the tests
+	// of parking set their own.
+	r.ParkAfter = 1 << 30
 	return r
 }
 

@@ -45,11 +45,22 @@ func (r *Runner) Lags(ctx context.Context, limit, othersLimit int64, others ...s
 	if err != nil {
 		return 0, nil, err
 	}
-	positions := make([]eventstore.Position, len(r.states))
-	var remote []string
+	// A projector that parked an event is left out: it is stopped on
+	// purpose, its reads answer 503 naming it, and counting its lag would
+	// take every instance out of service for one read model.
+	parked, err := loadParked(ctx, r.pool, r.names())
+	if err != nil {
+		return 0, nil, err
+	}
+	var (
+		positions []eventstore.Position
+		remote    []string
+	)
 	r.mu.Lock()
-	for i, st := range r.states {
-		positions[i] = st.pos
+	for _, st := range r.states {
+		if parked[st.p.Name()] != nil {
+			continue
+		}
 		if !st.local {
 			remote = append(remote, st.p.Name())
 		}
@@ -61,14 +72,19 @@ func (r *Runner) Lags(ctx context.Context, limit, othersLimit int64, others ...s
 		if cps, err = loadCheckpoints(ctx, r.pool, remote); err != nil {
 			return 0, nil, err
 		}
-		r.mu.Lock()
-		for i, st := range r.states {
-			if pos, ok := cps[st.p.Name()]; ok && !st.local {
-				positions[i] = pos
-			}
-		}
-		r.mu.Unlock()
 	}
+	r.mu.Lock()
+	for _, st := range r.states {
+		if parked[st.p.Name()] != nil {
+			continue
+		}
+		pos := st.pos
+		if cp, ok := cps[st.p.Name()]; ok && !st.local {
+			pos = cp
+		}
+		positions = append(positions, pos)
+	}
+	r.mu.Unlock()
 	def := r.LagLimit
 	if def <= 0 {
 		def = defaultLagLimit
@@ -117,4 +133,9 @@ func (r *Runner) Status(ctx context.Context) ([]ProjectorStatus, error) {
 		}
 	}
 	return out, nil
+}
+
+// Parked reports the projectors that parked an event, from any process.
+func (r *Runner) Parked(ctx context.Context) (map[string]*Parked, error) {
+	return loadParked(ctx, r.pool, r.names())
 }

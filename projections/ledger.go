@@ -22,7 +22,7 @@ import (
 type Ledger struct{}
 
 func (Ledger) StreamPrefixes() []string { return projector.EntryStreamPrefixes() }
-func (Ledger) Name() string             { return "ledger" }
+func (Ledger) Name() string             { return LedgerName }
 func (Ledger) Tables() []string {
 	return []string{"rm_balances", "rm_transactions", "rm_payouts_in_flight", transactionsKept.counts}
 }

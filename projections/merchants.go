@@ -17,7 +17,7 @@ import (
 type Merchants struct{}
 
 func (Merchants) StreamPrefixes() []string { return []string{"merchant-"} }
-func (Merchants) Name() string             { return "merchants" }
+func (Merchants) Name() string             { return MerchantsName }
 func (Merchants) Tables() []string         { return []string{"rm_merchants", "rm_api_keys"} }
 func (Merchants) Schema() string {
 	return `

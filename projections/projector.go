@@ -39,8 +39,20 @@ func concerns(p Projector, events []eventstore.RecordedEvent) bool {
 	return false
 }
 
-// All lists every read model the service builds. Names are stored
-// checkpoints: add new projectors here, never rename one.
+// The projectors' names, which reads name to wait only for the read models
+// they query (Runner.WaitFor). Names are stored checkpoints: never rename
+// one.
+const (
+	MerchantsName  = "merchants"
+	CustomersName  = "customers"
+	WhitelistName  = "whitelist"
+	LedgerName     = "ledger"
+	CategoriesName = "categories"
+	EscrowsName    = "escrows"
+	AuditTrailName = "audit_trail"
+)
+
+// All lists every read model the service builds: add new projectors here.
 func All() []Projector {
 	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, NewEscrows(), AuditTrail{}}
 }

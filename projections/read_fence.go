@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/escrowd/escrowd/eventstore"
@@ -34,13 +35,16 @@ func (r *Runner) broadcastLocked() {
 	r.progress = make(chan struct{})
 }
 
-// WaitFor blocks until every projector's checkpoint is at or after pos, so
-// that a read after a write sees the write. Progress of projectors active in
-// this process is signalled in memory; for those active elsewhere the
-// checkpoints are polled every PollInterval by one goroutine shared by all
-// waiters. After WaitTimeout it returns an error wrapping ErrLagging. The
-// zero position returns at once.
-func (r *Runner) WaitFor(ctx context.Context, pos eventstore.Position) error {
+// WaitFor blocks until the checkpoints of the named projectors (every
+// projector when none is named) are at or after pos, so that a read of
+// their read models after a write sees the write; the others are not waited
+// for. Progress of projectors active in this process is signalled in
+// memory; for those active elsewhere the checkpoints are polled every
+// PollInterval by one goroutine shared by all waiters. After WaitTimeout it
+// returns an error wrapping ErrLagging; at once a *ParkedError when a named
+// projector behind pos has parked an event. The zero position returns at
+// once.
+func (r *Runner) WaitFor(ctx context.Context, pos eventstore.Position, names ...string) error {
 	if pos == eventstore.Start {
 		return nil
 	}
@@ -59,7 +63,15 @@ func (r *Runner) WaitFor(ctx context.Context, pos eventstore.Position) error {
 		var behind *projState
 		needPoll := false
 		for _, st := range r.states {
+			if len(names) > 0 && !slices.Contains(names, st.p.Name()) {
+				continue
+			}
 			if !st.known || st.pos.Less(pos) {
+				if st.parked != nil {
+					err := &ParkedError{Projector: st.p.Name(), Parked: *st.parked}
+					r.mu.Unlock()
+					return err
+				}
 				behind = st
 				if !st.local {
 					needPoll = true
@@ -106,6 +118,10 @@ func (r *Runner) pollCheckpoints() {
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		cps, err := loadCheckpoints(ctx, r.pool, names)
+		var parked map[string]*Parked
+		if err == nil {
+			parked, err = loadParked(ctx, r.pool, names)
+		}
 		cancel()
 		if err == nil {
 			r.mu.Lock()
@@ -116,6 +132,9 @@ func (r *Runner) pollCheckpoints() {
 				}
 				if pos, ok := cps[st.p.Name()]; ok && (!st.known || pos != st.pos) {
 					st.pos, st.known, changed = pos, true, true
+				}
+				if pk := parked[st.p.Name()]; (pk == nil) != (st.parked == nil) {
+					st.parked, changed = pk, true
 				}
 			}
 			if changed {

@@ -56,6 +56,9 @@ type Runner struct {
 	// SkipFlushDelay is how long the end of batches a projector skipped may
 	// wait in memory before it is stored (default 10 ms; see follow).
 	SkipFlushDelay time.Duration
+	// ParkAfter is how many times in a row one event may fail to apply
+	// before its projector parks it (default 3).
+	ParkAfter int
 
 	skips skipFlusher
 
@@ -73,6 +76,7 @@ type projState struct {
 	local     bool // this runner is active for p, so pos is current
 	lastErr   string
 	lastErrAt time.Time
+	parked    *Parked // the event p stopped at, until an operator clears it
 }
 
 // NewRunner returns a runner of ps; Run starts it.
@@ -218,11 +222,25 @@ func (r *Runner) lockSession(ctx context.Context) error {
 }
 
 // runActive follows the log for one projector while this runner holds its
-// lock, retrying failures with backoff.
+// lock, retrying failures with backoff. An event that fails on its own
+// ParkAfter times in a row (for a reason other than the connection or the
+// server) is parked: the projector stops before it until an operator
+// retries or skips it, and waits for that.
 func (r *Runner) runActive(ctx context.Context, st *projState) {
 	name := st.p.Name()
 	backoff := orDefault(r.RetryBackoff, defaultRetryBackoff)
+	parkAfter := r.ParkAfter
+	if parkAfter <= 0 {
+		parkAfter = defaultParkAfter
+	}
+	var (
+		poison  string // the id of the event that failed last, on its own
+		strikes int
+	)
 	for ctx.Err() == nil {
+		if !r.waitUnparked(ctx, st) {
+			return
+		}
 		err := r.follow(ctx, st, &backoff)
 		if ctx.Err() != nil {
 			return
@@ -233,6 +251,21 @@ func (r *Runner) runActive(ctx context.Context, st *projState) {
 		}
 		if err == nil {
 			err = errors.New("subscription ended")
+		}
+		var pe *poisonError
+		if errors.As(err, &pe) && !transient(pe.err) {
+			if id := pe.event.ID.String(); id == poison {
+				strikes++
+			} else {
+				poison, strikes = id, 1
+			}
+			if strikes >= parkAfter {
+				r.parkEvent(ctx, st, pe)
+				poison, strikes = "", 0
+				continue
+			}
+		} else {
+			poison, strikes = "", 0
 		}
 		r.log.Error("projections: batch failed, retrying", zap.String("projection", name),
 			zap.Duration("backoff", backoff), zap.Error(err))
@@ -281,6 +314,12 @@ func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Durati
 			cp.skipped(last)
 		} else {
 			next, err := applyBatch(ctx, r.pool, st.p, cp.stored, events)
+			if err != nil && !transient(err) {
+				// Find the event: apply the batch one event at a time, up
+				// to the one that fails on its own.
+				err = r.applyEach(ctx, st, cp, events)
+				next = cp.stored
+			}
 			if err != nil {
 				return err
 			}
@@ -290,6 +329,66 @@ func (r *Runner) follow(ctx context.Context, st *projState, backoff *time.Durati
 		*backoff = orDefault(r.RetryBackoff, defaultRetryBackoff)
 		return nil
 	})
+}
+
+// applyEach applies events one at a time, moving cp and st along; the
+// first that fails is returned as a poisonError. Called with cp.mu held.
+func (r *Runner) applyEach(ctx context.Context, st *projState, cp *checkpointer, events []eventstore.RecordedEvent) error {
+	for _, e := range events {
+		one := []eventstore.RecordedEvent{e}
+		if !concerns(st.p, one) {
+			cp.skipped(e.Position)
+			r.advance(st, e.Position, false)
+			continue
+		}
+		next, err := applyBatch(ctx, r.pool, st.p, cp.stored, one)
+		if err != nil {
+			if transient(err) {
+				return err
+			}
+			return &poisonError{event: e, err: err}
+		}
+		cp.stored = next
+		r.advance(st, e.Position, true)
+	}
+	return nil
+}
+
+// parkEvent parks the event of failure for st; waitUnparked then shows it
+// to the reads waiting for st, which answer at once.
+func (r *Runner) parkEvent(ctx context.Context, st *projState, failure *poisonError) {
+	name := st.p.Name()
+	r.log.Error("projections: event parked: the projector stops before it until an operator retries or skips it",
+		zap.String("projection", name), zap.Stringer("position", failure.event.Position),
+		zap.String("event", failure.event.ID.String()), zap.String("type", failure.event.Type), zap.Error(failure.err))
+	if err := park(ctx, r.pool, name, failure); err != nil {
+		r.log.Warn("projections: cannot record the parked event", zap.String("projection", name), zap.Error(err))
+	}
+}
+
+// waitUnparked loads st's parked event and, while there is one, shows it
+// to WaitFor and polls every LockRetry for an operator to clear it. It
+// reports whether ctx is still live.
+func (r *Runner) waitUnparked(ctx context.Context, st *projState) bool {
+	for {
+		parked, err := loadParked(ctx, r.pool, []string{st.p.Name()})
+		if err == nil {
+			pk := parked[st.p.Name()]
+			r.mu.Lock()
+			changed := (pk == nil) != (st.parked == nil)
+			st.parked = pk
+			if changed {
+				r.broadcastLocked()
+			}
+			r.mu.Unlock()
+			if pk == nil {
+				return ctx.Err() == nil
+			}
+		}
+		if !sleep(ctx, orDefault(r.LockRetry, defaultLockRetry)) {
+			return false
+		}
+	}
 }
 
 // sleep waits for d or until ctx ends; it reports whether ctx is still live.

@@ -34,6 +34,7 @@ func TestBatchAndCheckpointAreAtomic(t *testing.T) {
 
 	r := testRunner(e.store, e.pool, e.log, c)
 	r.RetryBackoff = 20 * time.Millisecond
+	r.ParkAfter = 1 << 30 // retried until it recovers, never parked
 	start(t, r)
 
 	waitUntil(t, 10*time.Second, "the failure to show in Status", func() bool {
@@ -44,17 +45,19 @@ func TestBatchAndCheckpointAreAtomic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st[0].Checkpoint != eventstore.Start || st[0].Lag != 10 || st[0].LastErrorAt == nil {
+	// The batch failed whole; the runner then applied it an event at a
+	// time, each with its checkpoint, up to the one that fails.
+	if st[0].Checkpoint != events[4].Position || st[0].Lag != 5 || st[0].LastErrorAt == nil {
 		t.Fatalf("status after failure: %+v", st[0])
 	}
-	if n := count(t, e.pool, `SELECT count(*) FROM atomic_seen`); n != 0 {
-		t.Fatalf("%d rows of the failed batch persisted", n)
+	if n := count(t, e.pool, `SELECT count(*) FROM atomic_seen`); n != 5 {
+		t.Fatalf("%d rows persisted, want the 5 events before the failing one", n)
 	}
-	if n := count(t, e.pool, `SELECT count(*) FROM atomic_counts`); n != 0 {
-		t.Fatalf("%d counts of the failed batch persisted", n)
+	if n := count(t, e.pool, `SELECT count(*) FROM atomic_seen WHERE event_id = '`+ids[5]+`'`); n != 0 {
+		t.Fatalf("%d rows of the failing event persisted", n)
 	}
 	r.WaitTimeout = 300 * time.Millisecond
-	if err := r.WaitFor(context.Background(), events[0].Position); !errors.Is(err, ErrLagging) {
+	if err := r.WaitFor(context.Background(), events[5].Position); !errors.Is(err, ErrLagging) {
 		t.Fatalf("WaitFor during failures: %v", err)
 	}
 	r.WaitTimeout = 30 * time.Second

@@ -23,6 +23,9 @@ type ProjectorStatus struct {
 	LastErrorAt *time.Time `json:"last_error_at,omitempty"`
 	// UpdatedAt is when the checkpoint last moved; nil if it never existed.
 	UpdatedAt *time.Time `json:"updated_at,omitempty"`
+	// Parked is the event the projector stopped at, until an operator
+	// retries or skips it (escrowd projections retry|skip).
+	Parked *Parked `json:"parked,omitempty"`
 }
 
 // EventCounter is implemented by event stores that can count a range of the
@@ -120,10 +123,14 @@ func Status(ctx context.Context, pool *pgxpool.Pool, store eventstore.Store, ps 
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	parked, err := loadParked(ctx, pool, names)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]ProjectorStatus, len(ps))
 	for i, name := range names {
 		s := byName[name]
-		s.Name, s.Head = name, head
+		s.Name, s.Head, s.Parked = name, head, parked[name]
 		if s.Lag, err = countEvents(ctx, store, s.Checkpoint, head, 0); err != nil {
 			return nil, err
 		}

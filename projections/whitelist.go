@@ -15,7 +15,7 @@ import (
 type Whitelist struct{}
 
 func (Whitelist) StreamPrefixes() []string { return []string{"whitelist-"} }
-func (Whitelist) Name() string             { return "whitelist" }
+func (Whitelist) Name() string             { return WhitelistName }
 func (Whitelist) Tables() []string         { return []string{"rm_whitelist_addresses"} }
 func (Whitelist) Schema() string {
 	return `

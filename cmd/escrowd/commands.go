@@ -72,7 +72,7 @@ var commands []*command
 var groups = map[string]string{
 	"merchant":    "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
 	"key":         "API keys: issue and revoke",
-	"projections": "read models and the webhook subscriber: status and rebuild",
+	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
 	"events":      "the event log: export a merchant's events",
 	"webhooks":    "webhook tools that need no database",
 }
@@ -82,7 +82,7 @@ func init() {
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand,
 		keyCreateCommand, keyRevokeCommand,
-		projectionsStatusCommand, projectionsRebuildCommand,
+		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		auditCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand}
 }
 

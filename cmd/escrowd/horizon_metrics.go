@@ -35,7 +35,7 @@ func newHorizonCollector(store eventstore.HorizonReporter) *horizonCollector {
 	return &horizonCollector{
 		store: store,
 		held: prometheus.NewDesc("escrowd_eventstore_horizon_held_events",
-			fmt.Sprintf("Committed events not yet readable because an older transaction on the database server is still open (counted up to %d).", horizonCountLimit), nil, nil),
+			fmt.Sprintf("Committed events not yet readable because an older transaction appending to the log is still open (counted up to %d).", horizonCountLimit), nil, nil),
 		heldFor: prometheus.NewDesc("escrowd_eventstore_horizon_held_seconds",
 			"How long the oldest such event has waited; 0 when none is held.", nil, nil),
 	}

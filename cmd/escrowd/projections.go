@@ -141,7 +141,10 @@ func printStatusTable(w io.Writer, st []statusRow, now time.Time) error {
 			running = "yes"
 		}
 		lastErr := "-"
-		if s.LastError != "" {
+		if s.Parked != nil {
+			lastErr = "PARKED at event " + s.Parked.EventID + " (" + s.Parked.EventType + " of " + s.Parked.Stream +
+				"): " + s.Parked.Reason + "; escrowd projections retry|skip " + s.Name
+		} else if s.LastError != "" {
 			lastErr = strings.ReplaceAll(s.LastError, "\n", " ")
 			if s.LastErrorAt != nil {
 				lastErr = s.LastErrorAt.Local().Format(time.DateTime) + " " + lastErr

@@ -88,6 +88,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 	}
 	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
 	reg := newRegistry()
+	reg.MustRegister(newParkedCollector(runner))
 	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
 		reg.MustRegister(newHorizonCollector(hr))
 	}
