@@ -170,8 +170,9 @@ func (s *Sim) Close() error {
 	return err
 }
 
-// WaitIdle returns once no event delivery (with its retries) and no
-// automatic settlement is pending, or when ctx ends.
+// WaitIdle returns once no event delivery (with its retries), no
+// automatic settlement and no delayed request is pending, or when ctx
+// ends.
 func (s *Sim) WaitIdle(ctx context.Context) error {
 	for {
 		s.busyMu.Lock()
@@ -190,25 +191,32 @@ func (s *Sim) WaitIdle(ctx context.Context) error {
 
 // background runs f as tracked background work.
 func (s *Sim) background(f func()) {
+	s.begin()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.end()
+		f()
+	}()
+}
+
+// begin and end bracket work WaitIdle waits for.
+func (s *Sim) begin() {
 	s.busyMu.Lock()
 	if s.busy == 0 {
 		s.idle = make(chan struct{})
 	}
 	s.busy++
 	s.busyMu.Unlock()
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer func() {
-			s.busyMu.Lock()
-			s.busy--
-			if s.busy == 0 {
-				close(s.idle)
-			}
-			s.busyMu.Unlock()
-		}()
-		f()
-	}()
+}
+
+func (s *Sim) end() {
+	s.busyMu.Lock()
+	s.busy--
+	if s.busy == 0 {
+		close(s.idle)
+	}
+	s.busyMu.Unlock()
 }
 
 // sleep waits d, or less when the simulator closes (false then).
@@ -273,8 +281,13 @@ func (s *Sim) apiHandler(op string, h http.HandlerFunc) http.Handler {
 			return
 		}
 		f := s.takeFault(op)
-		if f.delay > 0 && !s.sleep(f.delay) {
-			return
+		if f.delay > 0 {
+			// A delayed request is pending work until it has taken effect.
+			s.begin()
+			defer s.end()
+			if !s.sleep(f.delay) {
+				return
+			}
 		}
 		if f.failStatus != 0 {
 			writeError(w, f.failStatus, failMessage(f.failStatus), "", "api_error")
