@@ -180,6 +180,9 @@ func (c *Client) do(ctx context.Context, cl call) (data, meta json.RawMessage, e
 	if cl.repeatable {
 		attempts += c.retries
 	}
+	// mayHaveActed is the first attempt of a request with effects whose
+	// outcome is unknown: what later attempts answer cannot undo it.
+	var mayHaveActed error
 	for attempt := 1; ; attempt++ {
 		env, status, retryable, err := c.attempt(ctx, cl, body)
 		more := err != nil && retryable && attempt < attempts && ctx.Err() == nil
@@ -191,13 +194,28 @@ func (c *Client) do(ctx context.Context, cl call) (data, meta json.RawMessage, e
 		if err == nil {
 			return env.Data, env.Meta, nil
 		}
+		if mayHaveActed == nil && cl.method != http.MethodGet && errors.Is(err, ErrUncertain) {
+			mayHaveActed = err
+		}
 		if !more {
-			return nil, nil, err
+			return nil, nil, settled(cl.op, mayHaveActed, err)
 		}
 		if werr := c.wait(ctx, attempt); werr != nil {
-			return nil, nil, err
+			return nil, nil, settled(cl.op, mayHaveActed, err)
 		}
 	}
+}
+
+// settled is the error of a request whose last attempt failed with last.
+// When an earlier attempt may have taken effect, a later refusal or a
+// later attempt that never left does not say it did not: the outcome stays
+// unknown. Only a duplicate-reference refusal settles it (the first
+// attempt was taken).
+func settled(op string, earlier, last error) error {
+	if earlier == nil || errors.Is(last, ErrUncertain) || IsDuplicateReference(last) {
+		return last
+	}
+	return &uncertainError{op: op, cause: fmt.Errorf("an earlier attempt may have taken effect (%v), then: %s", earlier, last.Error())}
 }
 
 // wait sleeps before retry number attempt (1 for the first retry).
@@ -287,7 +305,8 @@ func (c *Client) refusal(op string, status int, env envelope, fallback string) *
 	if msg == "" {
 		msg = fallback
 	}
-	return &APIError{HTTPStatus: status, Message: msg, Code: env.Code, Type: env.Type, NextStep: env.NextStep, Op: op}
+	return &APIError{HTTPStatus: status, Message: msg, Code: env.Code, Type: env.Type, NextStep: env.NextStep, Op: op,
+		answered: env.Message != "" && !env.Status}
 }
 
 func decodeEnvelope(raw []byte, env *envelope) error {

@@ -257,3 +257,61 @@ func TestIsDuplicateReference(t *testing.T) {
 		}
 	}
 }
+
+// Only Paystack's own answer that a reference is unknown is "not found":
+// a bare 404 from something else says nothing about the transfer.
+func TestNotFoundNeedsPaystacksAnswer(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"status":false,"message":"Transfer not found"}`: true,
+		`<html><body>404 page not found</body></html>`:    false,
+		``: false,
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, body)
+		}))
+		_, err := newTestClient(t, srv, nil).VerifyTransfer(context.Background(), "esc_0123456789abcdef")
+		srv.Close()
+		if got := IsNotFound(err); got != want {
+			t.Errorf("404 %q: IsNotFound = %v (%v)", body, got, err)
+		}
+	}
+}
+
+// Once an attempt of a transfer may have taken effect, a later refusal or
+// a later attempt that could not connect leaves the outcome unknown; a
+// duplicate-reference refusal is the exception: it says the first was
+// taken.
+func TestEarlierUncertaintyStands(t *testing.T) {
+	for name, c := range map[string]struct {
+		second    func(w http.ResponseWriter)
+		uncertain bool
+		duplicate bool
+	}{
+		"refused": {func(w http.ResponseWriter) {
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"status":false,"message":"Your balance is not enough to fulfil this request","code":"insufficient_balance"}`)
+		}, true, false},
+		"duplicate": {func(w http.ResponseWriter) {
+			w.WriteHeader(400)
+			_, _ = io.WriteString(w, `{"status":false,"message":"Duplicate Transfer Reference","code":"duplicate_reference"}`)
+		}, false, true},
+	} {
+		var n atomic.Int32
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if n.Add(1) == 1 {
+				w.WriteHeader(http.StatusGatewayTimeout)
+				return
+			}
+			c.second(w)
+		}))
+		_, err := newTestClient(t, srv, nil).InitiateTransfer(context.Background(),
+			TransferRequest{Amount: 100, Recipient: "RCP_x", Reference: "esc_0123456789abcdef"})
+		srv.Close()
+		var ae *APIError
+		if errors.Is(err, ErrUncertain) != c.uncertain || IsDuplicateReference(err) != c.duplicate ||
+			(c.uncertain && errors.As(err, &ae)) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -34,6 +34,9 @@ type APIError struct {
 	NextStep string
 	// Op names the operation that was refused (one of the Op constants).
 	Op string
+	// answered: the refusal came in Paystack's answer shape, not as a
+	// bare status from something in between.
+	answered bool
 }
 
 func (e *APIError) Error() string {
@@ -118,7 +121,9 @@ func IsDuplicateReference(err error) bool {
 // request never took effect.
 func IsNotFound(err error) bool {
 	var ae *APIError
-	if !errors.As(err, &ae) {
+	if !errors.As(err, &ae) || !ae.answered {
+		// A bare 404 (a wrong base URL, a proxy) says nothing about a
+		// reference.
 		return false
 	}
 	if ae.HTTPStatus == http.StatusNotFound {

@@ -173,6 +173,19 @@ func TestLostAnswerPaysOnce(t *testing.T) {
 	if must(noRetry.VerifyTransfer(ctx, ref2)).Reference != ref2 {
 		t.Fatal("the transfer whose answer was lost is not there")
 	}
+
+	// A retry refused for another reason does not undo the lost one.
+	r.sim.DropAnswer(paystack.OpInitiateTransfer, 1)
+	r.sim.FailNext(paystack.OpInitiateTransfer, http.StatusBadRequest, 1)
+	ref3 := paystack.TransferReference("wd-lost-00000000003")
+	_, err = r.client.InitiateTransfer(ctx, paystack.TransferRequest{Amount: 90_000, Recipient: rc.RecipientCode, Reference: ref3})
+	var ae *paystack.APIError
+	if !errors.Is(err, paystack.ErrUncertain) || errors.As(err, &ae) {
+		t.Fatalf("lost answer, then a refusal: %v", err)
+	}
+	if must(r.client.VerifyTransfer(ctx, ref3)).Reference != ref3 {
+		t.Fatal("the transfer whose answer was lost is not there")
+	}
 }
 
 // A request slower than the client's timeout is uncertain, and took
