@@ -200,9 +200,18 @@ func TestTimeoutIsUncertain(t *testing.T) {
 	if !errors.Is(err, paystack.ErrUncertain) {
 		t.Fatalf("err %v, want uncertain", err)
 	}
-	r.idle(t)
-	if got := must(r.client.VerifyTransfer(ctx, ref)); got.Reference != ref {
-		t.Fatalf("verify %+v", got)
+	// The delayed request takes effect once its wait is over (WaitIdle
+	// covers it once the simulator has received it; under load it may not
+	// have yet, so ask until it has, within a bound).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r.idle(t)
+		got, err := r.client.VerifyTransfer(ctx, ref)
+		if err == nil && got.Reference == ref {
+			break
+		}
+		if !paystack.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("the delayed transfer: %+v, %v", got, err)
+		}
 	}
 }
 
