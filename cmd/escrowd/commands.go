@@ -83,7 +83,7 @@ func init() {
 		merchantSetSigningSecretCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
-		auditCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand}
+		auditCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 
 func findCommand(name string) *command {

@@ -61,6 +61,11 @@ var rules = []rule{
 	{pkg: "internal/files", may: domainPkgs, testsMay: domainPkgs},
 	{pkg: "internal/gateway", may: domainPkgs, testsMay: domainPkgs},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},
+	// A payment provider's client (no rule of money: it reports what the
+	// provider answered), and the simulator of that provider that tests and
+	// trials run against. Only cmd and tests import the simulator.
+	{pkg: "internal/paystack"},
+	{pkg: "internal/paystack/paystacksim", may: []string{"domain/...", "internal/paystack"}, testsMay: []string{"domain/...", "internal/paystack"}},
 	// The rows a long fold holds (the rebuild's fills, the audit's replay).
 	{pkg: "internal/hold"},
 	// The contract of log consumers, below both the read models and the
