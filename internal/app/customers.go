@@ -11,7 +11,7 @@ import (
 // CreateCustomer creates a customer and reserves its email and phone in the
 // same append, so two concurrent creates with one email cannot both succeed.
 func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCustomer) (string, eventstore.Position, error) {
-	id := s.newID()
+	id := s.newRecordID()
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		m, err := Read(tx, MerchantKind, a.MerchantID)
 		if err != nil {
