@@ -64,18 +64,6 @@ func IsRecord(s string) bool {
 	return true
 }
 
-// Token is the payment token spelled by chars, each an index into Base62
-// (taken modulo 62).
-func Token(chars [TokenChars]byte) string {
-	var b strings.Builder
-	b.Grow(len(TokenPrefix) + TokenChars)
-	b.WriteString(TokenPrefix)
-	for _, c := range chars {
-		b.WriteByte(Base62[int(c)%len(Base62)])
-	}
-	return b.String()
-}
-
 // IsToken reports whether s has the shape of a payment token the service
 // issues now: TokenPrefix and at least 20 base62 characters.
 func IsToken(s string) bool {

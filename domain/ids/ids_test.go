@@ -47,11 +47,4 @@ func TestShapes(t *testing.T) {
 			t.Errorf("%q: record %v token %v, want %v %v", c.s, IsRecord(c.s), IsToken(c.s), c.record, c.token)
 		}
 	}
-	var chars [TokenChars]byte
-	for i := range chars {
-		chars[i] = byte(i * 11)
-	}
-	if tok := Token(chars); !IsToken(tok) || len(tok) != len(TokenPrefix)+TokenChars {
-		t.Fatalf("token %q", tok)
-	}
 }

@@ -28,20 +28,5 @@ func newRecordID(at time.Time) string {
 }
 
 // newPaymentToken is a payment token of uniformly random base62
-// characters: bytes of 248 or more are drawn again, so every character
-// is equally likely (248 = 4 × 62).
-func newPaymentToken() string {
-	var chars [ids.TokenChars]byte
-	buf := make([]byte, 2*ids.TokenChars)
-	n := 0
-	for n < len(chars) {
-		_, _ = rand.Read(buf)
-		for _, b := range buf {
-			if b < 248 && n < len(chars) {
-				chars[n] = b % 62
-				n++
-			}
-		}
-	}
-	return ids.Token(chars)
-}
+// characters.
+func newPaymentToken() string { return ids.TokenPrefix + randomBase62(ids.TokenChars) }
