@@ -82,7 +82,7 @@ func TestIDsHaveThePublicAPIShape(t *testing.T) {
 	// release and commission, the vault's stakes and payout) has the shape
 	// too, the merchant's and the customers'.
 	for _, path := range []string{"/v1/merchant/transactions?limit=100"} {
-		rows, _ := h.escrowPageKey(path, h.sa(), "")
+		rows, _ := h.listingPageOf(path, h.sa(), "", "")
 		for _, r := range rows {
 			wantRecordID(t, "transaction "+r["transactionType"].(string), r["id"], from, to)
 		}
@@ -96,22 +96,6 @@ func TestIDsHaveThePublicAPIShape(t *testing.T) {
 			wantRecordID(t, "transaction "+r["transactionType"].(string), r["id"], from, to)
 		}
 	}
-}
-
-// escrowPageKey is escrowPage with a key of the caller's choice.
-func (h *harness) escrowPageKey(path, key, cid string) ([]map[string]any, map[string]any) {
-	h.t.Helper()
-	r := h.do(req{path: path, key: key, cid: cid}).expect(h.t, 200, "").obj()
-	rows, ok := r["data"].([]any)
-	if !ok {
-		h.t.Fatalf("%s: data.data is not an array: %v", path, r)
-	}
-	out := make([]map[string]any, len(rows))
-	for i, row := range rows {
-		out[i] = row.(map[string]any)
-	}
-	pg, _ := r["pagination"].(map[string]any)
-	return out, pg
 }
 
 // earlierIDs issues ids as builds before the public API's shapes did:
@@ -142,7 +126,7 @@ func (h *harness) walk(path, key, cid, field string) []string {
 		if next != "" {
 			q += "&startingAfter=" + url.QueryEscape(next)
 		}
-		rows, pg := h.escrowPageKey(q, key, cid)
+		rows, pg := h.listingPageOf(q, key, cid, "")
 		for _, r := range rows {
 			out = append(out, fmt.Sprint(r[field]))
 		}

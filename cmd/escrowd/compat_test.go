@@ -85,21 +85,7 @@ func TestCompatProfileSwitchesWebhookConventions(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := run(ctx, []string{"serve", "--role", "webhooks"}, io.Discard, io.Discard); err != nil {
-			t.Error(err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	env := testEnv(t, db)
-	waitUntil(t, "the webhook subscriber", func() bool {
-		var n int
-		_ = env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM projection_checkpoints WHERE name = 'webhooks'`).Scan(&n)
-		return n == 1
-	})
+	env := serveWebhooks(t, db)
 	n := 0
 	// deposit tops up a new customer of merchantID and returns the
 	// delivery of its payment.deposit.success.

@@ -125,9 +125,7 @@ var merchantSetCompatCommand = &command{
 				return err
 			}
 			if *asJSON {
-				enc := json.NewEncoder(inv.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printIndented(inv.stdout, out)
 			}
 			fmt.Fprintf(inv.stdout, "compat %s\n", out.Compat)
 			for _, k := range out.Keys {
@@ -307,11 +305,16 @@ func operatorChange(ctx context.Context, env *cliEnv, svc *app.Service, id strin
 	return publish(ctx, env, pos)
 }
 
+// printIndented prints v as indented JSON.
+func printIndented(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func printMerchant(env *cliEnv, out app.CreatedMerchant, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printIndented(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "merchant %s\n", out.MerchantID)
 	for _, k := range out.Keys {
