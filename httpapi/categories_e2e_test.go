@@ -92,7 +92,7 @@ func TestCategoryLifecycle(t *testing.T) {
 	// The record: trimmed, every field, timestamps ISO 8601 UTC.
 	rec := std.create(catBody("  Electronics ", "description", " Phones and laptops ")).expect(t, 201, catCreated).obj()
 	id, _ := rec["id"].(string)
-	if len(id) != 36 || rec["name"] != "Electronics" || rec["description"] != "Phones and laptops" ||
+	if !recordIDShape.MatchString(id) || rec["name"] != "Electronics" || rec["description"] != "Phones and laptops" ||
 		rec["merchantId"] != h.m.MerchantID || rec["environment"] != "test" || rec["createdAt"] != rec["updatedAt"] || len(rec) != 9 ||
 		rec["imageUrl"] != "" || rec["position"] != 1.0 {
 		t.Fatalf("record %v", rec)

@@ -59,13 +59,15 @@ func (s *Server) checkoutPageRoutes() {
 }
 
 // checkoutHeaders sets the page's security headers on every answer,
-// errors included: a strict CSP (own styles and images only, no script at
-// all, forms post only here), no caching, no framing, no Referer.
+// errors included: a strict CSP (own styles, own images and the https
+// images a merchant linked, no script at all, forms post only here), no
+// caching, no framing, no Referer.
 func (s *Server) checkoutHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	img := "'self'"
 	if u, err := url.Parse(s.cfg.PublicURL); err == nil && u.Scheme != "" && u.Host != "" {
 		img += " " + u.Scheme + "://" + u.Host // uploaded images are served under the public URL
 	}
+	img += " https:" // images linked by URL (image_links.go)
 	csp := "default-src 'none'; style-src 'self'; img-src " + img +
 		"; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 	return func(c echo.Context) error {

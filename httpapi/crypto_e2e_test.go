@@ -61,7 +61,7 @@ func TestWhitelistAddresses(t *testing.T) {
 		t.Fatalf("record fields %v", rec)
 	}
 	id, _ := rec["id"].(string)
-	if len(id) != 36 {
+	if !recordIDShape.MatchString(id) {
 		t.Fatalf("id %q", id)
 	}
 	if _, err := time.Parse(time.RFC3339, rec["dateAdded"].(string)); err != nil || !strings.HasSuffix(rec["dateAdded"].(string), "Z") {

@@ -53,8 +53,8 @@ func TestCreateCustomer(t *testing.T) {
 		status int
 		msg    string
 	}{
-		{"duplicate email, other case", h.sa(), customerBody("ADA@example.com", "08099999999"), 400, "A customer with this email already exists"},
-		{"duplicate phone, international spelling", h.sa(), customerBody("x@example.com", "23408031234567"), 400, "A customer with this phone number already exists"},
+		{"duplicate email, other case", h.sa(), customerBody("ADA@example.com", "08099999999"), 400, "A customer with this email already exists under this merchant"},
+		{"duplicate phone, international spelling", h.sa(), customerBody("x@example.com", "23408031234567"), 400, "A customer with this phone already exists under this merchant"},
 		{"invalid country", h.sa(), customerBody("y@example.com", "08011111111", "countryId", "Atlantis"), 400, "Invalid country selected"},
 		{"phone with plus", h.sa(), customerBody("y@example.com", "+2348011111111"), 400, "Invalid phone number"},
 		{"missing firstname", h.sa(), map[string]any{"lastname": "O", "email": "y@example.com", "phone": "08011111111"}, 400, "firstname is required"},
@@ -100,7 +100,7 @@ func TestConcurrentCreatesWithOneEmail(t *testing.T) {
 		switch {
 		case r.Status == 201:
 			created++
-		case r.Status == 400 && r.Message == "A customer with this email already exists":
+		case r.Status == 400 && r.Message == "A customer with this email already exists under this merchant":
 		default:
 			t.Fatalf("unexpected %d %s", r.Status, r.Raw)
 		}
@@ -226,7 +226,7 @@ func TestUpdateCustomer(t *testing.T) {
 	}
 	// The old email is released: another customer may take it.
 	put(h.sa(), bob, map[string]any{"email": "ada@example.com"}).expect(t, 200, "")
-	put(h.sa(), bob, map[string]any{"email": "ADAEZE@example.com"}).expect(t, 400, "A customer with this email already exists")
+	put(h.sa(), bob, map[string]any{"email": "ADAEZE@example.com"}).expect(t, 400, "A customer with this email already exists under this merchant")
 	put(h.sa(), id, map[string]any{}).expect(t, 400, "Provide at least one of firstname, lastname or email")
 	put(h.sa(), id, map[string]any{"phone": "08000000000"}).expect(t, 400, "phone and bvn cannot be changed")
 	put(h.sa(), id, map[string]any{"email": "nope"}).expect(t, 400, "email must be a valid email address")

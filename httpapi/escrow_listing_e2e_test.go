@@ -14,7 +14,14 @@ import (
 // and the pagination object.
 func (h *harness) escrowPage(path, cid, msg string) ([]map[string]any, map[string]any) {
 	h.t.Helper()
-	r := h.do(req{path: path, key: h.std(), cid: cid}).expect(h.t, 200, msg).obj()
+	return h.listingPageOf(path, h.std(), cid, msg)
+}
+
+// listingPageOf is one page of a listing read with key: its rows and the
+// pagination object.
+func (h *harness) listingPageOf(path, key, cid, msg string) ([]map[string]any, map[string]any) {
+	h.t.Helper()
+	r := h.do(req{path: path, key: key, cid: cid}).expect(h.t, 200, msg).obj()
 	rows, ok := r["data"].([]any)
 	if !ok {
 		h.t.Fatalf("%s: data.data is not an array: %v", path, r)
@@ -23,7 +30,8 @@ func (h *harness) escrowPage(path, cid, msg string) ([]map[string]any, map[strin
 	for i, row := range rows {
 		out[i] = row.(map[string]any)
 	}
-	return out, r["pagination"].(map[string]any)
+	pg, _ := r["pagination"].(map[string]any)
+	return out, pg
 }
 
 func tokensOf(rows []map[string]any) []string {

@@ -204,16 +204,22 @@ func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMes
 }
 
 func (s *Server) createEscrow(c echo.Context) error {
-	_, d, seller, err := newEscrowDraft(c, false)
+	f, d, seller, err := newEscrowDraft(c, false)
 	if err != nil {
 		return err
 	}
-	if d.ImageURLs, err = s.saveImages(c, escrow.MaxImagesAtCreation); err != nil {
+	linked, err := s.linkedImages(c, f)
+	if err != nil {
 		return err
 	}
+	saved, err := s.saveImages(c, escrow.MaxImagesAtCreation)
+	if err != nil {
+		return err
+	}
+	d.ImageURLs = append(saved, linked...)
 	res, err := s.app.CreateEscrow(c.Request().Context(), actor(c), seller, d)
 	if err != nil {
-		s.files.Remove(d.ImageURLs)
+		s.files.Remove(saved)
 		return err
 	}
 	return s.respondEscrow(c, res, http.StatusCreated, "Escrow created successfully")
@@ -261,7 +267,11 @@ func (s *Server) escrowChange(c echo.Context) (string, map[string]json.RawMessag
 }
 
 func (s *Server) editEscrow(c echo.Context) error {
-	id, _, p, err := s.escrowChange(c)
+	id, f, p, err := s.escrowChange(c)
+	if err != nil {
+		return err
+	}
+	linked, err := s.linkedImages(c, f)
 	if err != nil {
 		return err
 	}
@@ -269,7 +279,7 @@ func (s *Server) editEscrow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p.AddImages = urls
+	p.AddImages = append(urls, linked...)
 	res, err := s.app.EditEscrow(c.Request().Context(), actor(c), sellerOf(c), id, p)
 	if err != nil {
 		s.files.Remove(urls)

@@ -91,7 +91,7 @@ func TestEscrowLifecycleBalances(t *testing.T) {
 				"description": "A used phone", "maxDelivery": "3", "deliveryTimeline": "days"}, 2).
 				expect(t, 201, "Escrow created successfully").obj()
 			if e["state"] != "AWAITING_PAYMENT" || e["status"] != "PENDING" || e["fee"] != 250.0 || e["additionalFee"] != 0.0 ||
-				len(e["imageUrl"].([]any)) != 2 || !strings.HasPrefix(e["paymentToken"].(string), "PT_") || e["isSeller"] != true ||
+				len(e["imageUrl"].([]any)) != 2 || !strings.HasPrefix(e["paymentToken"].(string), "PY_") || e["isSeller"] != true ||
 				e["settlementType"] != "STANDARD" || e["paidAt"] != nil || e["sellerId"] != seller {
 				t.Fatalf("created escrow %v", e)
 			}

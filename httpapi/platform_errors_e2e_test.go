@@ -108,7 +108,7 @@ func TestReadAfterWriteLagGives503(t *testing.T) {
 		t.Fatalf("writes under lag not applied: %v", got)
 	}
 	h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: customerBody("lag@example.com", "08031230001")}).
-		expect(t, 400, "A customer with this email already exists")
+		expect(t, 400, "A customer with this email already exists under this merchant")
 	// The stored outcome stays the 503, even now that reads would succeed.
 	before := h.events()
 	again := h.do(create)

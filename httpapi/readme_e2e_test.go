@@ -56,6 +56,13 @@ func readmeSession(t *testing.T) (exports map[string]bool, steps []sessionStep) 
 	for _, m := range regexp.MustCompile(`(?m)^export ([A-Z_]+)=`).FindAllStringSubmatch(before, -1) {
 		exports[m[1]] = true
 	}
+	return exports, shownSteps(t, "README", section)
+}
+
+// shownSteps reads the commands of the sh code blocks of a document's
+// section and, under each, the answer the document shows ("# ->").
+func shownSteps(t *testing.T, doc, section string) (steps []sessionStep) {
+	t.Helper()
 	var lines []string
 	inCode := false
 	for _, l := range strings.Split(section, "\n") {
@@ -81,7 +88,7 @@ func readmeSession(t *testing.T) (exports map[string]bool, steps []sessionStep) 
 		switch {
 		case strings.HasPrefix(trimmed, "# ->"):
 			if len(steps) == 0 || steps[len(steps)-1].expect != "" {
-				t.Fatalf("README: an answer shown under no command: %s", trimmed)
+				t.Fatalf("%s: an answer shown under no command: %s", doc, trimmed)
 			}
 			steps[len(steps)-1].expect = strings.TrimSpace(strings.TrimPrefix(trimmed, "# ->"))
 		case trimmed == "" || strings.HasPrefix(trimmed, "#"):
@@ -89,7 +96,7 @@ func readmeSession(t *testing.T) (exports map[string]bool, steps []sessionStep) 
 			steps = append(steps, sessionStep{command: l})
 		}
 	}
-	return exports, steps
+	return steps
 }
 
 // TestReadmeFirstSession runs the README's first session against a fresh
@@ -137,6 +144,28 @@ func TestReadmeFirstSession(t *testing.T) {
 	for range spentBeforeSession {
 		h.do(req{method: "GET", path: "/v1/customers", key: h.std()}).expect(t, 200, "Customers fetched successfully")
 	}
+	runShownSession(t, "README", steps, "SA="+h.sa(), "STD="+h.std(), "API="+h.srv.URL)
+	if t.Failed() {
+		return
+	}
+	// The last answer the README shows is the merchant's final balance;
+	// the server agrees with it once the session is over.
+	last := steps[len(steps)-1]
+	if !strings.Contains(last.command, "/v1/merchant/balance") {
+		t.Fatalf("the session does not end with the merchant's balance: %s", last.command)
+	}
+	r := h.do(req{method: "GET", path: "/v1/merchant/balance", key: h.sa()}).expect(t, 200, "Merchant balance fetched successfully")
+	got, _ := json.Marshal(map[string]any{"status": 200, "message": r.Message, "data": r.Data})
+	if err := matchShownAnswer(last.expect, string(got)); err != nil {
+		t.Fatalf("the merchant's balance after the session is %s, the README says %s: %v", got, last.expect, err)
+	}
+}
+
+// runShownSession runs a document's steps in one sh (in a fresh
+// directory, with only env besides PATH and HOME) and checks each answer
+// against the one the document shows.
+func runShownSession(t *testing.T, doc string, steps []sessionStep, env ...string) {
+	t.Helper()
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for i, s := range steps {
@@ -147,8 +176,7 @@ func TestReadmeFirstSession(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.CommandContext(ctx, "sh", "-c", script.String())
 	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "LC_ALL=C",
-		"SA=" + h.sa(), "STD=" + h.std(), "API=" + h.srv.URL}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "LC_ALL=C"}, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	started := time.Now()
@@ -172,27 +200,13 @@ func TestReadmeFirstSession(t *testing.T) {
 		}
 		if s.expect == "" {
 			if out != "" {
-				t.Errorf("step %d printed what the README does not show: %s\n%s", i, s.command, out)
+				t.Errorf("step %d printed what %s does not show: %s\n%s", i, doc, s.command, out)
 			}
 			continue
 		}
 		if err := matchShownAnswer(s.expect, out); err != nil {
-			t.Errorf("step %d: %s\nREADME shows: %s\nthe server answered: %s\n%v", i, s.command, s.expect, out, err)
+			t.Errorf("step %d: %s\n%s shows: %s\nthe server answered: %s\n%v", i, s.command, doc, s.expect, out, err)
 		}
-	}
-	if t.Failed() {
-		return
-	}
-	// The last answer the README shows is the merchant's final balance;
-	// the server agrees with it once the session is over.
-	last := steps[len(steps)-1]
-	if !strings.Contains(last.command, "/v1/merchant/balance") {
-		t.Fatalf("the session does not end with the merchant's balance: %s", last.command)
-	}
-	r := h.do(req{method: "GET", path: "/v1/merchant/balance", key: h.sa()}).expect(t, 200, "Merchant balance fetched successfully")
-	got, _ := json.Marshal(map[string]any{"status": 200, "message": r.Message, "data": r.Data})
-	if err := matchShownAnswer(last.expect, string(got)); err != nil {
-		t.Fatalf("the merchant's balance after the session is %s, the README says %s: %v", got, last.expect, err)
 	}
 }
 

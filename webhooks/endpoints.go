@@ -11,6 +11,8 @@ import (
 type Endpoint struct {
 	URL    string // "" when the merchant has none
 	Secret string
+	// Profile chooses the delivery's conventions (compat.go).
+	Profile merchant.Profile
 }
 
 // Endpoints looks a merchant's endpoint up at send time, so a changed URL or
@@ -37,5 +39,5 @@ func (e MerchantEndpoints) Endpoint(ctx context.Context, merchantID string, env 
 	if err != nil {
 		return Endpoint{}, err
 	}
-	return Endpoint{URL: m.Webhooks[env], Secret: m.SigningSecrets[env]}, nil
+	return Endpoint{URL: m.Webhooks[env], Secret: m.SigningSecrets[env], Profile: m.Profile()}, nil
 }

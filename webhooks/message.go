@@ -6,6 +6,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"time"
@@ -69,11 +70,26 @@ func PaymentEvent(r ledger.Record) string {
 }
 
 func newMessage(id uuid.UUID, merchantID string, env domain.Environment, event, orderKey string, data any, at time.Time) (Message, error) {
-	body, err := json.Marshal(Envelope{ID: id.String(), Event: event, Data: data, Timestamp: at.UTC().Format(TimestampFormat)})
+	body, err := marshalBody(Envelope{ID: id.String(), Event: event, Data: data, Timestamp: at.UTC().Format(TimestampFormat)})
 	if err != nil {
 		return Message{}, err
 	}
 	return Message{ID: id, MerchantID: merchantID, Environment: env, Event: event, OrderKey: orderKey, Body: body}, nil
+}
+
+// marshalBody is the JSON of a webhook body with &, < and > as
+// themselves, as the public escrow API sends them: a receiver that
+// compares a purpose ("Tom & Jerry <DVD>") with what it stored, or
+// re-serialises the body to check the signature, sees the text as
+// written. The body is never embedded in HTML by the service.
+func marshalBody(env Envelope) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(env); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // EscrowMessages maps one escrow event (stored with id eventID at time at)

@@ -163,9 +163,10 @@ func (d *Dispatcher) send(ctx context.Context, c leasedAttempt, ep Endpoint) (in
 		return 0, errors.New("callback URL is invalid")
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", d.UserAgent)
+	headers, userAgent := conventions(ep.Profile, d.SignatureHeaders, d.UserAgent)
+	req.Header.Set("User-Agent", userAgent)
 	sig := Sign(ep.Secret, c.Body)
-	for _, name := range d.SignatureHeaders {
+	for _, name := range headers {
 		req.Header.Set(name, sig)
 	}
 	req.Header.Set(AttemptHeader, strconv.Itoa(c.Attempt))

@@ -41,9 +41,12 @@ func parseEnv(s string) (domain.Environment, error) {
 }
 
 var merchantCreateCommand = &command{
-	name: "merchant create", args: "--name N [--business] [--country NG] [--json]",
-	summary:  "a new merchant: a standard and a super-admin key per environment, and signing secrets",
-	detail:   "Keys and secrets are printed once: only a digest of each key is stored.",
+	name: "merchant create", args: "--name N [--business] [--country NG] [--compat payluk|none] [--json]",
+	summary: "a new merchant: a standard and a super-admin key per environment, and signing secrets",
+	detail: "Keys and secrets are printed once: only a digest of each key is stored.\n" +
+		"--compat payluk sends its webhooks as the public escrow API does: the signature also under\n" +
+		"x-payluk-signature, that API's User-Agent, and signed with the super-admin key of each\n" +
+		"environment (the printed signing secrets are then those keys).",
 	database: true,
 	required: []string{"name"},
 	define: func(fs *flag.FlagSet) runFunc {
@@ -51,8 +54,13 @@ var merchantCreateCommand = &command{
 		business := fs.Bool("business", false, "merchant may sell as itself")
 		country := fs.String("country", "NG", "default customer country (id or ISO code)")
 		asJSON := fs.Bool("json", false, "print JSON")
+		compat := fs.String("compat", string(merchant.ProfileNone), "webhook compatibility profile: payluk or none")
 		return func(ctx context.Context, inv *invocation) error {
-			out, err := service(inv.env).CreateMerchant(ctx, *name, *business, *country, httpapi.KeyDigest)
+			profile, err := merchant.ParseProfile(*compat)
+			if err != nil {
+				return usageError("--compat must be payluk or none")
+			}
+			out, err := service(inv.env).CreateMerchantWithProfile(ctx, *name, *business, *country, httpapi.KeyDigest, profile)
 			if err != nil {
 				return err
 			}
@@ -84,6 +92,46 @@ var merchantSetWebhookCommand = &command{
 			return operatorUpdate(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
 				return []domain.Event{merchant.WebhookURLSet{Environment: environment, URL: *u}}, nil
 			})
+		}
+	},
+}
+
+var merchantSetCompatCommand = &command{
+	name: "merchant set-compat", args: "--merchant M [--json] payluk|none",
+	summary: "switch the merchant's webhooks to the public escrow API's conventions (payluk) or back (none)",
+	detail: "payluk: the signature also under x-payluk-signature, that API's User-Agent, and signed with a\n" +
+		"super-admin key per environment. Only digests of existing keys are stored, so a new super-admin\n" +
+		"key per environment is issued, printed once and made the signing secret; earlier keys stay valid.\n" +
+		"none: the service's own headers again; the signing secrets stay (rotate-secret replaces them).",
+	database:   true,
+	required:   []string{"merchant"},
+	positional: 1,
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(ctx context.Context, inv *invocation) error {
+			if len(inv.args) != 1 {
+				return usageError("name the profile: payluk or none")
+			}
+			profile, err := merchant.ParseProfile(inv.args[0])
+			if err != nil {
+				return usageError("the profile must be payluk or none")
+			}
+			out, err := service(inv.env).SetCompat(ctx, *id, profile, httpapi.KeyDigest)
+			if err != nil {
+				return err
+			}
+			if err := publish(ctx, inv.env, out.Position); err != nil {
+				return err
+			}
+			if *asJSON {
+				return printIndented(inv.stdout, out)
+			}
+			fmt.Fprintf(inv.stdout, "compat %s\n", out.Compat)
+			for _, k := range out.Keys {
+				fmt.Fprintf(inv.stdout, "  %-4s %-11s %s (also the webhook signing secret)\n", k.Environment, k.Role, k.Key)
+			}
+			return nil
 		}
 	},
 }
@@ -257,17 +305,25 @@ func operatorChange(ctx context.Context, env *cliEnv, svc *app.Service, id strin
 	return publish(ctx, env, pos)
 }
 
+// printIndented prints v as indented JSON.
+func printIndented(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
 func printMerchant(env *cliEnv, out app.CreatedMerchant, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(env.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printIndented(env.Stdout, out)
 	}
 	fmt.Fprintf(env.Stdout, "merchant %s\n", out.MerchantID)
 	for _, k := range out.Keys {
 		fmt.Fprintf(env.Stdout, "  %-4s %-11s %s\n", k.Environment, k.Role, k.Key)
 	}
 	fmt.Fprintf(env.Stdout, "  signing secrets: test %s\n                   live %s\n", out.SigningSecrets[domain.Test], out.SigningSecrets[domain.Live])
+	if out.Compat != merchant.ProfileNone {
+		fmt.Fprintf(env.Stdout, "  compat: %s\n", out.Compat)
+	}
 	return nil
 }
 

@@ -139,10 +139,9 @@ func TestServeWebhooksRole(t *testing.T) {
 	}
 }
 
-// serveWebhooksThenTopUp runs `serve --role webhooks` on db until the test
-// ends and, once its subscriber is installed, tops up a new customer of
-// the merchant: a payment.deposit.success webhook follows.
-func serveWebhooksThenTopUp(t *testing.T, db, merchantID string) {
+// serveWebhooks runs `serve --role webhooks` on db until the test ends
+// and returns an environment on db once its subscriber is installed.
+func serveWebhooks(t *testing.T, db string) *cliEnv {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -161,7 +160,14 @@ func serveWebhooksThenTopUp(t *testing.T, db, merchantID string) {
 		_ = env.Pool.QueryRow(context.Background(), `SELECT count(*) FROM projection_checkpoints WHERE name = 'webhooks'`).Scan(&n)
 		return n == 1
 	})
-	svc := service(env)
+	return env
+}
+
+// serveWebhooksThenTopUp runs serveWebhooks and tops up a new customer of
+// the merchant: a payment.deposit.success webhook follows.
+func serveWebhooksThenTopUp(t *testing.T, db, merchantID string) {
+	t.Helper()
+	svc := service(serveWebhooks(t, db))
 	a := app.Actor{MerchantID: merchantID, Environment: domain.Test}
 	cid, _, err := svc.CreateCustomer(context.Background(), a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
 		Email: "ada@example.com", Phone: "08031234567"})

@@ -125,7 +125,6 @@ type NewCustomer struct {
 
 var (
 	digits11 = regexp.MustCompile(`^[0-9]{11}$`)
-	nameOK   = regexp.MustCompile(`^[\p{L}][\p{L} '\-.]{0,99}$`)
 )
 
 // NormalizeEmail validates an email and returns its canonical (lower-case)
@@ -142,26 +141,15 @@ func NormalizeEmail(raw string) (string, error) {
 	return strings.ToLower(e), nil
 }
 
-func validateName(field, v string) (string, error) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return "", domain.Invalidf("%s is required", field)
-	}
-	if !nameOK.MatchString(v) {
-		return "", domain.Invalidf("%s must be 1-100 letters", field)
-	}
-	return v, nil
-}
-
 // Create validates a new customer for a merchant whose default country is
 // merchantCountry and returns the Created event. Uniqueness of email and
 // phone is the reservations' job, decided in the same append.
 func Create(id, merchantID string, env domain.Environment, merchantCountry string, in NewCustomer, now time.Time) (Created, error) {
-	first, err := validateName("firstname", in.Firstname)
+	first, err := normalizeName("firstname", in.Firstname)
 	if err != nil {
 		return Created{}, err
 	}
-	last, err := validateName("lastname", in.Lastname)
+	last, err := normalizeName("lastname", in.Lastname)
 	if err != nil {
 		return Created{}, err
 	}
@@ -210,14 +198,14 @@ func UpdateProfile(s State, in Update, now time.Time) (ProfileUpdated, string, e
 	}
 	ev := ProfileUpdated{UpdatedAt: now}
 	if in.Firstname != nil {
-		v, err := validateName("firstname", *in.Firstname)
+		v, err := normalizeName("firstname", *in.Firstname)
 		if err != nil {
 			return ev, "", err
 		}
 		ev.Firstname = &v
 	}
 	if in.Lastname != nil {
-		v, err := validateName("lastname", *in.Lastname)
+		v, err := normalizeName("lastname", *in.Lastname)
 		if err != nil {
 			return ev, "", err
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ids"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 )
@@ -125,7 +126,7 @@ func TestReleaseMilestones(t *testing.T) {
 			t.Fatalf("%s deltas %v, want %v", id, d, want)
 		}
 		rec := got.Records[0]
-		if rec.ID != "e1-release-"+id || rec.Type != ledger.EscrowRelease || rec.Amount != m.Amount ||
+		if rec.ID != ids.Derived(now, "e1/release-"+id) || rec.Type != ledger.EscrowRelease || rec.Amount != m.Amount ||
 			s.mainOf(rec.CustomerID) != beneficiary[id] {
 			t.Fatalf("%s record %+v", id, rec)
 		}

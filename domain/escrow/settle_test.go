@@ -4,11 +4,13 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/domaintest"
+	"github.com/escrowd/escrowd/domain/ids"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 )
@@ -31,9 +33,10 @@ func movement(postings ...ledger.Posting) ledger.Movement {
 	return ledger.Movement{MerchantID: "m1", Environment: domain.Test, Postings: postings}
 }
 
-// record is a success credit record of the release of e1 at now.
+// record is a success credit record of the release of e1 at now: its id
+// derived from e1's and the suffix, its reference naming both.
 func record(suffix string, typ ledger.Type, customerID string, amount, fee money.Amount) ledger.Record {
-	return ledger.Record{ID: "e1-" + suffix, Reference: "ESC-e1-" + suffix, Amount: amount, Fee: fee, Currency: "NGN",
+	return ledger.Record{ID: ids.Derived(now, "e1/"+suffix), Reference: "ESC-e1-" + suffix, Amount: amount, Fee: fee, Currency: "NGN",
 		Status: ledger.Success, Type: typ, CreditType: ledger.Credit, CustomerID: customerID, MerchantID: "m1",
 		Environment: domain.Test, EscrowDetails: &ledger.EscrowDetails{EscrowIDs: []string{"e1"}, PaymentTokens: []string{"PT_E1"}},
 		CreatedAt: now, UpdatedAt: now}
@@ -309,7 +312,8 @@ func TestClaim(t *testing.T) {
 			want.At = tt.at
 			want.Records = append([]ledger.Record(nil), want.Records...)
 			for i := range want.Records {
-				want.Records[i].CreatedAt, want.Records[i].UpdatedAt = tt.at, tt.at
+				r := &want.Records[i]
+				r.ID, r.CreatedAt, r.UpdatedAt = ids.Derived(tt.at, "e1/"+strings.TrimPrefix(r.Reference, "ESC-e1-")), tt.at, tt.at
 			}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -336,10 +340,10 @@ func TestRegistryRoundTrip(t *testing.T) {
 		VaultCreated{ID: "e1", PaymentToken: "PT_E1", MerchantID: "m1", Environment: domain.Test, Terms: Terms{Amount: 1000, Purpose: "p"},
 			FeeTerms: fees, Fee: 25, Participants: []Participant{{CustomerID: "a", Amount: 1000, Status: ParticipantStaked, StakedAt: now}},
 			Movement: movement(post(ledger.CustomerMain("a"), ledger.CustomerEscrow("a"), 1000)),
-			Records: []ledger.Record{record("stake-a", ledger.VaultStake, "a", 1000, 0)}, At: now},
+			Records:  []ledger.Record{record("stake-a", ledger.VaultStake, "a", 1000, 0)}, At: now},
 		VaultSettled{Status: Refunded, WinnerID: "a", RefundedBy: "m1",
 			Movement: movement(post(ledger.CustomerEscrow("a"), ledger.CustomerMain("a"), 975)),
-			Records: []ledger.Record{record("refund-a", ledger.VaultRefund, "a", 975, 25)}, At: now},
+			Records:  []ledger.Record{record("refund-a", ledger.VaultRefund, "a", 975, 25)}, At: now},
 		link(multi(3), whoPays(Both), func(c *Created) {
 			c.Terms.Description, c.Terms.CategoryID, c.AdditionalFee, c.AdditionalFeeRefundable = "d", "cat1", 4550, false
 		}),

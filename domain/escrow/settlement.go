@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/escrowd/escrowd/domain/ids"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 )
@@ -181,9 +182,11 @@ func (s State) mainOf(customerID string) ledger.Account {
 	return ledger.CustomerMain(customerID)
 }
 
-// record is a settled credit record of the escrow, named by key.
+// record is a settled credit record of the escrow, named by key: its id
+// is derived from the escrow's id and the key (a record id like any
+// other), its reference spells them out.
 func (s State) record(key string, typ ledger.Type, customerID string, amount, fee money.Amount, at time.Time) ledger.Record {
-	return ledger.Record{ID: s.ID + "-" + key, Reference: "ESC-" + s.ID + "-" + key, Amount: amount, Fee: fee,
+	return ledger.Record{ID: ids.Derived(at, s.ID+"/"+key), Reference: "ESC-" + s.ID + "-" + key, Amount: amount, Fee: fee,
 		Currency: ledger.Currency, Status: ledger.Success, Type: typ, CreditType: ledger.Credit, CustomerID: customerID,
 		MerchantID: s.MerchantID, Environment: s.Environment,
 		EscrowDetails: &ledger.EscrowDetails{EscrowIDs: []string{s.ID}, PaymentTokens: []string{s.PaymentToken}},

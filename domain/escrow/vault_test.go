@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ids"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 )
@@ -49,7 +50,7 @@ func newVault(t *testing.T, fees FeeTerms, ss []Stake) VaultCreated {
 // vaultRecord is a record of the vault e1 at at.
 func vaultRecord(key string, typ ledger.Type, credit ledger.CreditType, customerID string, amount, fee money.Amount, at time.Time) ledger.Record {
 	r := record(key, typ, customerID, amount, fee)
-	r.CreditType, r.CreatedAt, r.UpdatedAt = credit, at, at
+	r.ID, r.CreditType, r.CreatedAt, r.UpdatedAt = ids.Derived(at, "e1/"+key), credit, at, at
 	return r
 }
 

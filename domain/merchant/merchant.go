@@ -58,7 +58,10 @@ type State struct {
 	Webhooks       map[domain.Environment]string
 	SigningSecrets map[domain.Environment]string
 	Allowlist      []string
-	CreatedAt      time.Time
+	// Compat is the compatibility profile ("" until one is set: see
+	// Profile).
+	Compat    Profile
+	CreatedAt time.Time
 }
 
 // Exists reports whether the merchant was created.
@@ -116,6 +119,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &SigningSecretRotated{} },
 	func() domain.Event { return &AllowlistSet{} },
 	func() domain.Event { return &FeesSet{} },
+	func() domain.Event { return &CompatSet{} },
 )
 
 // Apply folds one event (copy-on-write: cached states are shared).
@@ -143,6 +147,8 @@ func Apply(s State, ev domain.Event) State {
 		s.Allowlist = slices.Clone(e.Entries)
 	case FeesSet:
 		s.Fees = e.Fees
+	case CompatSet:
+		s = applyCompat(s, e)
 	}
 	return s
 }

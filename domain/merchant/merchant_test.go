@@ -35,13 +35,15 @@ func TestRegistryRoundTrip(t *testing.T) {
 		SigningSecretRotated{Environment: domain.Test, Secret: "t2"},
 		AllowlistSet{Entries: []string{"10.0.0.1"}},
 		FeesSet{Fees: FeePolicy{EscrowFeeBps: 300}},
+		CompatSet{Profile: ProfilePayluk, SigningSecrets: map[domain.Environment]string{domain.Test: "sk_t", domain.Live: "sk_l"}},
+		CompatSet{Profile: ProfileNone},
 	}
 	decoded := domaintest.RoundTrip(t, Registry, evs...)
 	want, got := fold(evs...), fold(decoded...)
 	if !reflect.DeepEqual(want, got) {
 		t.Fatalf("state from store %+v\nwant %+v", got, want)
 	}
-	if !got.Keys["k1"].Revoked || got.Webhooks[domain.Live] != "https://x.example/h" || got.SigningSecrets[domain.Test] != "t2" ||
+	if !got.Keys["k1"].Revoked || got.Webhooks[domain.Live] != "https://x.example/h" || got.SigningSecrets[domain.Test] != "sk_t" || got.Profile() != ProfileNone ||
 		got.Fees.EscrowFeeBps != 300 || len(got.Allowlist) != 1 {
 		t.Fatalf("state %+v", got)
 	}

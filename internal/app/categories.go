@@ -16,7 +16,7 @@ const categoryNameTaken = "A category with this name already exists"
 // so two concurrent creates with one name cannot both succeed. It is placed
 // at position (1-based; 0: the top, so listings stay newest first).
 func (s *Service) CreateCategory(ctx context.Context, a Actor, in category.New, position int) (string, eventstore.Position, error) {
-	id := s.newID()
+	id := s.newRecordID()
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		created, err := category.Create(id, a.MerchantID, a.Environment, in, s.Engine.Now())
 		if err != nil {

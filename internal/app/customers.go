@@ -8,10 +8,18 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
+// The refusals of an email or phone another customer of the merchant
+// holds, in the public API's words: onboarding code written for it
+// recognises a returning customer by this text.
+const (
+	msgEmailTaken = "A customer with this email already exists under this merchant"
+	msgPhoneTaken = "A customer with this phone already exists under this merchant"
+)
+
 // CreateCustomer creates a customer and reserves its email and phone in the
 // same append, so two concurrent creates with one email cannot both succeed.
 func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCustomer) (string, eventstore.Position, error) {
-	id := s.newID()
+	id := s.newRecordID()
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		m, err := Read(tx, MerchantKind, a.MerchantID)
 		if err != nil {
@@ -24,10 +32,10 @@ func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCu
 		if err != nil {
 			return err
 		}
-		if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, "A customer with this email already exists"); err != nil {
+		if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, msgEmailTaken); err != nil {
 			return err
 		}
-		if err := reserveUnique(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, "A customer with this phone number already exists"); err != nil {
+		if err := reserveUnique(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, msgPhoneTaken); err != nil {
 			return err
 		}
 		Record(tx, CustomerKind, id, created)
@@ -76,7 +84,7 @@ func (s *Service) UpdateCustomer(ctx context.Context, a Actor, id string, in cus
 			return err
 		}
 		if newEmail != "" {
-			if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, newEmail), id, "A customer with this email already exists"); err != nil {
+			if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, newEmail), id, msgEmailTaken); err != nil {
 				return err
 			}
 			old := customer.EmailKey(a.MerchantID, a.Environment, c.Email)

@@ -188,7 +188,7 @@ func TestEmailRaceAcrossInstances(t *testing.T) {
 			Email: "same@x.co", Phone: fmt.Sprintf("080312345%02d", i)})
 		return err
 	})
-	if want := map[string]int{"ok": 1, "invalid: A customer with this email already exists": n - 1}; !reflect.DeepEqual(got, want) {
+	if want := map[string]int{"ok": 1, "invalid: A customer with this email already exists under this merchant": n - 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("outcomes %v, want %v", got, want)
 	}
 }

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"crypto/rand"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
@@ -15,19 +14,6 @@ import (
 
 // ErrMerchantCannotSell refuses a non-business merchant selling as itself.
 var ErrMerchantCannotSell = domain.Errorf(domain.Unauthenticated, "Merchant cannot create escrow for itself via API")
-
-// NewPaymentToken returns "PT_" and 20 random characters of [A-Z0-9].
-func NewPaymentToken() string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-	b := make([]byte, 20)
-	if _, err := rand.Read(b); err != nil {
-		panic(err)
-	}
-	for i := range b {
-		b[i] = alphabet[int(b[i])%len(alphabet)] // 256 % 36 bias is negligible for an identifier
-	}
-	return "PT_" + string(b)
-}
 
 // readEscrow reads an escrow of the actor's merchant and environment.
 func readEscrow(tx *Tx, a Actor, id string) (escrow.State, error) {
@@ -57,7 +43,7 @@ func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d 
 // makes of them.
 func (s *Service) createEscrow(ctx context.Context, a Actor, sellerID, categoryID string,
 	decide func(tx *Tx, id, token string, fees escrow.FeeTerms) (escrow.Created, error)) (EscrowResult, error) {
-	id := s.newID()
+	id := s.newRecordID()
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		m, err := ReadLatest(tx, MerchantKind, a.MerchantID) // fees: an operator's change counts at once
@@ -75,7 +61,7 @@ func (s *Service) createEscrow(ctx context.Context, a Actor, sellerID, categoryI
 		if err := s.checkCategory(tx, a, categoryID); err != nil {
 			return err
 		}
-		ev, err := decide(tx, id, NewPaymentToken(), escrow.FeeTerms{EscrowFeeBps: m.Fees.EscrowFeeBps, CommissionBps: m.Fees.CommissionBps})
+		ev, err := decide(tx, id, s.IDs.PaymentToken(), escrow.FeeTerms{EscrowFeeBps: m.Fees.EscrowFeeBps, CommissionBps: m.Fees.CommissionBps})
 		if err != nil {
 			return err
 		}
@@ -218,7 +204,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 		if err != nil {
 			return p, nil, err
 		}
-		buy, err := escrow.Buy(e, buyerID, p.Record.ID, s.newID(), NewPaymentToken(), now)
+		buy, err := escrow.Buy(e, buyerID, p.Record.ID, s.newRecordID(), s.IDs.PaymentToken(), now)
 		if err != nil {
 			return p, nil, err
 		}
@@ -273,7 +259,7 @@ func (s *Service) payEscrows(ctx context.Context, a Actor, buyerID string, perms
 		return out, err
 	}
 	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
-	recordID := s.newID()
+	recordID := s.newRecordID()
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		// An attempt whose append conflicted leaves the escrows it built
 		// (a clone never appended); each attempt answers only for itself.

@@ -50,7 +50,9 @@ type CreatedMerchant struct {
 	MerchantID     string                        `json:"merchantId"`
 	Keys           []IssuedKey                   `json:"keys"`
 	SigningSecrets map[domain.Environment]string `json:"signingSecrets"`
-	Position       eventstore.Position           `json:"-"`
+	// Compat is the merchant's compatibility profile.
+	Compat   merchant.Profile    `json:"compat"`
+	Position eventstore.Position `json:"-"`
 }
 
 // KeyDigest is the stored form of an API key (hex SHA-256).
@@ -59,6 +61,17 @@ type KeyDigest func(string) string
 // CreateMerchant creates a merchant with a standard and a super-admin key per
 // environment and a signing secret per environment.
 func (s *Service) CreateMerchant(ctx context.Context, name string, business bool, country string, digest KeyDigest) (CreatedMerchant, error) {
+	return s.CreateMerchantWithProfile(ctx, name, business, country, digest, merchant.ProfileNone)
+}
+
+// CreateMerchantWithProfile is CreateMerchant with the compatibility
+// profile p in force from the start (for ProfilePayluk the signing secret
+// of each environment is its super-admin key, shown as both).
+func (s *Service) CreateMerchantWithProfile(ctx context.Context, name string, business bool, country string, digest KeyDigest,
+	p merchant.Profile) (CreatedMerchant, error) {
+	if _, err := merchant.ParseProfile(string(p)); err != nil {
+		return CreatedMerchant{}, err
+	}
 	if country == "" {
 		country = "NG"
 	}
@@ -76,12 +89,25 @@ func (s *Service) CreateMerchant(ctx context.Context, name string, business bool
 		return out, err
 	}
 	events = append(events, created...)
+	superAdmin := map[domain.Environment]string{}
 	for _, env := range []domain.Environment{domain.Test, domain.Live} {
 		for _, role := range []merchant.Role{merchant.Standard, merchant.SuperAdmin} {
 			k := s.newKey(env, role, digest)
 			out.Keys = append(out.Keys, k.plain)
 			events = append(events, k.event)
+			if role == merchant.SuperAdmin {
+				superAdmin[env] = k.plain.Key
+			}
 		}
+	}
+	out.Compat = merchant.ProfileNone
+	if p == merchant.ProfilePayluk {
+		compat, err := merchant.SetCompat(merchant.Apply(merchant.State{}, created[0]), p, superAdmin)
+		if err != nil {
+			return out, err
+		}
+		events = append(events, compat...)
+		out.SigningSecrets, out.Compat = superAdmin, p
 	}
 	res, err := s.Engine.Do(ctx, Actor{MerchantID: id}.meta(), func(tx *Tx) error {
 		Record(tx, MerchantKind, id, events...)
@@ -145,6 +171,55 @@ func (s *Service) UpdateMerchant(ctx context.Context, merchantID string, decide 
 		return nil
 	})
 	return res.Position, err
+}
+
+// CompatChange is what switching a merchant's profile issued: for
+// ProfilePayluk a new super-admin key per environment, each now also the
+// signing secret of its environment (shown once).
+type CompatChange struct {
+	Compat   merchant.Profile    `json:"compat"`
+	Keys     []IssuedKey         `json:"keys"`
+	Position eventstore.Position `json:"-"`
+}
+
+// SetCompat switches merchantID's webhooks to profile p. Only digests of
+// the existing keys are stored, so ProfilePayluk issues a super-admin key
+// per environment and signs with it, the way the public escrow API signs
+// with the secret key its merchants hold; the keys issued before stay
+// valid. ProfileNone restores the service's own headers and keeps the
+// signing secrets in force (rotate-secret replaces them).
+func (s *Service) SetCompat(ctx context.Context, merchantID string, p merchant.Profile, digest KeyDigest) (CompatChange, error) {
+	if _, err := merchant.ParseProfile(string(p)); err != nil {
+		return CompatChange{}, err
+	}
+	out := CompatChange{Compat: p, Keys: []IssuedKey{}}
+	var keys []merchant.KeyIssued
+	secrets := map[domain.Environment]string{}
+	if p == merchant.ProfilePayluk {
+		for _, env := range []domain.Environment{domain.Test, domain.Live} {
+			k := s.newKey(env, merchant.SuperAdmin, digest)
+			out.Keys = append(out.Keys, k.plain)
+			keys = append(keys, k.event)
+			secrets[env] = k.plain.Key
+		}
+	}
+	pos, err := s.UpdateMerchant(ctx, merchantID, func(m merchant.State) ([]domain.Event, error) {
+		var events []domain.Event
+		for _, k := range keys {
+			issued, err := merchant.IssueKey(m, k)
+			if err != nil {
+				return nil, err
+			}
+			events = append(events, issued...)
+		}
+		compat, err := merchant.SetCompat(m, p, secrets)
+		return append(events, compat...), err
+	})
+	out.Position = pos
+	if len(keys) == 0 || err != nil {
+		out.Keys = []IssuedKey{}
+	}
+	return out, err
 }
 
 // NewSigningSecret returns a fresh webhook signing secret.

@@ -12,7 +12,7 @@ import (
 // beneficiary is a customer of the actor's merchant and environment.
 func (s *Service) checkBeneficiaries(tx *Tx, a Actor, drafts []escrow.MilestoneDraft) error {
 	for i := range drafts {
-		drafts[i].ID = s.newID()
+		drafts[i].ID = s.newRecordID()
 		if cid := drafts[i].CustomerID; cid != "" {
 			foreign := domain.Invalidf("milestones[%d].customerId is not a customer of this merchant", i)
 			if _, err := loadOwnCustomer(tx, a, cid, foreign); err != nil {

@@ -66,7 +66,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 				return ledger.Record{}, pos, err
 			}
 		}
-		receiverID := s.newID()
+		receiverID := s.newRecordID()
 		res, err := s.advanceIntent(ctx, a, stream, &st, func(tx *Tx, p payment.State) (domain.Event, error) {
 			if bc := p.Record.BlockchainDetails; bc != nil && p.Phase == payment.Staged {
 				// The address may have been removed since staging; the append

@@ -90,7 +90,7 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 			return out, err
 		}
 	}
-	id := s.newID()
+	id := s.newRecordID()
 	stream := payment.StreamID(a.MerchantID, a.Environment, in.Reference)
 	// The collection gateway is asked once per new deposit, outside the
 	// decision (which may run again): a real gateway may open an account

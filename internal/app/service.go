@@ -14,6 +14,8 @@ type Service struct {
 	// CryptoMaster is the BSC master wallet address per environment; crypto
 	// payouts are configured only where it is set.
 	CryptoMaster map[domain.Environment]string
+	// IDs issues the ids of new records and payment links.
+	IDs IDs
 	// vaultLocks queue the commands of vaults sharing a wallet (vaults.go).
 	vaultLocks walletLocks
 }
@@ -21,7 +23,7 @@ type Service struct {
 // NewService returns the application over engine.
 func NewService(engine *Engine) *Service {
 	return &Service{Engine: engine, Gateways: map[domain.Environment]gateway.Set{domain.Test: gateway.Test()},
-		CryptoMaster: map[domain.Environment]string{}}
+		CryptoMaster: map[domain.Environment]string{}, IDs: newIDs()}
 }
 
 // Actor identifies who issues a command (for event metadata).
@@ -46,4 +48,9 @@ func (a Actor) meta() domain.Meta {
 	return domain.Meta{MerchantID: a.MerchantID, Environment: a.Environment, Actor: actor, RequestID: a.RequestID}
 }
 
+// newID is an internal identifier (merchants, keys, payout lease
+// holders): a UUID, as the event ids are.
 func (s *Service) newID() string { return s.Engine.NewID().String() }
+
+// newRecordID is the id of a new record the API shows (IDs.Record).
+func (s *Service) newRecordID() string { return s.IDs.Record(s.Engine.Now()) }

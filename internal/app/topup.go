@@ -34,7 +34,7 @@ func (s *Service) TopUpWallet(ctx context.Context, a Actor, customerID string, a
 	if a.Environment != domain.Test {
 		return TopUpResult{}, domain.Errorf(domain.Forbidden, "This route is only available on staging environment")
 	}
-	id := s.newID()
+	id := s.newRecordID()
 	ref := "TOPUP-" + id
 	created, settled, err := payment.TopUp(payment.Intent{ID: id, Reference: ref, Amount: amount, CustomerID: customerID,
 		MerchantID: a.MerchantID, Environment: a.Environment, At: s.Engine.Now()})

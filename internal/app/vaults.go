@@ -31,7 +31,7 @@ func (s *Service) CreateVault(ctx context.Context, a Actor, d escrow.VaultDraft)
 		ids[i] = p.CustomerID
 	}
 	defer s.vaultLocks.lock(ids)()
-	id, token := s.newID(), NewPaymentToken()
+	id, token := s.newRecordID(), s.IDs.PaymentToken()
 	var out EscrowResult
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		m, err := ReadLatest(tx, MerchantKind, a.MerchantID) // fees: an operator's change counts at once

@@ -14,6 +14,7 @@ import (
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/domaintest"
 	"github.com/escrowd/escrowd/domain/escrow"
+	recordids "github.com/escrowd/escrowd/domain/ids"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/wallet"
@@ -247,7 +248,7 @@ func TestVaultPostingsNameEachParticipantsRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := ev.(wallet.Posted); p.TransactionID != res.Escrow.ID+"-stake-"+cid || p.Reference != "ESC-"+res.Escrow.ID+"-stake-"+cid {
+		if p := ev.(wallet.Posted); p.TransactionID != recordids.Derived(res.Escrow.CreatedAt, res.Escrow.ID+"/stake-"+cid) || p.Reference != "ESC-"+res.Escrow.ID+"-stake-"+cid {
 			t.Fatalf("posting of %s: %+v", cid, p)
 		}
 	}

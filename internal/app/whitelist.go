@@ -12,7 +12,7 @@ import (
 // customers. The whole list is one stream, so the limit and the duplicate
 // rule hold under concurrent adds.
 func (s *Service) AddWhitelistAddress(ctx context.Context, a Actor, customerID string, in whitelist.NewAddress) (whitelist.Address, eventstore.Position, error) {
-	id := s.newID()
+	id := s.newRecordID()
 	var out whitelist.Address
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		if _, err := loadOwnCustomer(tx, a, customerID, domain.Errorf(domain.NotFound, "Customer not found")); err != nil {

@@ -23,7 +23,9 @@ var Rules = map[string]map[string]func(json.RawMessage) (any, error){
 	"merchant.created":                {"signingSecrets": redactValues},
 	"merchant.signing_secret_rotated": {"secret": redactString},
 	"merchant.key_issued":             {"digest": redactString},
-	"customer.created":                {"bvn": maskBVN},
+	// The payluk profile signs with the super-admin keys themselves.
+	"merchant.compat_set": {"signingSecrets": redactValues},
+	"customer.created":    {"bvn": maskBVN},
 	// The hosted checkout's anti-forgery token: whoever holds it and the
 	// session id may act on the buyer's page.
 	"checkout.opened": {"formToken": redactString},

@@ -32,6 +32,10 @@ func TestRedactData(t *testing.T) {
 			map[string]any{"signingSecrets": map[string]any{"test": Redacted, "live": Redacted}}},
 		{merchant.SigningSecretRotated{Environment: domain.Live, Secret: "whsec_new"}, []string{"whsec_new"},
 			map[string]any{"secret": Redacted}},
+		{merchant.CompatSet{Profile: merchant.ProfilePayluk, SigningSecrets: map[domain.Environment]string{
+			domain.Test: "sk_test_compatkey", domain.Live: "sk_live_compatkey"}},
+			[]string{"sk_test_compatkey", "sk_live_compatkey"},
+			map[string]any{"signingSecrets": map[string]any{"test": Redacted, "live": Redacted}}},
 		{merchant.KeyIssued{Key: merchant.Key{ID: "k1", Digest: "deadbeef", Hint: "sk_test_…abcd"}, IssuedAt: now}, []string{"deadbeef"},
 			map[string]any{"digest": Redacted}},
 		{customer.Created{CustomerID: "c1", Firstname: "Ada", BVN: "12345678901", CreatedAt: now}, []string{"12345678901"},
