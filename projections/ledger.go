@@ -117,6 +117,8 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 			notePayout(ev.Record, &at)
 		case payment.PayoutCompleted:
 			notePayout(ev.Record, nil)
+		case payment.PayoutFailed:
+			notePayout(ev.Record, nil)
 		case payment.PayoutReversed:
 			notePayout(ev.Record, nil)
 		}

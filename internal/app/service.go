@@ -1,7 +1,10 @@
 package app
 
 import (
+	"time"
+
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/internal/gateway"
 )
 
@@ -14,6 +17,10 @@ type Service struct {
 	// CryptoMaster is the BSC master wallet address per environment; crypto
 	// payouts are configured only where it is set.
 	CryptoMaster map[domain.Environment]string
+	// PayoutPollAfter is how long an accepted payout waits for the
+	// provider's event before the resumer asks the provider (default
+	// payment.PayoutPollAfter).
+	PayoutPollAfter time.Duration
 	// vaultLocks queue the commands of vaults sharing a wallet (vaults.go).
 	vaultLocks walletLocks
 }
@@ -44,6 +51,13 @@ func (a Actor) meta() domain.Meta {
 		}
 	}
 	return domain.Meta{MerchantID: a.MerchantID, Environment: a.Environment, Actor: actor, RequestID: a.RequestID}
+}
+
+func (s *Service) payoutPollAfter() time.Duration {
+	if s.PayoutPollAfter > 0 {
+		return s.PayoutPollAfter
+	}
+	return payment.PayoutPollAfter
 }
 
 func (s *Service) newID() string { return s.Engine.NewID().String() }

@@ -24,16 +24,34 @@ type Collection interface {
 	Confirm(ctx context.Context, deposit ledger.Record) (payment.Outcome, error)
 }
 
-// Payouts pays withdrawals out. Two verifies never ask at once (the payout
-// lease, domain/payment), but Pay must still be idempotent per record id:
-// the service asks again after a crash between debiting and hearing back,
-// and after a call that outlived payment.PayoutCallTimeout (ctx ends then).
-// A nil error is the provider's final answer: Outcome.OK false reverses the
-// debit to the customer, so a provider that does not know whether it paid
-// (a timeout of its own) must return an error, which leaves the debit
-// standing and the payout to be asked again.
+// Payouts pays withdrawals out through a rail that may answer at once or
+// later: Send asks the provider to pay a debited withdrawal and answers
+// whatever the provider says (accepted and pending, or already final);
+// Status asks where a payout stands (a poll, a provider's event being
+// verified, reconciliation). The domain decides what each answer does
+// (payment.AnswerSend, payment.SettlePayout): adapters only translate the
+// provider's words into a payment.PayoutAnswer.
+//
+// Two sends never run at once (the payout lease, domain/payment), but Send
+// must still be idempotent per record id: the service sends again after a
+// crash between debiting and hearing back, after a call that outlived
+// payment.PayoutCallTimeout (ctx ends then), and after an error. An error,
+// or payment.ProviderUnknown, means the provider's answer is unknown (a
+// timeout, a 5xx, a lost answer): the debit stands and nothing is decided.
+// A refusal that is certain (the provider will never pay this payout) is
+// payment.ProviderFailed, and returns the debit.
 type Payouts interface {
-	Pay(ctx context.Context, withdrawal ledger.Record) (payment.Outcome, error)
+	// Reference is the provider's reference of a withdrawal's payout. It
+	// depends on the withdrawal's record id alone, so every send of one
+	// withdrawal names the same payout, and the provider's events about
+	// it can be traced back to it.
+	Reference(withdrawal ledger.Record) string
+	// Send asks the provider to pay withdrawal out.
+	Send(ctx context.Context, withdrawal ledger.Record) (payment.PayoutAnswer, error)
+	// Status asks the provider where the payout of withdrawal stands. It
+	// is a query: asking twice has no effect. A payout the provider has no
+	// record of is payment.ProviderUnknown.
+	Status(ctx context.Context, withdrawal ledger.Record) (payment.PayoutAnswer, error)
 }
 
 // Set is the gateways of one environment; a nil member is not configured.
@@ -64,15 +82,23 @@ func (TestCollection) Confirm(context.Context, ledger.Record) (payment.Outcome, 
 	return payment.Outcome{OK: true}, nil
 }
 
-// TestPayouts pays every withdrawal out, except bank payouts to account
-// numbers ending in 0000, which the "bank" rejects.
+// TestPayouts pays every withdrawal out at once, except bank payouts to
+// account numbers ending in 0000, which the "bank" returns (status
+// reversed). It keeps nothing: Status answers what Send would.
 type TestPayouts struct{}
 
-func (TestPayouts) Pay(_ context.Context, w ledger.Record) (payment.Outcome, error) {
+// Reference is the record id: the test rail has no alphabet of its own.
+func (TestPayouts) Reference(w ledger.Record) string { return w.ID }
+
+func (TestPayouts) Send(_ context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
 	if w.WithdrawalDetails != nil && strings.HasSuffix(w.WithdrawalDetails.AccountNumber, "0000") {
-		return payment.Outcome{OK: false, Reason: "The beneficiary bank rejected the transfer"}, nil
+		return payment.PayoutAnswer{Status: payment.ProviderReversed, Reason: "The beneficiary bank rejected the transfer"}, nil
 	}
-	return payment.Outcome{OK: true}, nil
+	return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
+}
+
+func (p TestPayouts) Status(ctx context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+	return p.Send(ctx, w)
 }
 
 // Test is the test environment's set.
