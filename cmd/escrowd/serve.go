@@ -123,6 +123,9 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		// from asking the provider twice at once).
 		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
+		// Providers' events kept by any API process are processed by
+		// every one (each event by one at a time).
+		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })
 		srv := api.HTTPServer(addr, httpapi.DefaultLimits)
 		g.Go(func() error {
 			env.Log.Info("listening", zap.String("addr", addr))

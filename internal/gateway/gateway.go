@@ -58,6 +58,9 @@ type Payouts interface {
 type Set struct {
 	Collection Collection
 	Payouts    Payouts
+	// Events reads the provider's inbound events; nil where the
+	// environment's gateways send none (the built-in test gateways).
+	Events Events
 }
 
 // TestCollection answers every deposit with a test bank account and

@@ -18,6 +18,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -48,6 +49,13 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 			svc.CryptoMaster[env] = addr
 		}
 	}
+	// Providers' events are kept by any API process and processed by the
+	// worker of each (the inbox's claims keep them from taking one event
+	// at once).
+	events := (&inbox.Worker{Store: inbox.Store{Pool: pool}, Log: log,
+		Handle: func(ctx context.Context, it inbox.Item) (string, error) {
+			return svc.ProcessProviderEvent(ctx, it.Environment, it.Provider, it.Body)
+		}}).Init()
 	return httpapi.New(cfg, httpapi.Deps{
 		Log:      log,
 		App:      svc,
@@ -63,6 +71,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		Ping:      pool.Ping,
 		Directory: auth,
 		Webhooks:  webhooks.NewOutbox(pool),
+		Inbox:     events,
 		Closers:   []func(){auth.Close},
 	})
 }
