@@ -145,6 +145,7 @@ var eventKinds = map[string]domain.Registry{
 	app.CategoryOrderKind.Name: app.CategoryOrderKind.Registry,
 	app.CheckoutKind.Name:      app.CheckoutKind.Registry,
 	app.PayoutLinkKind.Name:    app.PayoutLinkKind.Registry,
+	app.RecipientKind.Name:     app.RecipientKind.Registry,
 }
 
 // eventsDecodeAsEncodingJSONDoes: every aggregate event the test stored

@@ -750,7 +750,7 @@ type payoutsFailingOnce struct {
 	asked []string
 }
 
-func (p *payoutsFailingOnce) Send(ctx context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+func (p *payoutsFailingOnce) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, w.ID)
@@ -833,7 +833,7 @@ type blockingPayouts struct {
 	release chan struct{}
 }
 
-func (p *blockingPayouts) Send(ctx context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+func (p *blockingPayouts) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.calls.Add(1)
 	select {
 	case p.started <- struct{}{}:

@@ -43,7 +43,7 @@ func newPaystackRail() *paystackRail {
 
 func (r *paystackRail) Reference(w ledger.Record) string { return "wd_" + w.ID }
 
-func (r *paystackRail) Send(_ context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+func (r *paystackRail) Send(_ context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sent = append(r.sent, r.Reference(w))

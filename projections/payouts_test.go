@@ -25,7 +25,7 @@ type payouts struct {
 	out  payment.PayoutAnswer
 }
 
-func (p *payouts) Send(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+func (p *payouts) Send(context.Context, ledger.Record, string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.fail {

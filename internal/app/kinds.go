@@ -27,8 +27,11 @@ var (
 	// PayoutLinkKind is one stream per provider payout reference
 	// (payment.PayoutLinkID).
 	PayoutLinkKind = Kind[payment.PayoutLink]{Name: "payoutlink", Registry: payment.PayoutLinkRegistry, Apply: payment.ApplyPayoutLink}
-	EscrowKind     = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply, Snapshot: "escrow/1"}
-	CategoryKind   = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
+	// RecipientKind is one stream per bank account payouts are sent to
+	// (payment.RecipientID).
+	RecipientKind = Kind[payment.Recipient]{Name: "recipient", Registry: payment.RecipientRegistry, Apply: payment.ApplyRecipient}
+	EscrowKind    = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply, Snapshot: "escrow/1"}
+	CategoryKind  = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
 	// CategoryOrderKind is one stream per merchant environment
 	// (category.OrderKey).
 	CategoryOrderKind = Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder, Snapshot: "categoryorder/1"}

@@ -94,7 +94,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		}
 		pos = res.Position
 	}
-	p, err := s.payOut(ctx, a, stream, &st, holder, set.Payouts, nil)
+	p, err := s.payOut(ctx, a, stream, &st, holder, set, nil)
 	if p != (eventstore.Position{}) {
 		pos = p
 	}

@@ -27,7 +27,7 @@ func newAsyncRail() *asyncRail {
 
 func (r *asyncRail) Reference(w ledger.Record) string { return "wd_" + w.ID }
 
-func (r *asyncRail) Send(_ context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+func (r *asyncRail) Send(_ context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sends[w.ID]++

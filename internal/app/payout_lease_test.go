@@ -37,7 +37,7 @@ type payoutProvider struct {
 	gate func(call int) <-chan struct{}
 }
 
-func (p *payoutProvider) Send(ctx context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+func (p *payoutProvider) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	p.asked = append(p.asked, w.ID)
 	var left time.Duration

@@ -58,7 +58,7 @@ func (s *Service) ResumePayout(ctx context.Context, merchantID string, env domai
 		}
 		return nil
 	}
-	_, err = s.payOut(ctx, a, stream, &st, s.newID(), set.Payouts, mayWithdraw)
+	_, err = s.payOut(ctx, a, stream, &st, s.newID(), set, mayWithdraw)
 	return st.Record, err == nil && st.Phase == payment.Done, err
 }
 
@@ -75,7 +75,7 @@ var ErrPayoutHeld = errors.New("app: payout held: the customer is blocked or may
 // outcome comes by SettlePayout. mayTake, when set, is asked within the
 // append that takes the lease, for a withdrawal still to be sent; its
 // error refuses the lease.
-func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *payment.State, holder string, payouts gateway.Payouts, mayTake func(*Tx, payment.State) error) (eventstore.Position, error) {
+func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *payment.State, holder string, set gateway.Set, mayTake func(*Tx, payment.State) error) (eventstore.Position, error) {
 	var pos eventstore.Position
 	if st.AwaitingSend() && st.LeaseHolder != holder {
 		// Found debited and not sent (an interrupted verify, or one still
@@ -109,11 +109,17 @@ func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *paymen
 	ans := payment.PayoutAnswer{Status: payment.ProviderUnknown}
 	if left := st.PayoutCallDeadline().Sub(s.Engine.Now()); left > 0 {
 		call, cancel := context.WithTimeout(ctx, left)
-		got, err := payouts.Send(call, st.Record)
-		cancel()
-		if err == nil && (got.Final() || got.Status == payment.ProviderPending) {
-			ans = got
+		// A destination the provider does not know yet is registered
+		// first; not hearing back leaves the payout unsent and unknown.
+		recipient, err := s.payoutRecipient(call, a, set.Recipients, st.Record)
+		if err == nil {
+			var got payment.PayoutAnswer
+			got, err = set.Payouts.Send(call, st.Record, recipient)
+			if err == nil && (got.Final() || got.Status == payment.ProviderPending) {
+				ans = got
+			}
 		}
+		cancel()
 	}
 	ctx, cancel := context.WithTimeout(ctx, payoutRecordTimeout)
 	defer cancel()
@@ -204,6 +210,42 @@ func (s *Service) askPayoutStatus(ctx context.Context, a Actor, stream string, s
 		return payment.SettlePayout(p, ans, s.Engine.Now())
 	})
 	return err
+}
+
+// payoutRecipient is the provider's id of a bank withdrawal's destination:
+// the one kept for the account, or else one registered now and kept (the
+// first kept stands if two payouts race to register one account). ""
+// when the rail needs none.
+func (s *Service) payoutRecipient(ctx context.Context, a Actor, recipients gateway.Recipients, w ledger.Record) (string, error) {
+	to := w.WithdrawalDetails
+	if recipients == nil || to == nil {
+		return "", nil
+	}
+	id := payment.RecipientID(a.Environment, to.BankCode, to.AccountNumber)
+	kept, err := Peek(ctx, s.Engine, RecipientKind, id)
+	if err != nil || kept.Code != "" {
+		return kept.Code, err
+	}
+	code, err := recipients.Recipient(ctx, *to)
+	if err != nil {
+		return "", err
+	}
+	if code == "" {
+		return "", errors.New("app: the provider answered no recipient id")
+	}
+	_, err = s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		r, err := Read(tx, RecipientKind, id)
+		if err != nil {
+			return err
+		}
+		if r.Code != "" {
+			code = r.Code
+			return ErrNothingToDo
+		}
+		Record(tx, RecipientKind, id, payment.RecipientRegistered{BankCode: to.BankCode, AccountNumber: to.AccountNumber, Code: code})
+		return nil
+	})
+	return code, err
 }
 
 // linkPayout links the provider's reference of withdrawal's payout to it,

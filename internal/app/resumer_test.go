@@ -216,7 +216,7 @@ type stuckProvider struct {
 	calls map[string]int
 }
 
-func (p *stuckProvider) Send(_ context.Context, r ledger.Record) (payment.PayoutAnswer, error) {
+func (p *stuckProvider) Send(_ context.Context, r ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls[r.Reference]++

@@ -21,6 +21,8 @@ type Service struct {
 	// provider's event before the resumer asks the provider (default
 	// payment.PayoutPollAfter).
 	PayoutPollAfter time.Duration
+	// accountNames keeps the provider's account resolutions (accounts.go).
+	accountNames accountNames
 	// vaultLocks queue the commands of vaults sharing a wallet (vaults.go).
 	vaultLocks walletLocks
 }

@@ -5,6 +5,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -46,18 +47,47 @@ type Payouts interface {
 	// withdrawal names the same payout, and the provider's events about
 	// it can be traced back to it.
 	Reference(withdrawal ledger.Record) string
-	// Send asks the provider to pay withdrawal out.
-	Send(ctx context.Context, withdrawal ledger.Record) (payment.PayoutAnswer, error)
+	// Send asks the provider to pay withdrawal out, to recipient (the
+	// provider's id of a bank withdrawal's destination, from Recipients;
+	// "" when the environment has none).
+	Send(ctx context.Context, withdrawal ledger.Record, recipient string) (payment.PayoutAnswer, error)
 	// Status asks the provider where the payout of withdrawal stands. It
 	// is a query: asking twice has no effect. A payout the provider has no
 	// record of is payment.ProviderUnknown.
 	Status(ctx context.Context, withdrawal ledger.Record) (payment.PayoutAnswer, error)
 }
 
+// Recipients registers payout destinations with the provider, which pays
+// only to destinations it knows. The service asks once per account and
+// keeps the answer (a payment.RecipientRegistered event).
+type Recipients interface {
+	// Recipient registers a bank account (name as resolved) and answers
+	// the provider's id of it. Asking again for one account must be
+	// harmless (the provider answers the same or an equivalent id).
+	Recipient(ctx context.Context, to ledger.WithdrawalDetails) (string, error)
+}
+
+// Accounts resolves bank accounts at the provider.
+type Accounts interface {
+	// Resolve answers the name the bank holds account accountNumber of
+	// bank bankCode under; ErrAccountUnresolved when the bank knows no
+	// such account. Any other error is the provider's being unreachable.
+	Resolve(ctx context.Context, bankCode, accountNumber string) (name string, err error)
+}
+
+// ErrAccountUnresolved: the bank knows no such account.
+var ErrAccountUnresolved = errors.New("gateway: the bank could not resolve the account")
+
 // Set is the gateways of one environment; a nil member is not configured.
 type Set struct {
 	Collection Collection
 	Payouts    Payouts
+	// Recipients registers bank payouts' destinations; nil where the
+	// payout rail needs none (the built-in test payouts).
+	Recipients Recipients
+	// Accounts resolves bank accounts' names; nil where none can be
+	// (then only the test environment resolves, with invented names).
+	Accounts Accounts
 	// Events reads the provider's inbound events; nil where the
 	// environment's gateways send none (the built-in test gateways).
 	Events Events
@@ -93,7 +123,7 @@ type TestPayouts struct{}
 // Reference is the record id: the test rail has no alphabet of its own.
 func (TestPayouts) Reference(w ledger.Record) string { return w.ID }
 
-func (TestPayouts) Send(_ context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
+func (TestPayouts) Send(_ context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	if w.WithdrawalDetails != nil && strings.HasSuffix(w.WithdrawalDetails.AccountNumber, "0000") {
 		return payment.PayoutAnswer{Status: payment.ProviderReversed, Reason: "The beneficiary bank rejected the transfer"}, nil
 	}
@@ -101,7 +131,7 @@ func (TestPayouts) Send(_ context.Context, w ledger.Record) (payment.PayoutAnswe
 }
 
 func (p TestPayouts) Status(ctx context.Context, w ledger.Record) (payment.PayoutAnswer, error) {
-	return p.Send(ctx, w)
+	return p.Send(ctx, w, "")
 }
 
 // Test is the test environment's set.
