@@ -57,8 +57,15 @@ func (s *Service) gateways(env domain.Environment) gateway.Set {
 
 // cryptoConfigured reports whether crypto payouts are set up for env.
 func (s *Service) cryptoConfigured(env domain.Environment) bool {
-	return s.CryptoMaster[env] != "" && s.gateways(env).Payouts != nil
+	return ChainWatched(env) && s.CryptoMaster[env] != "" && s.gateways(env).Payouts != nil
 }
+
+// ChainWatched reports whether something watches env's chain, crediting
+// deposits to the master address and sending withdrawals: on test the
+// built-in gateways stand in for it. No chain adapter exists for live, so
+// live crypto refuses whatever address is configured: no route may promise
+// a movement of money that nothing performs.
+func ChainWatched(env domain.Environment) bool { return env == domain.Test }
 
 // CreateIntent stages a deposit, withdrawal or wallet transfer for the
 // acting customer. Nothing moves until Verify.
