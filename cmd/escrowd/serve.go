@@ -43,12 +43,25 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// newAPI assembles the API over an open environment; webhooksRole says the
-// process runs the webhooks role too, so /readyz checks its subscriber.
-func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) *httpapi.Server {
+// newAPI assembles the API over an open environment, with the payment
+// providers of cfg; webhooksRole says the process runs the webhooks role
+// too, so /readyz checks its subscriber.
+func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) (*httpapi.Server, error) {
+	providers := map[domain.Environment]wiring.Provider{}
+	for e, p := range cfg.Providers {
+		providers[e] = wiring.Provider{Name: p.Name, SecretKey: string(p.SecretKey), BaseURL: p.BaseURL, DVABank: p.DVABank}
+	}
+	gateways, err := wiring.Gateways(providers)
+	if err != nil {
+		return nil, err
+	}
 	hc := httpConfig(cfg)
 	hc.ReadyWebhooks = webhooksRole
-	return wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
+	api := wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
+	if cfg.Providers != nil { // a Config not read by LoadConfig keeps the defaults
+		api.App().Gateways = gateways
+	}
+	return api, nil
 }
 
 var serveCommand = &command{
@@ -116,7 +129,10 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		g.Go(func() error { return runWebhooks(ctx, cfg, env, reg) })
 	}
 	if want["api"] {
-		api := newAPI(cfg, env, runner, reg, want["webhooks"])
+		api, err := newAPI(cfg, env, runner, reg, want["webhooks"])
+		if err != nil {
+			return err
+		}
 		defer api.Close()
 		// Withdrawals left debited and unpaid are finished in the
 		// background, by every API process (the payout lease keeps them

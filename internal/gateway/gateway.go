@@ -5,9 +5,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 
