@@ -187,12 +187,16 @@ func TestReversalAfterSuccessAndUnknownReferences(t *testing.T) {
 	}
 	expectMain(t, a, cid, money.Naira(5000-1000-50))
 	rail.set(rec.ID, payment.PayoutAnswer{Status: payment.ProviderReversed})
+	_, before := rail.counts(rec.ID)
 	for _, svc := range []*Service{a, b, a} {
 		if got, err := svc.SettleProviderPayout(ctx, actor.Environment, "wd_"+rec.ID, "provider-events"); err != nil || got.Status != ledger.Reversed {
 			t.Fatalf("reversal event: %s, %v", got.Status, err)
 		}
 	}
 	expectMain(t, a, cid, money.Naira(5000))
+	if _, polls := rail.counts(rec.ID); polls != before+1 {
+		t.Fatalf("asked %d times after the reversal, want once: a returned payout is not asked again", polls-before)
+	}
 	if _, err := a.SettleProviderPayout(ctx, actor.Environment, "wd_unknown", "provider-events"); !errors.Is(err, ErrUnknownPayout) {
 		t.Fatalf("unknown reference: %v", err)
 	}

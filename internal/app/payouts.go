@@ -196,6 +196,11 @@ func (s *Service) askPayoutStatus(ctx context.Context, a Actor, stream string, s
 	if st.Record.Type != ledger.Withdrawal || st.Phase == payment.Staged || !st.Exists() {
 		return nil
 	}
+	if st.Phase == payment.Done && st.Record.Status != ledger.Success {
+		// Returned already: no answer can move anything (SettlePayout),
+		// so the provider is not asked.
+		return nil
+	}
 	payouts := s.gateways(a.Environment).Payouts
 	if payouts == nil {
 		return ErrPaymentsNotConfigured
