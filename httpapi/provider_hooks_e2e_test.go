@@ -362,3 +362,44 @@ func TestPaystackEventOnTwoInstancesMovesMoneyOnce(t *testing.T) {
 		t.Fatalf("%d deliveries counted, want 8", deliveries)
 	}
 }
+
+// Merchants hear of each outcome once: a failure, and a success later
+// reversed (two announcements, the money returned once); a payout still
+// pending announces nothing.
+func TestPaystackPayoutOutcomesAnnounced(t *testing.T) {
+	h := newWebhookHarness(t)
+	rail := newPaystackRail()
+	paystackOn(h.svc, rail)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	cid := h.funded("announce@x.com", "08031119004", 10000)
+	failed := h.pendingWithdrawal(rail, cid, "wd-a-failed")
+	paid := h.pendingWithdrawal(rail, cid, "wd-a-paid")
+	h.pendingWithdrawal(rail, cid, "wd-a-pending")
+	for i, step := range []struct {
+		ref, event string
+		status     payment.ProviderStatus
+	}{
+		{failed, "transfer.failed", payment.ProviderFailed},
+		{paid, "transfer.success", payment.ProviderSucceeded},
+		{paid, "transfer.reversed", payment.ProviderReversed},
+	} {
+		rail.settle(step.ref, payment.PayoutAnswer{Status: step.status})
+		body := transferEvent(step.event, step.ref, 400+i, string(step.status))
+		h.hook("", "test", body, signed(body)).expect(t, 200, "")
+		h.processed(fmt.Sprintf("%s:%d", step.event, 400+i))
+	}
+	h.caughtUp()
+	h.expectWallet(cid, 10000-1050, 0) // only the pending one stays debited
+	got := map[string]int{}
+	for _, hit := range h.allWebhooks(rc) {
+		if strings.HasPrefix(hit.Event, "payment.withdrawal.") {
+			got[hit.Event+" "+fmt.Sprint(hit.Data["reference"])]++
+		}
+	}
+	want := map[string]int{"payment.withdrawal.failed wd-a-failed": 1, "payment.withdrawal.success wd-a-paid": 1,
+		"payment.withdrawal.reversed wd-a-paid": 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("announcements %v, want %v", got, want)
+	}
+}
