@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/reference"
 )
@@ -75,6 +77,21 @@ type Accounts interface {
 	Resolve(ctx context.Context, bankCode, accountNumber string) (name string, err error)
 }
 
+// Transfers lists the provider's payouts of a period, for reconciliation.
+type Transfers interface {
+	// Transfers are the payouts the provider created in [from, to).
+	Transfers(ctx context.Context, from, to time.Time) ([]ProviderTransfer, error)
+}
+
+// ProviderTransfer is a payout as the provider lists it.
+type ProviderTransfer struct {
+	// Reference is the provider's reference (Payouts.Reference of the
+	// withdrawal it pays, for the payouts this service made).
+	Reference string
+	Amount    money.Amount
+	Answer    payment.PayoutAnswer
+}
+
 // ErrAccountUnresolved: the bank knows no such account.
 var ErrAccountUnresolved = errors.New("gateway: the bank could not resolve the account")
 
@@ -88,6 +105,10 @@ type Set struct {
 	// Accounts resolves bank accounts' names; nil where none can be
 	// (then only the test environment resolves, with invented names).
 	Accounts Accounts
+	// Transfers lists the provider's payouts for reconciliation; nil
+	// where there is nothing to reconcile with (the built-in test
+	// payouts).
+	Transfers Transfers
 	// Events reads the provider's inbound events; nil where the
 	// environment's gateways send none (the built-in test gateways).
 	Events Events

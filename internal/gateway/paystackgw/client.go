@@ -50,5 +50,5 @@ func New(cfg Config) (gateway.Set, error) {
 // Gateways is the set over a bound client.
 func Gateways(cfg Config, client Client, transferReference func(string) string) gateway.Set {
 	p := Payouts{Client: client, TransferReference: transferReference}
-	return gateway.Set{Payouts: p, Recipients: p, Accounts: p, Events: Events{SecretKey: cfg.SecretKey}}
+	return gateway.Set{Payouts: p, Recipients: p, Accounts: p, Transfers: p, Events: Events{SecretKey: cfg.SecretKey}}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/internal/gateway"
@@ -25,6 +27,8 @@ type Client interface {
 	VerifyTransfer(ctx context.Context, reference string) (Transfer, error)
 	// ResolveAccount is GET /bank/resolve: the account's name.
 	ResolveAccount(ctx context.Context, accountNumber, bankCode string) (string, error)
+	// ListTransfers is GET /transfer over [from, to), every page.
+	ListTransfers(ctx context.Context, from, to time.Time) ([]Transfer, error)
 }
 
 // TransferRequest is a transfer to initiate.
@@ -70,7 +74,22 @@ var (
 	_ gateway.Payouts    = Payouts{}
 	_ gateway.Recipients = Payouts{}
 	_ gateway.Accounts   = Payouts{}
+	_ gateway.Transfers  = Payouts{}
 )
+
+// Transfers lists Paystack's transfers of the period.
+func (p Payouts) Transfers(ctx context.Context, from, to time.Time) ([]gateway.ProviderTransfer, error) {
+	ts, err := p.Client.ListTransfers(ctx, from, to)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gateway.ProviderTransfer, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, gateway.ProviderTransfer{Reference: t.Reference, Amount: money.Amount(t.Amount),
+			Answer: payment.PayoutAnswer{Status: TransferStatus(t.Status), Reason: t.Reason, Transfer: t.TransferCode}})
+	}
+	return out, nil
+}
 
 func (p Payouts) Reference(w ledger.Record) string { return p.TransferReference(w.ID) }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
@@ -59,6 +60,14 @@ func (f *fakeClient) ResolveAccount(_ context.Context, account, bank string) (st
 		return "", ErrNotFound
 	}
 	return "ADA OBI", nil
+}
+
+func (f *fakeClient) ListTransfers(context.Context, time.Time, time.Time) ([]Transfer, error) {
+	var out []Transfer
+	for _, t := range f.transfers {
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 func withdrawal() ledger.Record {
