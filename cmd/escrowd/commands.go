@@ -83,7 +83,7 @@ func init() {
 		merchantSetSigningSecretCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand,
-		auditCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand}
+		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand}
 }
 
 func findCommand(name string) *command {
