@@ -46,9 +46,11 @@ func (s *Service) ProcessProviderEvent(ctx context.Context, env domain.Environme
 		}
 		return fmt.Sprintf("withdrawal %s of merchant %s: %s", rec.Reference, rec.MerchantID, rec.Status), nil
 	case gateway.ChargeEvent:
-		// No payment here is collected through a provider's charge yet
-		// (dedicated accounts and card payments are), so no charge can
-		// be this service's.
+		// Nothing here collects money through a provider's charge yet
+		// (dedicated-account deposits and card payments are not built),
+		// so no charge can be one of this service's payments; the event
+		// stays kept, and reconciliation is where a missed credit would
+		// be found.
 		return fmt.Sprintf("no payment here is collected by charge %q", ev.Reference), nil
 	}
 	return "kept: not an event this service acts on", nil
