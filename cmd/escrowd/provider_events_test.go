@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -43,6 +45,23 @@ func TestProjectionsStatusShowsFailingProviderEvents(t *testing.T) {
 	raw, err := cli(t, db, "projections", "status", "--json")
 	if err != nil {
 		t.Fatal(err)
+	}
+	pending, failing, oldest, err := st.Backlog(ctx, time.Now())
+	if err != nil || pending != 2 || failing != 1 || oldest < 0 {
+		t.Fatalf("backlog %d pending, %d failing, oldest %s: %v", pending, failing, oldest, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newInboxCollector(st))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		got[f.GetName()] = f.GetMetric()[0].GetGauge().GetValue()
+	}
+	if got["escrowd_provider_events_pending"] != 2 || got["escrowd_provider_events_failing"] != 1 {
+		t.Fatalf("gauges %v", got)
 	}
 	var report statusReport
 	if err := json.Unmarshal([]byte(raw), &report); err != nil {

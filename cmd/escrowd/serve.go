@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -104,6 +105,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
 		reg.MustRegister(newHorizonCollector(hr))
 	}
+	reg.MustRegister(newInboxCollector(inbox.Store{Pool: env.Pool}))
 	if as, ok := env.Store.(interface{ AppendStats() postgres.AppendStats }); ok {
 		reg.MustRegister(newAppendCollector(as))
 	}

@@ -150,3 +150,16 @@ ORDER BY received_at LIMIT 20`)
 	})
 	return out, err
 }
+
+// Backlog is what waits in the inbox, read from the pending rows alone
+// (cheap enough for every metrics scrape): how many, how many of them
+// have failed, and how long the oldest has waited (0 when none).
+func (s Store) Backlog(ctx context.Context, now time.Time) (pending, failing int, oldest time.Duration, err error) {
+	var first *time.Time
+	err = s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE last_error IS NOT NULL), min(received_at)
+FROM provider_inbox WHERE state = 'pending'`).Scan(&pending, &failing, &first)
+	if err == nil && first != nil {
+		oldest = max(now.Sub(*first), 0)
+	}
+	return pending, failing, oldest, err
+}
