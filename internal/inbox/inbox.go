@@ -163,3 +163,13 @@ FROM provider_inbox WHERE state = 'pending'`).Scan(&pending, &failing, &first)
 	}
 	return pending, failing, oldest, err
 }
+
+// Prune deletes the events processed before before, and returns how many.
+// A provider delivering one again after that keeps it afresh and it is
+// processed again, which moves no money twice (the handler's rules are
+// idempotent): pruning only shortens the window in which a repeat is
+// recognised without asking the provider.
+func (s Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	tag, err := s.Pool.Exec(ctx, `DELETE FROM provider_inbox WHERE state = 'done' AND processed_at < $1`, before)
+	return tag.RowsAffected(), err
+}

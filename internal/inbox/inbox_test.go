@@ -106,4 +106,12 @@ func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
 	if sum.Pending != 0 || sum.Done != 2 || calls["bad"] != 3 || calls["good"] != 1 {
 		t.Fatalf("after the retries: %+v, calls %v", sum, calls)
 	}
+	// Pruning deletes what was processed before the cut, nothing pending.
+	put(t, st, "later")
+	if n, err := st.Prune(context.Background(), now.Add(-time.Hour)); err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want good only (bad was processed at the cut)", n, err)
+	}
+	if sum, _ = st.Status(context.Background()); sum.Pending != 1 || sum.Done != 1 {
+		t.Fatalf("after pruning: %+v", sum)
+	}
 }

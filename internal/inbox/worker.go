@@ -35,6 +35,9 @@ type Worker struct {
 	// Backoff is the wait after the attempt-th failure (default
 	// Backoff).
 	Backoff func(attempt int) time.Duration
+	// Retention is how long processed events are kept (default 30 days);
+	// Run prunes older ones about hourly.
+	Retention time.Duration
 
 	wake chan struct{}
 }
@@ -70,6 +73,9 @@ func (w *Worker) defaults() {
 	if w.Backoff == nil {
 		w.Backoff = Backoff
 	}
+	if w.Retention <= 0 {
+		w.Retention = 30 * 24 * time.Hour
+	}
 	if w.wake == nil {
 		w.wake = make(chan struct{}, 1)
 	}
@@ -91,9 +97,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.defaults()
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
+	var pruned time.Time
 	for {
 		if _, err := w.Drain(ctx); err != nil && ctx.Err() == nil {
 			w.Log.Warn("inbox: claiming provider events failed", zap.Error(err))
+		}
+		if now := w.Now(); now.Sub(pruned) >= time.Hour {
+			pruned = now
+			if _, err := w.Store.Prune(ctx, now.Add(-w.Retention)); err != nil && ctx.Err() == nil {
+				w.Log.Warn("inbox: pruning processed provider events failed", zap.Error(err))
+			}
 		}
 		select {
 		case <-ctx.Done():
