@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/domaintest"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
@@ -103,14 +102,7 @@ func onBankRail(t *testing.T, rail *bankRail) (a, b *Service, actor Actor, cid s
 	for _, svc := range []*Service{a, b} {
 		svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: rail, Recipients: rail, Accounts: rail}
 	}
-	ctx := context.Background()
-	cid, _, err := a.CreateCustomer(ctx, actor, customer.NewCustomer{Firstname: "A", Lastname: "B", Email: "a@x.co", Phone: "08031234567"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := a.TopUp(ctx, actor, cid, money.Naira(5000)); err != nil {
-		t.Fatal(err)
-	}
+	cid = stageWithdrawals(t, a, actor) // a customer holding 5,000, nothing staged
 	return a, b, actor, cid
 }
 
