@@ -78,6 +78,8 @@ func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
 	w := &Worker{Store: st, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
 		Backoff: func(attempt int) time.Duration { return time.Duration(attempt) * time.Hour },
 		Handle: func(_ context.Context, it Item) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			calls[it.ID]++
 			if it.ID == "bad" && it.Attempt < 3 {
 				return "", errors.New("provider timed out")
@@ -113,5 +115,33 @@ func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
 	}
 	if sum, _ = st.Status(context.Background()); sum.Pending != 1 || sum.Done != 1 {
 		t.Fatalf("after pruning: %+v", sum)
+	}
+}
+
+// An event whose handler is slow (its provider takes its time to answer)
+// does not hold up the others of its claim: the slow one waits for a fast
+// one claimed after it to be handled.
+func TestSlowEventDoesNotHoldUpOthers(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	put(t, st, "slow")
+	put(t, st, "fast")
+	fastDone := make(chan struct{})
+	w := &Worker{Store: st, Handle: func(_ context.Context, it Item) (string, error) {
+		if it.ID == "fast" {
+			close(fastDone)
+			return "ok", nil
+		}
+		select {
+		case <-fastDone:
+			return "ok", nil
+		case <-time.After(time.Minute):
+			return "", errors.New("the fast event was held up behind the slow one")
+		}
+	}}
+	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
+		t.Fatalf("drained %d, %v", n, err)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != 2 {
+		t.Fatalf("status %+v", sum)
 	}
 }

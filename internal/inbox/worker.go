@@ -2,6 +2,8 @@ package inbox
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"math/rand/v2"
 	"time"
 
@@ -15,10 +17,11 @@ import (
 // rules it calls move money once whatever runs them.
 type Handler func(ctx context.Context, it Item) (outcome string, err error)
 
-// Worker processes the inbox's due events, one at a time, in every process
-// that runs one: claims are leases, so workers never take the same event
-// at once, and an event that fails is retried with backoff without holding
-// up the ones after it.
+// Worker processes the inbox's due events in every process that runs one:
+// claims are leases, so workers never take the same event at once; the
+// events of a claim are processed side by side, so one whose provider is
+// slow to answer does not hold up the others, and one that fails is
+// retried with backoff without holding up the ones after it.
 type Worker struct {
 	Store  Store
 	Handle Handler
@@ -30,7 +33,8 @@ type Worker struct {
 	Interval time.Duration
 	// Lease is how long a claimed event is the worker's (default 1 min).
 	Lease time.Duration
-	// Batch is how many events a claim takes (default 20).
+	// Batch is how many events a claim takes (default 20), and so how
+	// many are processed at once.
 	Batch int
 	// Backoff is the wait after the attempt-th failure (default
 	// Backoff).
@@ -127,12 +131,17 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		for _, it := range items {
-			if err := w.process(ctx, it); err != nil {
-				return n, err
-			}
-			n++
+		errs := make([]error, len(items))
+		var wg sync.WaitGroup
+		for i, it := range items {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = w.process(ctx, it) }()
 		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return n, err
+		}
+		n += len(items)
 		if len(items) < w.Batch {
 			return n, nil
 		}
