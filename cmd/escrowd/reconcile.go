@@ -134,4 +134,3 @@ func reconcile(ctx context.Context, svc *app.Service, q *projections.Queries, en
 	}
 	return nil
 }
-

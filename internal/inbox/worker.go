@@ -3,8 +3,8 @@ package inbox
 import (
 	"context"
 	"errors"
-	"sync"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
