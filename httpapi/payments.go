@@ -13,7 +13,6 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
-	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -283,16 +282,12 @@ func (s *Server) verifyAccount(c echo.Context) error {
 		return domain.Invalidf("bankCode is required")
 	}
 	p, _ := PrincipalFrom(c)
-	if p.Environment != domain.Test {
-		// Name resolution needs a bank-data provider; none is built in.
-		return app.ErrPaymentsNotConfigured
-	}
-	if !reference.ValidNUBAN(body.BankCode, body.AccountNumber) {
-		return domain.Invalidf("Could not resolve account name")
+	name, err := s.app.ResolveAccount(c.Request().Context(), p.Environment, body.BankCode, body.AccountNumber)
+	if err != nil {
+		return err
 	}
 	return respond(c, http.StatusOK, "Account details retrieved successfully", map[string]string{
-		"accountName":   reference.TestAccountName(body.BankCode, body.AccountNumber),
-		"accountNumber": body.AccountNumber, "bankCode": body.BankCode})
+		"accountName": name, "accountNumber": body.AccountNumber, "bankCode": body.BankCode})
 }
 
 // transactionFilter reads the history query; flat reports whether the

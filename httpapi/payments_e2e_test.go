@@ -750,14 +750,14 @@ type payoutsFailingOnce struct {
 	asked []string
 }
 
-func (p *payoutsFailingOnce) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+func (p *payoutsFailingOnce) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, w.ID)
 	if len(p.asked) == 1 {
-		return payment.Outcome{}, errors.New("provider timed out")
+		return payment.PayoutAnswer{}, errors.New("provider timed out")
 	}
-	return payment.Outcome{OK: true}, nil
+	return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 }
 
 // A payout whose provider does not answer leaves the debit standing and
@@ -833,7 +833,7 @@ type blockingPayouts struct {
 	release chan struct{}
 }
 
-func (p *blockingPayouts) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+func (p *blockingPayouts) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.calls.Add(1)
 	select {
 	case p.started <- struct{}{}:
@@ -841,9 +841,9 @@ func (p *blockingPayouts) Pay(ctx context.Context, w ledger.Record) (payment.Out
 	}
 	select {
 	case <-p.release:
-		return payment.Outcome{OK: true}, nil
+		return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 	case <-ctx.Done():
-		return payment.Outcome{}, ctx.Err()
+		return payment.PayoutAnswer{}, ctx.Err()
 	}
 }
 
@@ -875,4 +875,18 @@ func TestVerifyDuringAPayoutAnswersInProgress(t *testing.T) {
 		t.Fatalf("provider asked %d times, want once", n)
 	}
 	h.expectWallet(cid, 8950, 0)
+}
+
+// Reference and Status complete gateway.Payouts: payoutsFailingOnce answers every send at
+// once, so it is never asked where a payout stands.
+func (p *payoutsFailingOnce) Reference(w ledger.Record) string { return w.ID }
+func (p *payoutsFailingOnce) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
+}
+
+// Reference and Status complete gateway.Payouts: blockingPayouts answers every send at
+// once, so it is never asked where a payout stands.
+func (p *blockingPayouts) Reference(w ledger.Record) string { return w.ID }
+func (p *blockingPayouts) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
 }

@@ -156,8 +156,10 @@ var tenancyMatrix = map[string]matrixRow{
 	"echo_route_not_found /checkout":    {public: "the checkout pages' not-found handler"},
 	"echo_route_not_found /checkout/*":  {public: "the checkout pages' not-found handler"},
 	"GET /openapi.json":                 {public: "the API reference (api-decisions §8)"},
-	"GET /docs":                         {public: "the API reference, rendered (api-decisions §8)"},
-	"GET /docs/redoc.standalone.js":     {public: "the API reference's renderer, served from the binary"},
+	"POST /hooks/paystack/:env": {public: "the provider's signed events: the signature is the capability, and money moves only on the provider's own answer",
+		params: map[string]string{"env": "environment"}, bodies: []string{`{"event":"transfer.success","data":{"id":1,"reference":"{{reference}}"}}`}},
+	"GET /docs":                     {public: "the API reference, rendered (api-decisions §8)"},
+	"GET /docs/redoc.standalone.js": {public: "the API reference's renderer, served from the binary"},
 }
 
 // TestTenancyMatrixCoversEveryRoute: every route the server registers has
@@ -241,6 +243,7 @@ func setUpTenant(t *testing.T, h *harness, name string, m *tenantKeys, n int) *t
 	tn.ids["addressId"] = wl.obj()["id"].(string)
 	tn.ids["deliveryId"] = "00000000-0000-7000-8000-00000000000" + fmt.Sprint(n)
 	tn.ids["fileName"] = "none.png"
+	tn.ids["environment"] = "test"
 	// Until the victims have milestone escrows, a well-formed id of none.
 	tn.ids["milestoneId"] = "00000000-0000-7000-8000-0000000000a" + fmt.Sprint(n)
 	tn.ids["webhookURL"] = m.webhookURL

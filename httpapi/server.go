@@ -22,6 +22,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -112,6 +113,7 @@ type Server struct {
 	ping     func(context.Context) error
 	files    *fileStore
 	hooks    *webhooks.Outbox
+	inbox    *inbox.Worker
 	// masterQR holds the master wallet addresses' QR codes.
 	masterQR qrCache
 	closers  []func()
@@ -135,6 +137,9 @@ type Deps struct {
 	Ping      func(context.Context) error
 	Directory Directory
 	Webhooks  *webhooks.Outbox
+	// Inbox keeps providers' inbound events and processes them (its
+	// worker runs where the process runs it); nil refuses them.
+	Inbox *inbox.Worker
 	// Closers stop background work of the dependencies (the auth cache's
 	// log tail) when the server is closed.
 	Closers []func()
@@ -167,7 +172,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.DataDir = "./.data"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, closers: d.Closers}
+		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
 	if s.log == nil {
 		s.log = zap.NewNop()

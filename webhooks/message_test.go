@@ -173,13 +173,20 @@ func TestPaymentMessages(t *testing.T) {
 			}
 		})
 	}
-	// A record announces itself once: its id does not depend on the event
-	// or the outcome that settled it.
+	// A record announces its settlement once: its id does not depend on
+	// the event that settled it, or on whether it succeeded or failed. A
+	// reversal (which can follow a success) is announced once more.
 	a, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Success)}}, t0)
+	again, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Success)}}, t0.Add(time.Minute))
+	failed, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Failed)}}, t0)
 	b, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Reversed)}}, t0.Add(time.Hour))
+	b2, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r1", ledger.Withdrawal, ledger.Reversed)}}, t0.Add(2*time.Hour))
 	c, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("r2", ledger.Withdrawal, ledger.Success)}}, t0)
-	if a[0].ID != b[0].ID || a[0].ID == c[0].ID {
+	if a[0].ID != again[0].ID || a[0].ID != failed[0].ID || a[0].ID == c[0].ID {
 		t.Fatal("payment message ids must follow the record id")
+	}
+	if b[0].ID == a[0].ID || b[0].ID != b2[0].ID {
+		t.Fatal("a reversal must be announced once, apart from the settlement it reverses")
 	}
 	// Several records of one event (a wallet transfer's two sides).
 	two, _ := PaymentMessages(ledger.Effect{Records: []ledger.Record{txRecord("x", ledger.WalletTransfer, ledger.Success),
