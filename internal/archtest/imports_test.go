@@ -62,7 +62,7 @@ var rules = []rule{
 	{pkg: "internal/gateway", may: domainPkgs, testsMay: domainPkgs},
 	// The Paystack adapter of the gateway ports: it translates, the
 	// domain decides.
-	{pkg: "internal/gateway/paystackgw", may: append([]string{"internal/gateway", "internal/paystack"}, domainPkgs...), testsMay: domainPkgs},
+	{pkg: "internal/gateway/paystackgw", may: append([]string{"internal/gateway", "internal/paystack"}, domainPkgs...), testsMay: append([]string{"internal/paystack/paystacksim"}, domainPkgs...)},
 	// The providers' inbound events, kept before they are acknowledged.
 	{pkg: "internal/inbox", may: domainPkgs, testsMay: []string{"internal/pgtest", "migrations"}},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},

@@ -5,16 +5,14 @@ package paystackgw
 
 import (
 	"bytes"
-	"crypto/hmac"
 	"crypto/sha256"
-	"crypto/sha512"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strconv"
-	"strings"
 
 	"github.com/escrowd/escrowd/internal/gateway"
+	"github.com/escrowd/escrowd/internal/paystack"
 )
 
 // Provider is the inbox's name for Paystack.
@@ -37,10 +35,7 @@ func (e Events) Authentic(body []byte, signature string) bool {
 	if e.SecretKey == "" || signature == "" {
 		return false
 	}
-	want := hmac.New(sha512.New, []byte(e.SecretKey))
-	want.Write(body)
-	got, err := hex.DecodeString(strings.TrimSpace(signature))
-	return err == nil && hmac.Equal(got, want.Sum(nil))
+	return paystack.VerifySignature(e.SecretKey, body, signature)
 }
 
 // event is the part of Paystack's event body read here.
