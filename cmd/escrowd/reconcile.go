@@ -97,19 +97,7 @@ var ErrNothingToReconcile = errors.New("reconcile: the environment's payment pro
 // reconcile runs the comparison of [from, to) and prints it; an error
 // (exit 1) when a difference remains.
 func reconcile(ctx context.Context, svc *app.Service, q *projections.Queries, env domain.Environment, from, to time.Time, asJSON bool, w io.Writer) error {
-	set := svc.Gateways[env]
-	if set.Transfers == nil {
-		return ErrNothingToReconcile
-	}
-	transfers, err := set.Transfers.Transfers(ctx, from, to)
-	if err != nil {
-		return fmt.Errorf("reconcile: listing the provider's transfers: %w", err)
-	}
-	ours, err := q.Withdrawals(ctx, env, from, to)
-	if err != nil {
-		return err
-	}
-	rep, err := svc.ReconcilePayouts(ctx, env, transfers, ours)
+	rep, err := reconcileRun(ctx, svc, q, env, from, to)
 	if err != nil {
 		return err
 	}
@@ -133,4 +121,22 @@ func reconcile(ctx context.Context, svc *app.Service, q *projections.Queries, en
 		return fmt.Errorf("reconcile: %d difference(s) remain", len(rep.Differences))
 	}
 	return nil
+}
+
+// reconcileRun compares env's payouts of [from, to) with its provider's
+// transfers, healing what the provider settled that is pending here.
+func reconcileRun(ctx context.Context, svc *app.Service, q *projections.Queries, env domain.Environment, from, to time.Time) (app.PayoutReconciliation, error) {
+	set := svc.Gateways[env]
+	if set.Transfers == nil {
+		return app.PayoutReconciliation{}, ErrNothingToReconcile
+	}
+	transfers, err := set.Transfers.Transfers(ctx, from, to)
+	if err != nil {
+		return app.PayoutReconciliation{}, fmt.Errorf("reconcile: listing the provider's transfers: %w", err)
+	}
+	ours, err := q.Withdrawals(ctx, env, from, to)
+	if err != nil {
+		return app.PayoutReconciliation{}, err
+	}
+	return svc.ReconcilePayouts(ctx, env, transfers, ours)
 }

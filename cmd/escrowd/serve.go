@@ -145,6 +145,11 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		// Providers' events kept by any API process are processed by
 		// every one (each event by one at a time).
 		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })
+		// Yesterday's payouts are compared with the providers' transfers
+		// once a day (escrowd reconcile does the same on demand).
+		daily := newDailyReconciler(api.App(), env.Pool, env.Log)
+		reg.MustRegister(daily)
+		g.Go(func() error { return daily.Run(ctx) })
 		srv := api.HTTPServer(addr, httpapi.DefaultLimits)
 		g.Go(func() error {
 			env.Log.Info("listening", zap.String("addr", addr))
