@@ -306,6 +306,9 @@ func eventData(e *Engine, ev domain.Event, metaJSON []byte) (eventstore.EventDat
 	if err != nil {
 		return eventstore.EventData{}, err
 	}
+	if len(data)+len(metaJSON) > domain.MaxEventBytes {
+		return eventstore.EventData{}, domain.ErrEventTooLarge
+	}
 	return eventstore.EventData{ID: e.NewID(), Type: ev.EventType(), Data: data, Metadata: metaJSON}, nil
 }
 
