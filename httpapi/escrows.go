@@ -283,9 +283,15 @@ func (s *Server) deleteEscrow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	owned, err := s.app.EscrowFiles(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
 	if _, err := s.app.DeleteEscrow(c.Request().Context(), actor(c), sellerOf(c), id); err != nil {
 		return err
 	}
+	// A deleted escrow's files are not served any more.
+	s.files.Remove(owned)
 	return respond(c, http.StatusOK, "Escrow deleted successfully", map[string]any{})
 }
 

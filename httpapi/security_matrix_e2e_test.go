@@ -10,6 +10,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/internal/files"
 )
 
 // The tenancy matrix: every registered route, attacked with another
@@ -55,11 +56,15 @@ var paramKinds = map[string]string{"customerId": "customerId", "paymentToken": "
 	"id": "categoryId", "addressId": "addressId", "phone": "phone", "name": "fileName", "milestoneId": "milestoneId"}
 
 var tenancyMatrix = map[string]matrixRow{
-	"GET /healthz":                        {public: "liveness probe: no data"},
-	"GET /readyz":                         {public: "readiness probe: lags and positions, no tenant data"},
-	"GET /metrics":                        {public: "operators' scrape target: must carry no tenant data"},
-	"GET /files/:name":                    {public: "uploaded images by unguessable name (api-decisions §3)"},
-	"HEAD /files/:name":                   {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"GET /healthz":      {public: "liveness probe: no data"},
+	"GET /readyz":       {public: "readiness probe: lags and positions, no tenant data"},
+	"GET /metrics":      {public: "operators' scrape target: must carry no tenant data"},
+	"GET /files/:name":  {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"HEAD /files/:name": {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"GET /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",
+		params: map[string]string{"owner": "fileOwner"}},
+	"HEAD /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",
+		params: map[string]string{"owner": "fileOwner"}},
 	"GET /v1/countries":                   {mayPass: true, ignoresCID: true},
 	"GET /v1/payment/bank-list":           {mayPass: true, ignoresCID: true},
 	"GET /v1/payment/verify-phone/:phone": {ignoresCID: true},
@@ -241,6 +246,11 @@ func setUpTenant(t *testing.T, h *harness, name string, m *tenantKeys, n int) *t
 	tn.ids["addressId"] = wl.obj()["id"].(string)
 	tn.ids["deliveryId"] = "00000000-0000-7000-8000-00000000000" + fmt.Sprint(n)
 	tn.ids["fileName"] = "none.png"
+	owner := m.merchantID
+	if owner == "" {
+		owner = h.m.MerchantID
+	}
+	tn.ids["fileOwner"] = files.Owner(owner, string(m.env))
 	// Until the victims have milestone escrows, a well-formed id of none.
 	tn.ids["milestoneId"] = "00000000-0000-7000-8000-0000000000a" + fmt.Sprint(n)
 	tn.ids["webhookURL"] = m.webhookURL

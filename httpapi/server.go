@@ -64,6 +64,9 @@ type Config struct {
 	// ./.data).
 	PublicURL string
 	DataDir   string
+	// FilesQuota bounds each merchant environment's stored files in bytes
+	// (default 1,024 MB); an upload past it is 413.
+	FilesQuota int64
 	// WebhookAllowPrivate lets callback URLs of either environment resolve
 	// to private or loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
 	WebhookAllowPrivate bool
@@ -142,6 +145,9 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.JSONBodyLimit == 0 {
 		cfg.JSONBodyLimit = 1 << 20
 	}
+	if cfg.FilesQuota == 0 {
+		cfg.FilesQuota = 1024 << 20
+	}
 	if cfg.MultipartBodyLimit == 0 {
 		cfg.MultipartBodyLimit = 32 << 20
 	}
@@ -162,7 +168,7 @@ func New(cfg Config, d Deps) *Server {
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
 		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, closers: d.Closers}
-	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
+	s.files = newFileStore(cfg.DataDir, cfg.PublicURL, cfg.FilesQuota)
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
