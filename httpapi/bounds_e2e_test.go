@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -50,5 +51,67 @@ func TestReturnURLsAreBounded(t *testing.T) {
 		h.do(req{method: "POST", path: "/v1/checkout/sessions", key: h.std(),
 			body: map[string]any{"paymentToken": f.token, "customerId": f.buyer, field: long}}).
 			expect(t, 400, field+" must be at most 2048 characters")
+	}
+}
+
+// TestReservedReferencePrefixes: a client may not choose a reference in a
+// prefix the service's own references use (a checkout's payment, its
+// top-up, a transfer's receiving side, settlement records): it could take
+// the place of the service's own and block a checkout session. Nothing of
+// a refused request is stored.
+func TestReservedReferencePrefixes(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	buyer := h.funded("buyer@example.com", "08030000002", 5000)
+	e := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "Phone", "whoPays": "buyer"}, 0).expect(t, 201, "").obj()
+	before := h.events()
+	for _, ref := range []string{"checkout_" + e["id"].(string), "Checkout_x", "TOPUP-1", "topup-x", "WT-" + buyer, "ESC-1-fee"} {
+		h.intent(buyer, map[string]any{"reference": ref, "amount": 100, "transactionType": "deposit"}).
+			expect(t, 400, "Reference prefix is reserved")
+		h.pay(buyer, ref, 1025, e["id"]).expect(t, 400, "Reference prefix is reserved")
+	}
+	if after := h.events(); after != before {
+		t.Fatalf("%d events stored by refused requests", after-before)
+	}
+	h.pay(buyer, "my-checkout_1", 1025, e["id"]).expect(t, 200, "Payment successful")
+}
+
+// TestTotalQuantityIsBounded: a listing has 1 to 10,000 units (each sold
+// unit is an escrow of its own).
+func TestTotalQuantityIsBounded(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	const msg = "totalQuantity must be an integer between 1 and 10000"
+	fields := func(q string) map[string]string {
+		return map[string]string{"amount": "1000", "purpose": "Phone", "whoPays": "buyer", "totalQuantity": q}
+	}
+	for _, q := range []string{"0", "10001", "9223372036854775807", "9223372036854775808"} {
+		h.createEscrow(seller, fields(q), 0).expect(t, 400, msg)
+	}
+	e := h.createEscrow(seller, fields("10000"), 0).expect(t, 201, "").obj()
+	h.do(req{method: "PUT", path: "/v1/escrow/edit/" + e["paymentToken"].(string), key: h.std(), cid: seller,
+		body: map[string]any{"totalQuantity": 10001}}).expect(t, 400, msg)
+}
+
+// TestFormTokenFromTheBodyOnly: the checkout page's anti-forgery token is
+// read from the form's body; the same token in the query string is a
+// forged form.
+func TestFormTokenFromTheBodyOnly(t *testing.T) {
+	f := newCheckoutFixtureOn(t, newHarness(t), 20000)
+	f.open(t, nil)
+	form := f.form(t)
+	res, err := http.Post(f.h.srv.URL+"/checkout/"+f.sessionID+"/pay?"+form.Encode(), "application/x-www-form-urlencoded", strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("token in the query string: %d, want 403", res.StatusCode)
+	}
+	if st := f.escrowStatus(t); st != "PENDING" {
+		t.Fatalf("escrow %s after a query-string token", st)
+	}
+	if p := f.post(t, "pay", form); p.status != http.StatusOK && p.status != http.StatusSeeOther {
+		t.Fatalf("the page's own form: %d %s", p.status, p.body)
 	}
 }

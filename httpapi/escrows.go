@@ -155,7 +155,7 @@ func escrowPatch(f map[string]json.RawMessage) (escrow.Patch, error) {
 	if p.MaxDelivery, err = fieldInt(f, "maxDelivery", "maxDelivery must be an integer between 1 and 365"); err != nil {
 		return p, err
 	}
-	if p.TotalQuantity, err = fieldInt(f, "totalQuantity", "totalQuantity must be an integer of at least 1"); err != nil {
+	if p.TotalQuantity, err = fieldInt(f, "totalQuantity", escrow.ErrQuantity.Message); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -386,7 +386,7 @@ func (s *Server) payEscrow(c echo.Context) error {
 	default:
 		return domain.Invalidf("gateway must be wallet")
 	}
-	if err := ledger.ValidReference(body.Reference); err != nil {
+	if err := ledger.ValidClientReference(body.Reference); err != nil {
 		return err
 	}
 	amount, err := amountOf("amount", body.Amount)

@@ -134,7 +134,7 @@ func (b intentBody) request() (app.IntentRequest, error) {
 	default:
 		return r, domain.Invalidf("transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")
 	}
-	if err := ledger.ValidReference(b.Reference); err != nil {
+	if err := ledger.ValidClientReference(b.Reference); err != nil {
 		return r, err
 	}
 	r.Reference = b.Reference

@@ -12,17 +12,19 @@ import (
 
 // Errors with the spec's and api-decisions' messages.
 var (
-	ErrNotFound          = domain.Invalidf("Escrow not found")
-	ErrOtherMerchant     = domain.Invalidf("Escrow does not belong to this merchant")
-	ErrActionNotAllowed  = domain.Invalidf("Action not allowed")
-	ErrNotCheckoutable   = domain.Invalidf("Escrow is not in a valid state for checkout")
-	ErrOwnEscrow         = domain.Invalidf("Seller cannot pay for own escrow")
-	ErrSoldOut           = domain.Invalidf("Escrow is sold out")
-	ErrNotClaimable      = domain.Invalidf("Escrow cannot be claimed yet")
-	ErrFeeFrozen         = domain.Invalidf("An additional fee can only be updated while the escrow is pending payment")
-	ErrNegativeFee       = domain.Invalidf("additionalFee cannot be negative")
-	ErrAmountMismatch    = domain.Invalidf("Amount mismatch")
-	MinAmount            = money.Naira(1000)
+	ErrNotFound         = domain.Invalidf("Escrow not found")
+	ErrOtherMerchant    = domain.Invalidf("Escrow does not belong to this merchant")
+	ErrActionNotAllowed = domain.Invalidf("Action not allowed")
+	ErrNotCheckoutable  = domain.Invalidf("Escrow is not in a valid state for checkout")
+	ErrOwnEscrow        = domain.Invalidf("Seller cannot pay for own escrow")
+	ErrSoldOut          = domain.Invalidf("Escrow is sold out")
+	ErrNotClaimable     = domain.Invalidf("Escrow cannot be claimed yet")
+	ErrFeeFrozen        = domain.Invalidf("An additional fee can only be updated while the escrow is pending payment")
+	ErrNegativeFee      = domain.Invalidf("additionalFee cannot be negative")
+	ErrAmountMismatch   = domain.Invalidf("Amount mismatch")
+	MinAmount           = money.Naira(1000)
+	// MaxQuantity bounds a listing's units: each sold unit is an escrow.
+	MaxQuantity          = 10_000
 	MaxImagesAtCreation  = 5
 	MaxImages            = 20
 	defaultMaxDelivery   = 7
@@ -56,6 +58,9 @@ type Draft struct {
 	ImageURLs        []string
 }
 
+// ErrQuantity refuses a listing's unit count outside 1 to MaxQuantity.
+var ErrQuantity = domain.Invalidf("totalQuantity must be an integer between 1 and %d", MaxQuantity)
+
 func checkTerms(t Terms, quantity int) error {
 	switch {
 	case t.Amount < MinAmount || t.Amount%100 != 0:
@@ -72,8 +77,8 @@ func checkTerms(t Terms, quantity int) error {
 		return domain.Invalidf("maxDelivery must be an integer between 1 and 365")
 	case timelineUnits[t.DeliveryTimeline] == 0:
 		return domain.Invalidf("deliveryTimeline must be one of minutes, hours, days")
-	case quantity < 1:
-		return domain.Invalidf("totalQuantity must be an integer of at least 1")
+	case quantity < 1 || quantity > MaxQuantity:
+		return ErrQuantity
 	}
 	return nil
 }

@@ -268,6 +268,27 @@ func TestValidReference(t *testing.T) {
 	}
 }
 
+// TestValidClientReference: a client's reference may not begin with a
+// prefix the service's own references use, in any case.
+func TestValidClientReference(t *testing.T) {
+	for ref, want := range map[string]string{
+		"order-1": "", "checkout": "", "TOPUP": "", "my-checkout_1": "", "WTF-1": "",
+		"checkout_01a2": "Reference prefix is reserved", "CHECKOUT_x": "Reference prefix is reserved",
+		"TOPUP-1": "Reference prefix is reserved", "topup-1": "Reference prefix is reserved",
+		"WT-01a2": "Reference prefix is reserved", "ESC-1-fee": "Reference prefix is reserved",
+		"": "reference is required",
+	} {
+		err := ValidClientReference(ref)
+		got := ""
+		if err != nil {
+			got = domain.ErrorMessage(err)
+		}
+		if got != want || (err != nil && domain.ErrorCode(err) != domain.Invalid) {
+			t.Errorf("ValidClientReference(%q) = %v, want %q", ref, err, want)
+		}
+	}
+}
+
 func TestStatusSettled(t *testing.T) {
 	tests := []struct {
 		s    Status
