@@ -115,3 +115,27 @@ func TestFormTokenFromTheBodyOnly(t *testing.T) {
 		t.Fatalf("the page's own form: %d %s", p.status, p.body)
 	}
 }
+
+// TestDisputeShownToItsPartiesOnly: a dispute's messages and evidence are
+// shown to the escrow's buyer, its seller and the merchant; another
+// customer of the merchant who looks the escrow up sees dispute: null.
+func TestDisputeShownToItsPartiesOnly(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	buyer := h.funded("ada@example.com", "08030000002", 20000)
+	other := h.createCustomer(h.sa(), "other@example.com", "08030000003")
+	_, token := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
+	for who, cid := range map[string]string{"buyer": buyer, "seller": seller, "merchant": ""} {
+		e := h.do(req{path: "/v1/escrow/verify/" + token, key: h.std(), cid: cid}).expect(t, 200, "").obj()
+		if d, _ := e["dispute"].([]any); len(d) != 1 {
+			t.Errorf("%s sees dispute %v", who, e["dispute"])
+		}
+	}
+	r := h.do(req{path: "/v1/escrow/verify/" + token, key: h.std(), cid: other}).expect(t, 200, "")
+	if d, ok := r.obj()["dispute"]; !ok || d != nil {
+		t.Fatalf("another customer sees dispute %v", d)
+	}
+	if strings.Contains(string(r.Raw), "The phone never arrived") {
+		t.Fatalf("the dispute's message reached another customer: %s", r.Raw)
+	}
+}
