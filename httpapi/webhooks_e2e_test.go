@@ -272,6 +272,19 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	if hits[1].ID != id || hits[1].Attempt != "4" {
 		t.Fatalf("redelivery %+v", hits[1])
 	}
+	// Manual retries are bounded: ten per delivery, each delivered, then
+	// 400 and nothing more is sent.
+	for n := 2; n <= webhooks.MaxManualRetries; n++ {
+		h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
+			expect(t, 200, "Webhook delivery queued for retry")
+		rc.waitFor(t, n+1)
+	}
+	h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
+		expect(t, 400, "A delivery may be retried by hand at most 10 times")
+	after := h.do(req{path: "/v1/merchant/webhook/deliveries", key: h.sa()}).expect(t, 200, "").obj()["data"].([]any)[0].(map[string]any)
+	if after["attempts"] != float64(3+webhooks.MaxManualRetries) || after["status"] != "delivered" {
+		t.Fatalf("after the refused retry: %v", after)
+	}
 
 	// Access rules and other merchants.
 	other := h.newMerchant(true)
