@@ -382,12 +382,14 @@ func (s *Server) listTransactions(c echo.Context, f projections.TransactionFilte
 	if err != nil {
 		return err
 	}
-	rows, pg, err := q.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling), flat)
+	if flat {
+		return streamFlat(c, msg, func(each func([]byte) error) error {
+			return q.EachTransaction(c.Request().Context(), f, each)
+		})
+	}
+	rows, pg, err := q.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling))
 	if err != nil {
 		return err
-	}
-	if flat {
-		return respond(c, http.StatusOK, msg, rows)
 	}
 	return respond(c, http.StatusOK, msg, map[string]any{"data": rows, "pagination": pg})
 }
