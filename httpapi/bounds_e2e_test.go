@@ -139,3 +139,20 @@ func TestDisputeShownToItsPartiesOnly(t *testing.T) {
 		t.Fatalf("the dispute's message reached another customer: %s", r.Raw)
 	}
 }
+
+// TestTestDepositsAreBounded: a deposit on the built-in test gateway, which
+// confirms every deposit with no money behind it, is at most 100,000;
+// above it the intent is refused when it is staged and nothing is stored.
+func TestTestDepositsAreBounded(t *testing.T) {
+	h := newHarness(t)
+	cid := h.createCustomer(h.sa(), "d@example.com", "08030000001")
+	before := h.events()
+	h.intent(cid, map[string]any{"reference": "big-1", "amount": "100000.01", "transactionType": "deposit"}).
+		expect(t, 400, "A test deposit may be at most 100000")
+	if after := h.events(); after != before {
+		t.Fatalf("%d events stored by a refused deposit", after-before)
+	}
+	h.intent(cid, map[string]any{"reference": "max-1", "amount": 100000, "transactionType": "deposit"}).expect(t, 201, "")
+	h.verify(cid, "max-1").expect(t, 200, "")
+	h.expectWallet(cid, 100000, 0)
+}
