@@ -101,6 +101,9 @@ func Create(id, token, merchantID string, env domain.Environment, sellerID strin
 	if err := checkTerms(t, qty); err != nil {
 		return Created{}, err
 	}
+	if err := checkPayable(t, fees, 0); err != nil {
+		return Created{}, err
+	}
 	if len(d.ImageURLs) > MaxImagesAtCreation {
 		return Created{}, domain.Invalidf("imageUrl accepts at most %d images", MaxImagesAtCreation)
 	}
@@ -157,6 +160,9 @@ func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
 	if err := checkTerms(t, check); err != nil {
 		return Edited{}, err
 	}
+	if err := checkPayable(t, s.FeeTerms, s.AdditionalFee); err != nil {
+		return Edited{}, err
+	}
 	if len(s.ImageURLs)+len(p.AddImages) > MaxImages {
 		return Edited{}, domain.Invalidf("imageUrl accepts at most %d images in total", MaxImages)
 	}
@@ -181,6 +187,9 @@ func SetAdditionalFee(s State, fee money.Amount, refundable *bool, at time.Time)
 		return AdditionalFeeSet{}, ErrNegativeFee
 	}
 	if err := s.may(ActSetAdditionalFee); err != nil {
+		return AdditionalFeeSet{}, err
+	}
+	if err := checkPayable(s.Terms, s.FeeTerms, fee); err != nil {
 		return AdditionalFeeSet{}, err
 	}
 	r := s.AdditionalFeeRefundable
