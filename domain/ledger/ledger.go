@@ -312,8 +312,9 @@ func ValidClientReference(ref string) error {
 	if err := ValidReference(ref); err != nil {
 		return err
 	}
+	upper := strings.ToUpper(ref)
 	for _, p := range ReservedPrefixes {
-		if len(ref) >= len(p) && strings.EqualFold(ref[:len(p)], p) {
+		if strings.HasPrefix(upper, strings.ToUpper(p)) {
 			return ErrReservedReference
 		}
 	}

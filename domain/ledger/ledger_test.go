@@ -335,3 +335,24 @@ func TestFundedEscrowDetails(t *testing.T) {
 		t.Errorf("old details %s", got)
 	}
 }
+
+// FuzzValidClientReference: an accepted client reference is a valid
+// reference that begins with no reserved prefix, in any case.
+func FuzzValidClientReference(f *testing.F) {
+	for _, s := range []string{"order-1", "checkout_x", "TopUp-1", "wt-", "ESC-1", "é", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		if ValidClientReference(ref) != nil {
+			return
+		}
+		if ValidReference(ref) != nil {
+			t.Fatalf("%q accepted but not a valid reference", ref)
+		}
+		for _, p := range ReservedPrefixes {
+			if strings.HasPrefix(strings.ToUpper(ref), strings.ToUpper(p)) {
+				t.Fatalf("%q accepted with reserved prefix %q", ref, p)
+			}
+		}
+	})
+}

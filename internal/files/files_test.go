@@ -405,3 +405,34 @@ func TestUnfinishedUploadsAreCollected(t *testing.T) {
 		t.Fatalf("running upload removed: %v", err)
 	}
 }
+
+// FuzzStoredNames: whatever name a request asks for, the store opens only
+// a path inside its own folder, and only names it could have handed out.
+func FuzzStoredNames(f *testing.F) {
+	for _, s := range []string{"", "../x", testOwner + "/" + strings.Repeat("a", 32) + ".png", strings.Repeat("0", 32) + ".pdf",
+		testOwner + "/../../etc/passwd", "/" + testOwner + "/x.png", testOwner + "//" + strings.Repeat("a", 32) + ".png"} {
+		f.Add(s)
+	}
+	s := &Store{dir: "/srv/files"}
+	f.Fuzz(func(t *testing.T, name string) {
+		path, ext, ok := s.path(name)
+		if !ok {
+			return
+		}
+		if rel, err := filepath.Rel(s.dir, path); err != nil || strings.HasPrefix(rel, "..") || filepath.IsAbs(rel) {
+			t.Fatalf("%q opens %q, outside the store", name, path)
+		}
+		if _, known := extType[ext]; !known {
+			t.Fatalf("%q has extension %q", name, ext)
+		}
+		owner, file, hasOwner := strings.Cut(name, "/")
+		if !hasOwner {
+			file = owner
+		} else if !ownerName.MatchString(owner) {
+			t.Fatalf("%q accepted with owner %q", name, owner)
+		}
+		if !storedName.MatchString(file) {
+			t.Fatalf("%q accepted with file %q", name, file)
+		}
+	})
+}
