@@ -46,7 +46,8 @@ bench:
 FUZZTIME ?= 20s
 FUZZ_TARGETS := \
 	./domain/reference/:FuzzNormalizePhone ./domain/reference/:FuzzValidNUBAN \
-	./domain/money/:FuzzParse ./eventstore/:FuzzTenantOfMeta ./httpapi/:FuzzParseDateBound ./httpapi/:FuzzFingerprintStreaming \
+	./domain/money/:FuzzParse ./domain/ledger/:FuzzValidClientReference ./internal/files/:FuzzStoredNames \
+	./eventstore/:FuzzTenantOfMeta ./httpapi/:FuzzParseDateBound ./httpapi/:FuzzFingerprintStreaming \
 	./httpapi/:FuzzCustomerBodies ./httpapi/:FuzzEscrowBodies ./httpapi/:FuzzPaymentBodies \
 	./httpapi/:FuzzCategoryBodies ./httpapi/:FuzzMerchantBodies ./httpapi/:FuzzMultipartBodies \
 	./httpapi/:FuzzQueryParameters ./httpapi/:FuzzPathParameters ./httpapi/:FuzzRequestHeaders

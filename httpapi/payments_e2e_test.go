@@ -241,10 +241,21 @@ func TestBatchVerify(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		h.intent(cid, map[string]any{"reference": fmt.Sprintf("b-%d", i), "amount": 100 * i, "transactionType": "deposit"}).expect(t, 201, "")
 	}
-	// One unknown reference: nothing is executed.
-	h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid,
-		body: map[string]any{"references": []string{"b-1", "b-x"}}}).expect(t, 400, "Transaction not found")
-	h.expectWallet(cid, 0, 0)
+	// Each reference runs on its own: an unknown one has an error entry in
+	// its place, and the answer still shows what the others moved.
+	mixed := h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid,
+		body: map[string]any{"references": []string{"b-1", "b-x", "b-2"}}}).expect(t, 200, "Payments verified successfully").Data.([]any)
+	if len(mixed) != 3 {
+		t.Fatalf("entries %v", mixed)
+	}
+	first, refused, third := mixed[0].(map[string]any), mixed[1].(map[string]any), mixed[2].(map[string]any)
+	if first["reference"] != "b-1" || first["status"] != "success" || third["reference"] != "b-2" || third["status"] != "success" {
+		t.Fatalf("executed entries %v %v", first, third)
+	}
+	if len(refused) != 3 || refused["reference"] != "b-x" || refused["status"] != "error" || refused["message"] != "Transaction not found" {
+		t.Fatalf("refused entry %v", refused)
+	}
+	h.expectWallet(cid, 300, 0)
 	r := h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid,
 		body: map[string]any{"references": []string{"b-1", "b-2", "b-3"}}}).expect(t, 200, "Payments verified successfully")
 	recs := r.Data.([]any)

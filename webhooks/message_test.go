@@ -261,7 +261,7 @@ func TestValidateCallbackURL(t *testing.T) {
 	r := fakeResolver{"hooks.example.com": {"93.184.216.34"}, "internal.example.com": {"93.184.216.34", "10.0.0.5"},
 		"v6.example.com": {"::1"}, "mapped.example.com": {"::ffff:127.0.0.1"}, "localhost": {"127.0.0.1", "::1"},
 		"metadata.example.com": {"169.254.169.254"}, "sixtofour.example.com": {"2002:a9fe:a9fe::1"}}
-	const private = "A callback URL may not point to a private or loopback address"
+	const private = "url must be a public http(s) address" // one answer for every refusal
 	for _, tc := range []struct {
 		url          string
 		env          domain.Environment
@@ -272,8 +272,8 @@ func TestValidateCallbackURL(t *testing.T) {
 		{"https://hooks.example.com/cb", domain.Live, false, ""},
 		{"http://hooks.example.com/cb", domain.Test, false, ""},
 		{"https://93.184.216.34/cb", domain.Live, false, ""},
-		{"http://hooks.example.com/cb", domain.Live, false, "A live callback URL must use https"},
-		{"http://hooks.example.com/cb", domain.Live, true, "A live callback URL must use https"},
+		{"http://hooks.example.com/cb", domain.Live, false, private},
+		{"http://hooks.example.com/cb", domain.Live, true, private},
 		// Non-public addresses are refused in both environments (§5).
 		{"http://localhost:9000/cb", domain.Test, false, private},
 		{"http://localhost:9000/cb", domain.Test, true, ""},
@@ -293,11 +293,12 @@ func TestValidateCallbackURL(t *testing.T) {
 		{"http://[64:ff9b::a00:1]/", domain.Test, false, private},
 		{"http://127.0.0.1:8080/", domain.Test, false, private},
 		{"http://[::]/", domain.Test, false, private},
-		{"https://nowhere.example.com/cb", domain.Live, false, "url host cannot be resolved"},
-		{"https://nowhere.example.com/cb", domain.Test, false, "url host cannot be resolved"},
-		{"ftp://hooks.example.com/cb", domain.Test, false, "url must be an absolute http(s) URL"},
-		{"/relative", domain.Test, false, "url must be an absolute http(s) URL"},
-		{"https://user:pw@hooks.example.com/", domain.Test, false, "url must be an absolute http(s) URL"},
+		{"https://nowhere.example.com/cb", domain.Live, false, private},
+		{"https://nowhere.example.com/cb", domain.Test, false, private},
+		{"ftp://hooks.example.com/cb", domain.Test, false, private},
+		{"/relative", domain.Test, false, private},
+		{"https://user:pw@hooks.example.com/", domain.Test, false, private},
+		{"https://hooks.example.com/" + strings.Repeat("a", domain.MaxURL), domain.Test, false, private},
 	} {
 		err := ValidateCallbackURL(context.Background(), tc.url, tc.env, tc.allowPrivate, r)
 		got := ""

@@ -29,8 +29,11 @@ type Config struct {
 	AppendCalls        int
 	PublicURL          string
 	DataDir            string
-	WebhookAllowPriv   bool
-	WebhookRetention   time.Duration
+	// FilesQuotaMB bounds each merchant environment's stored files
+	// (ESCROW_FILES_QUOTA_MB, default 1,024).
+	FilesQuotaMB     int64
+	WebhookAllowPriv bool
+	WebhookRetention time.Duration
 	// WebhookSignatureHeaders each carry a delivery's signature;
 	// WebhookUserAgent is its User-Agent (api-decisions §7).
 	WebhookSignatureHeaders []string
@@ -159,6 +162,10 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("ESCROW_APPEND_CALLS must be a non-negative integer")
 	}
 	c.AppendCalls = ac
+	if c.FilesQuotaMB, err = strconv.ParseInt(getenv("ESCROW_FILES_QUOTA_MB", "1024"), 10, 64); err != nil ||
+		c.FilesQuotaMB < 1 || c.FilesQuotaMB > 1<<30 {
+		return c, fmt.Errorf("ESCROW_FILES_QUOTA_MB must be a positive number of megabytes")
+	}
 	for name, v := range map[string]string{"ESCROW_BSC_MASTER_ADDRESS_TEST": c.BSCMasterTest, "ESCROW_BSC_MASTER_ADDRESS_LIVE": c.BSCMasterLive} {
 		if v != "" && !whitelist.ValidAddress(v) {
 			return c, fmt.Errorf("%s must be 0x followed by 40 hexadecimal characters", name)

@@ -31,7 +31,7 @@ func httpConfig(cfg Config) httpapi.Config {
 		Hosts: cfg.Hosts, DefaultEnvironment: cfg.DefaultEnvironment,
 		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
 		BSCMasterAddress: map[domain.Environment]string{domain.Test: cfg.BSCMasterTest, domain.Live: cfg.BSCMasterLive},
-		PublicURL:        cfg.PublicURL, DataDir: cfg.DataDir,
+		PublicURL:        cfg.PublicURL, DataDir: cfg.DataDir, FilesQuota: cfg.FilesQuotaMB << 20,
 		WebhookAllowPrivate: cfg.WebhookAllowPriv,
 	}
 }

@@ -80,6 +80,9 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		if set.Collection == nil {
 			return out, ErrPaymentsNotConfigured
 		}
+		if err := checkTestDeposit(set.Collection, in.Amount); err != nil {
+			return out, err
+		}
 	case ledger.Withdrawal, ledger.WalletTransfer:
 		if !perms.CanWithdraw {
 			return out, ErrAccessDenied
