@@ -239,14 +239,14 @@ func TestWebhookAllowPrivateConfig(t *testing.T) {
 		return err
 	}
 	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false")
-	if err := setLive("https://127.0.0.1:9443/hook"); err == nil || !strings.Contains(err.Error(), "private or loopback") {
+	if err := setLive("https://127.0.0.1:9443/hook"); err == nil || !strings.Contains(err.Error(), "url must be a public http(s) address") {
 		t.Fatalf("loopback live callback without the setting: %v", err)
 	}
 	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "true")
 	if err := setLive("https://127.0.0.1:9443/hook"); err != nil {
 		t.Fatalf("loopback live callback with the setting: %v", err)
 	}
-	if err := setLive("http://127.0.0.1:9443/hook"); err == nil || !strings.Contains(err.Error(), "https") {
+	if err := setLive("http://127.0.0.1:9443/hook"); err == nil || !strings.Contains(err.Error(), "url must be a public http(s) address") {
 		t.Fatalf("the setting must not lift the https rule on live: %v", err)
 	}
 	var hook string
