@@ -14,6 +14,7 @@ package payment
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
@@ -147,7 +148,7 @@ func AnswerSend(s State, holder string, ans PayoutAnswer, at time.Time) domain.E
 	}
 	switch {
 	case ans.Status == ProviderPending:
-		return PayoutAccepted{Transfer: ans.Transfer, At: at}
+		return PayoutAccepted{Transfer: clip(ans.Transfer, MaxProviderTransfer), At: at}
 	case ans.Final():
 		return settle(s, ans, at)
 	}
@@ -191,7 +192,7 @@ func SettlePayout(s State, ans PayoutAnswer, at time.Time) (domain.Event, error)
 		if s.Accepted {
 			return nil, nil
 		}
-		return PayoutAccepted{Transfer: ans.Transfer, At: at}, nil
+		return PayoutAccepted{Transfer: clip(ans.Transfer, MaxProviderTransfer), At: at}, nil
 	case ProviderFailed, ProviderReversed:
 		if !s.Accepted && s.LeaseHolder != "" && at.Before(s.LeaseUntil) {
 			return nil, ErrPayoutInProgress
@@ -213,9 +214,25 @@ func settle(s State, ans PayoutAnswer, at time.Time) domain.Event {
 		return PayoutCompleted{Record: r}
 	case ProviderFailed:
 		r.Status = ledger.Failed
-		return PayoutFailed{Movement: s.Movement.Reverse(), Record: r, Reason: ans.Reason}
+		return PayoutFailed{Movement: s.Movement.Reverse(), Record: r, Reason: clip(ans.Reason, MaxProviderReason)}
 	default:
 		r.Status = ledger.Reversed
-		return PayoutReversed{Movement: s.Movement.Reverse(), Record: r, Reason: ans.Reason}
+		return PayoutReversed{Movement: s.Movement.Reverse(), Record: r, Reason: clip(ans.Reason, MaxProviderReason)}
 	}
+}
+
+// What the provider's words may take in an event: a failure's reason and
+// its id of the payout, in characters (longer ones are cut, so that no
+// answer of a provider can make an event too large to record).
+const (
+	MaxProviderReason   = 500
+	MaxProviderTransfer = 64
+)
+
+// clip cuts s to at most n characters.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n])
 }

@@ -3,6 +3,7 @@ package payment
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -119,6 +120,13 @@ func TestSettlePayout(t *testing.T) {
 			ans:    PayoutAnswer{Status: ProviderReversed},
 			want:   PayoutReversed{Movement: returned(bankIntent()), Record: settledAs(bankIntent(), ledger.Reversed)},
 			status: ledger.Reversed},
+		{name: "accepted, failed with a reason too long to record: cut to its cap", given: accepted(bankIntent()), at: last,
+			ans:    PayoutAnswer{Status: ProviderFailed, Reason: strings.Repeat("ẹ", MaxProviderReason+10)},
+			want:   PayoutFailed{Movement: returned(bankIntent()), Record: settledAs(bankIntent(), ledger.Failed), Reason: strings.Repeat("ẹ", MaxProviderReason)},
+			status: ledger.Failed},
+		{name: "send unanswered, the provider has it pending under a huge id: cut", given: debited(bankIntent()), at: last,
+			ans: PayoutAnswer{Status: ProviderPending, Transfer: strings.Repeat("T", 1000)}, want: PayoutAccepted{Transfer: strings.Repeat("T", MaxProviderTransfer), At: last},
+			status: ledger.Pending},
 		{name: "accepted, still pending: nothing", given: accepted(bankIntent()), at: last,
 			ans: PayoutAnswer{Status: ProviderPending}, status: ledger.Pending},
 		{name: "accepted, unknown: nothing", given: accepted(bankIntent()), at: last,

@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/category"
 	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/whitelist"
 )
 
@@ -69,7 +70,8 @@ var fieldCaps = map[string]int{
 	"ledger.WalletDetails.CustomerName": 201, "ledger.WalletDetails.Narration": 200,
 	"ledger.WithdrawalDetails.AccountName": 200, "ledger.WithdrawalDetails.AccountNumber": 200,
 	"ledger.WithdrawalDetails.BankCode": 200, "ledger.WithdrawalDetails.BankName": 200, "ledger.WithdrawalDetails.Narration": 200,
-	"merchant.Created.Name": 200, "payment.PayoutReversed.Reason": 500,
+	"merchant.Created.Name": 200, "payment.PayoutReversed.Reason": payment.MaxProviderReason,
+	"payment.PayoutFailed.Reason": payment.MaxProviderReason, "payment.PayoutAccepted.Transfer": payment.MaxProviderTransfer,
 
 	// lists and maps (a list's elements are under its name and "[]"); an
 	// entry "eventType/field" bounds the field within that event type only
@@ -103,6 +105,7 @@ var fieldCaps = map[string]int{
 	"escrow.vault_settled/ledger.Movement.Postings": 2*escrow.MaxVaultParticipants + 4,
 	"merchant.AllowlistSet.Entries":                 100,
 	"merchant.Created.SigningSecrets":               2, "merchant.Created.SigningSecrets[]": 128,
+	"merchant.CompatSet.SigningSecrets": 2, "merchant.CompatSet.SigningSecrets[]": 128,
 }
 
 // mayReachTheBound are the event types whose every field at its cap adds
