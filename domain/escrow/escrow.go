@@ -73,6 +73,9 @@ type Terms struct {
 	MaxDelivery      int          `json:"maxDelivery"`
 	DeliveryTimeline string       `json:"deliveryTimeline"`
 	CategoryID       string       `json:"categoryId,omitempty"`
+	// AutoRelease: the service releases the escrow when its delivery
+	// window elapses (deadlines.go).
+	AutoRelease bool `json:"autoRelease,omitempty"`
 }
 
 // FeeTerms freeze the merchant's fee policy at creation (an edit
@@ -117,6 +120,10 @@ type State struct {
 	Milestones     []Milestone    `json:"milestones,omitempty"`
 	Participants   []Participant  `json:"participants,omitempty"`
 	WinnerID       string         `json:"winnerId,omitempty"`
+	// ExpiresAt is when an unpaid link is deleted; ReleaseAt when a funded
+	// auto-release escrow is released (zero: never; deadlines.go).
+	ExpiresAt time.Time `json:"expiresAt,omitempty"`
+	ReleaseAt time.Time `json:"releaseAt,omitempty"`
 }
 
 // Type is the escrow's settlement type.
@@ -196,7 +203,9 @@ type (
 		Channel                 string             `json:"channel"`
 		SettlementType          SettlementType     `json:"settlementType,omitempty"`
 		Milestones              []Milestone        `json:"milestones,omitempty"`
-		At                      time.Time          `json:"at"`
+		// ExpiresAt: an unpaid link is deleted then (zero: never).
+		ExpiresAt time.Time `json:"expiresAt,omitempty"`
+		At        time.Time `json:"at"`
 	}
 	Edited struct {
 		Terms     Terms        `json:"terms"`
@@ -225,7 +234,10 @@ type (
 		BuyerID   string       `json:"buyerId"`
 		PaymentID string       `json:"paymentId"`
 		Paid      money.Amount `json:"paid"`
-		At        time.Time    `json:"at"`
+		// ReleaseAt is when the service releases an auto-release escrow:
+		// the delivery window by the terms at payment (zero: never).
+		ReleaseAt time.Time `json:"releaseAt,omitempty"`
+		At        time.Time `json:"at"`
 	}
 	// Released settles the escrow to the seller (COMPLETED on the buyer's
 	// confirmation, CLAIMED on the seller's claim).
@@ -286,7 +298,7 @@ func Apply(s State, ev domain.Event) State {
 			AdditionalFeeRefundable: e.AdditionalFeeRefundable, ImageURLs: append([]string{}, e.ImageURLs...),
 			TotalQuantity: e.TotalQuantity, MultiUnit: e.ParentID == "" && e.TotalQuantity > 1, ParentID: e.ParentID,
 			Channel: e.Channel, Status: Pending, Logs: []string{string(Pending)},
-			CreatedAt: e.At, UpdatedAt: e.At, SettlementType: e.SettlementType, Milestones: e.Milestones}
+			CreatedAt: e.At, UpdatedAt: e.At, SettlementType: e.SettlementType, Milestones: e.Milestones, ExpiresAt: e.ExpiresAt}
 		if s.SettlementType == "" {
 			s.SettlementType = StandardSettlement
 		}
@@ -305,6 +317,7 @@ func Apply(s State, ev domain.Event) State {
 		s.TotalQuantity, s.UpdatedAt = e.Remaining, e.At
 	case Funded:
 		s.BuyerID, s.PaymentID, s.PaidAt, s.UpdatedAt = e.BuyerID, e.PaymentID, e.At, e.At
+		s.ReleaseAt = e.ReleaseAt
 		s.Status = Ongoing
 		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
 	case Released:
