@@ -158,6 +158,9 @@ func escrowPatch(f map[string]json.RawMessage) (escrow.Patch, error) {
 	if p.TotalQuantity, err = fieldInt(f, "totalQuantity", "totalQuantity must be an integer of at least 1"); err != nil {
 		return p, err
 	}
+	if p.AutoRelease, err = fieldBool(f, "autoRelease"); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -198,9 +201,13 @@ func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMes
 	case p.WhoPays == nil && !whoPaysDefault:
 		return nil, escrow.Draft{}, "", domain.Invalidf("whoPays is required")
 	}
+	expires, err := fieldInt(f, "expiresInHours", "expiresInHours must be an integer between 1 and 720")
+	if err != nil {
+		return nil, escrow.Draft{}, "", err
+	}
 	return f, escrow.Draft{Amount: *p.Amount, Purpose: deref(p.Purpose), Description: deref(p.Description), WhoPays: deref(p.WhoPays),
 		MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline), TotalQuantity: p.TotalQuantity,
-		CategoryID: deref(p.CategoryID)}, sellerOf(c), nil
+		CategoryID: deref(p.CategoryID), AutoRelease: p.AutoRelease, ExpiresInHours: expires}, sellerOf(c), nil
 }
 
 func (s *Server) createEscrow(c echo.Context) error {

@@ -55,7 +55,8 @@ var serveCommand = &command{
 	name: "serve", args: "[--role api,projector,webhooks] [--addr :8080]",
 	summary: "run the HTTP API, the projectors and the webhook subscriber and dispatcher",
 	detail: `Roles (default: all three):
-  api        the HTTP API (and the payout resumer)
+  api        the HTTP API (and the payout resumer and the scheduler that
+             acts on escrows' deadlines: auto-release, unpaid expiry)
   projector  keeps the read models current
   webhooks   the webhook subscriber (fills the outbox) and a dispatcher
 SIGINT or SIGTERM stops it: it logs the signal, stops taking requests, lets
@@ -124,6 +125,10 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		// from asking the provider twice at once).
 		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
+		// Escrows' deadlines (auto-release, unpaid expiry) are acted on by
+		// every API process too.
+		deadlines := wiring.DeadlineScheduler(api.App(), projections.NewQueries(env.Pool), env.Log)
+		g.Go(func() error { return ignoreCanceled(deadlines.Run(ctx)) })
 		srv := api.HTTPServer(addr, httpapi.DefaultLimits)
 		g.Go(func() error {
 			env.Log.Info("listening", zap.String("addr", addr))

@@ -54,7 +54,8 @@ type Draft struct {
 	TotalQuantity    *int
 	CategoryID       string
 	ImageURLs        []string
-	AutoRelease      bool
+	// AutoRelease nil takes the merchant's default (the application's).
+	AutoRelease *bool
 	// ExpiresInHours deletes the link if still unpaid that long after its
 	// creation (nil: never).
 	ExpiresInHours *int
@@ -86,7 +87,7 @@ func checkTerms(t Terms, quantity int) error {
 // as itself (the caller has checked it may).
 func Create(id, token, merchantID string, env domain.Environment, sellerID string, fees FeeTerms, d Draft, at time.Time) (Created, error) {
 	t := Terms{Amount: d.Amount, Purpose: strings.TrimSpace(d.Purpose), Description: d.Description, WhoPays: WhoPays(d.WhoPays),
-		MaxDelivery: defaultMaxDelivery, DeliveryTimeline: defaultTimeline, CategoryID: d.CategoryID, AutoRelease: d.AutoRelease}
+		MaxDelivery: defaultMaxDelivery, DeliveryTimeline: defaultTimeline, CategoryID: d.CategoryID, AutoRelease: d.AutoRelease != nil && *d.AutoRelease}
 	if d.MaxDelivery != nil {
 		t.MaxDelivery = *d.MaxDelivery
 	}
