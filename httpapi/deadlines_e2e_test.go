@@ -380,3 +380,49 @@ func TestDeadlineDueWhileStoppedActsOnceAfterStart(t *testing.T) {
 	h.expectWallet(seller, 10000, 0)
 	h.assertZeroSum()
 }
+
+// The buyer extends the window: the auto-release (and the seller's claim)
+// waits for the new one; the limits hold.
+func TestExtendWindowEndToEnd(t *testing.T) {
+	h := newHarness(t)
+	clock := h.useFakeClock()
+	seller := h.createCustomer(h.sa(), "s@x.com", "08035551001")
+	buyer := h.funded("b@x.com", "08035551002", 10250)
+	sched := h.scheduler(h.svc)
+	e := h.createEscrow(seller, map[string]string{"amount": "10000", "purpose": "Phone", "whoPays": "buyer",
+		"maxDelivery": "2", "deliveryTimeline": "minutes", "autoRelease": "true"}, 0).expect(t, 201, "Escrow created successfully").obj()
+	id, token := e["id"].(string), e["paymentToken"].(string)
+	extend := func(cid string, by any) resp {
+		return h.do(req{method: "POST", path: "/v1/escrow/extend-window/" + token, key: h.std(), cid: cid, body: map[string]any{"by": by}})
+	}
+	extend(buyer, 1).expect(t, 400, "Action not allowed") // unpaid
+	paidAt := clock.Now()
+	h.pay(buyer, "ext-1", 10250, id).expect(t, 200, "Payment successful")
+	extend(seller, 1).expect(t, 400, "Action not allowed")
+	extend(buyer, 0).expect(t, 400, "by must be a positive integer")
+	extend(buyer, 3).expect(t, 400, "Extensions may add at most the original window in total")
+	v := extend(buyer, 1).expect(t, 200, "Delivery window extended successfully").obj()
+	dl := v["nextDeadline"].(map[string]any)
+	if at, _ := time.Parse(time.RFC3339Nano, dl["at"].(string)); !at.Equal(paidAt.Add(3*time.Minute).Truncate(time.Microsecond)) &&
+		!at.Equal(paidAt.Add(3*time.Minute)) {
+		t.Fatalf("deadline after the extension %v, want %v", dl["at"], paidAt.Add(3*time.Minute))
+	}
+	extend(buyer, 1).expect(t, 200, "Delivery window extended successfully")
+	extend(buyer, 1).expect(t, 400, "The delivery window can be extended at most 2 times")
+
+	// The original window passes: nothing; the extended one: released.
+	clock.Advance(2*time.Minute + time.Second)
+	if n := h.round(sched); n != 0 {
+		t.Fatalf("%d deadlines acted within the extended window", n)
+	}
+	h.do(req{path: "/v1/escrow/claim-funds/" + token, key: h.std(), cid: seller}).expect(t, 400, "Escrow cannot be claimed yet")
+	clock.Advance(2 * time.Minute)
+	if n := h.round(sched); n != 1 {
+		t.Fatalf("%d deadlines acted after the extended window, want 1", n)
+	}
+	if v := h.viewEscrow(token, ""); v["status"] != "COMPLETED" {
+		t.Fatalf("after the extended window: %v", v)
+	}
+	h.expectWallet(seller, 10000, 0)
+	h.expectWallet(buyer, 0, 0)
+}

@@ -18,7 +18,7 @@ const DeadlinesName = "deadlines"
 
 // Deadlines keeps the table of escrows' pending deadlines: one row per
 // deadline an event started (an expiring link's creation, an auto-release
-// escrow's payment), removed by the event that ends it (the payment of an
+// escrow's payment, moved by the buyer's window extension), removed by the event that ends it (the payment of an
 // expiring link, any settlement, a dispute, a deletion). The scheduler
 // reads only the rows due, by the index on due_at, so acting on deadlines
 // costs what is due, never a pass over the escrows.
@@ -81,6 +81,14 @@ func (Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 				// The escrow's merchant and environment come with the
 				// metadata every escrow event carries.
 				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, f.ReleaseAt)
+			}
+		case escrow.WindowExtended{}.EventType():
+			var ev domain.Event
+			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
+				return err
+			}
+			if w := ev.(escrow.WindowExtended); !w.ReleaseAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, w.ReleaseAt)
 			}
 		case escrow.Released{}.EventType(), escrow.Deleted{}.EventType(), escrow.DisputeSubmitted{}.EventType(),
 			escrow.DisputeResolved{}.EventType(), escrow.MilestoneConfirmed{}.EventType(), escrow.VaultSettled{}.EventType():

@@ -43,9 +43,56 @@ func expiryOf(hours *int, at time.Time) (time.Time, error) {
 	return at.Add(time.Duration(*hours) * time.Hour), nil
 }
 
-// Window is the delivery window: maxDelivery × deliveryTimeline.
+// Window is the delivery window: maxDelivery × deliveryTimeline, plus
+// what the buyer's extensions added.
 func (s State) Window() time.Duration {
-	return time.Duration(s.Terms.MaxDelivery) * timelineUnits[s.Terms.DeliveryTimeline]
+	return time.Duration(s.Terms.MaxDelivery+s.ExtendedBy) * timelineUnits[s.Terms.DeliveryTimeline]
+}
+
+// MaxExtensions is how many times a buyer may extend an escrow's window.
+const MaxExtensions = 2
+
+// WindowExtended records the buyer's extension of the delivery window by
+// By deliveryTimeline units; ReleaseAt is the auto-release's new time
+// (zero when the escrow does not auto-release).
+type WindowExtended struct {
+	By        int       `json:"by"`
+	ReleaseAt time.Time `json:"releaseAt,omitempty"`
+	At        time.Time `json:"at"`
+}
+
+func (WindowExtended) EventType() string { return "escrow.window_extended" }
+
+// Errors of window extensions.
+var (
+	ErrExtensionsUsed   = domain.Invalidf("The delivery window can be extended at most %d times", MaxExtensions)
+	ErrExtensionTooLong = domain.Invalidf("Extensions may add at most the original window in total")
+)
+
+// ExtendWindow decides the buyer's extension of an ONGOING standard
+// escrow's delivery window by by units of its deliveryTimeline: at most
+// twice, and by at most the original window in total. The seller's claim
+// and an auto-release wait for the new window.
+func ExtendWindow(s State, buyerID string, by int, at time.Time) (WindowExtended, error) {
+	if !s.Exists() || s.BuyerID == "" || s.BuyerID != buyerID {
+		return WindowExtended{}, ErrActionNotAllowed
+	}
+	if err := s.may(ActExtendWindow); err != nil {
+		return WindowExtended{}, err
+	}
+	switch {
+	case by < 1:
+		return WindowExtended{}, domain.Invalidf("by must be a positive integer")
+	case s.Extensions >= MaxExtensions:
+		return WindowExtended{}, ErrExtensionsUsed
+	case s.ExtendedBy+by > s.Terms.MaxDelivery:
+		return WindowExtended{}, ErrExtensionTooLong
+	}
+	e := WindowExtended{By: by, At: at}
+	if !s.ReleaseAt.IsZero() {
+		e.ReleaseAt = s.ReleaseAt.Add(time.Duration(by) * timelineUnits[s.Terms.DeliveryTimeline])
+	}
+	return e, nil
 }
 
 // releaseAt is when a standard auto-release escrow paid at at is

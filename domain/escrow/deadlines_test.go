@@ -1,6 +1,7 @@
 package escrow
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -217,5 +218,60 @@ func TestCloneDeadlines(t *testing.T) {
 	}
 	if kind, _, _ := Apply(s, buy.Link[0]).NextDeadline(); kind != ExpiryDeadline {
 		t.Fatalf("link deadline %q, want its expiry", kind)
+	}
+}
+
+func TestExtendWindow(t *testing.T) {
+	day := 24 * time.Hour
+	ext := func(by int) WindowExtended { return WindowExtended{By: by, At: now} }
+	tests := []struct {
+		name          string
+		given         []domain.Event
+		buyer         string
+		by            int
+		wantReleaseAt time.Time // zero: no auto-release
+		wantErr       error
+		wantMsg       string
+	}{
+		{name: "auto-release moves", given: paid(t, autoRelease), buyer: "b1", by: 3, wantReleaseAt: paidAt.Add(10 * day)},
+		{name: "without auto-release", given: paid(t), buyer: "b1", by: 7},
+		{name: "second extension, up to the original window", given: append(paid(t, autoRelease),
+			WindowExtended{By: 4, ReleaseAt: paidAt.Add(11 * day), At: now}), buyer: "b1", by: 3,
+			wantReleaseAt: paidAt.Add(14 * day)},
+		{name: "a third extension", given: append(paid(t), ext(1), ext(1)), buyer: "b1", by: 1, wantErr: ErrExtensionsUsed},
+		{name: "more than the original window in total", given: append(paid(t), ext(5)), buyer: "b1", by: 3, wantErr: ErrExtensionTooLong},
+		{name: "more than the original window at once", given: paid(t), buyer: "b1", by: 8, wantErr: ErrExtensionTooLong},
+		{name: "zero", given: paid(t), buyer: "b1", by: 0, wantMsg: "by must be a positive integer"},
+		{name: "not the buyer", given: paid(t), buyer: "s1", by: 1, wantErr: ErrActionNotAllowed},
+		{name: "unpaid", given: []domain.Event{link()}, buyer: "b1", by: 1, wantErr: ErrActionNotAllowed},
+		{name: "disputed", given: append(paid(t), opened("b1")), buyer: "b1", by: 1, wantMsg: "Escrow is under dispute"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fold(tc.given...)
+			got, err := ExtendWindow(s, tc.buyer, tc.by, now)
+			if refused(t, err, tc.wantErr, tc.wantMsg) {
+				return
+			}
+			if got.By != tc.by || !got.ReleaseAt.Equal(tc.wantReleaseAt) {
+				t.Fatalf("got %+v, want by %d, release at %v", got, tc.by, tc.wantReleaseAt)
+			}
+			after := Apply(s, got)
+			// The seller's claim waits for the new window too.
+			if want := paidAt.Add(time.Duration(7+after.ExtendedBy) * day); !after.ClaimableAt().Equal(want) {
+				t.Fatalf("claimable at %v, want %v", after.ClaimableAt(), want)
+			}
+			if _, err := Claim(after, "s1", after.ClaimableAt().Add(-time.Second)); err == nil {
+				t.Fatal("claimed within the extended window")
+			}
+			if !tc.wantReleaseAt.IsZero() {
+				if _, err := AutoRelease(after, tc.wantReleaseAt.Add(-time.Second)); !errors.Is(err, ErrNotDue) {
+					t.Fatalf("auto-release within the extended window: %v", err)
+				}
+				if _, err := AutoRelease(after, tc.wantReleaseAt); err != nil {
+					t.Fatalf("auto-release at the extended window: %v", err)
+				}
+			}
+		})
 	}
 }

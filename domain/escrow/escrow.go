@@ -124,6 +124,10 @@ type State struct {
 	// auto-release escrow is released (zero: never; deadlines.go).
 	ExpiresAt time.Time `json:"expiresAt,omitempty"`
 	ReleaseAt time.Time `json:"releaseAt,omitempty"`
+	// Extensions and ExtendedBy count the buyer's window extensions and
+	// what they added, in deliveryTimeline units (deadlines.go).
+	Extensions int `json:"extensions,omitempty"`
+	ExtendedBy int `json:"extendedBy,omitempty"`
 }
 
 // Type is the escrow's settlement type.
@@ -178,10 +182,10 @@ func (s State) Held() money.Amount { return s.Terms.Amount + s.BuyerFee() }
 // BuyerFee is the buyer's share of the escrow fee.
 func (s State) BuyerFee() money.Amount { return FeeShares(s.Fee, s.Terms.WhoPays).Buyer }
 
-// ClaimableAt is when the seller may claim: maxDelivery × deliveryTimeline
-// after payment.
+// ClaimableAt is when the seller may claim: the delivery window (as the
+// buyer's extensions left it) after payment.
 func (s State) ClaimableAt() time.Time {
-	return s.PaidAt.Add(time.Duration(s.Terms.MaxDelivery) * timelineUnits[s.Terms.DeliveryTimeline])
+	return s.PaidAt.Add(s.Window())
 }
 
 // Events.
@@ -281,6 +285,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &DisputeResolved{} },
 	func() domain.Event { return &MilestonesSet{} },
 	func() domain.Event { return &MilestoneConfirmed{} },
+	func() domain.Event { return &WindowExtended{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.
@@ -289,6 +294,13 @@ func Apply(s State, ev domain.Event) State {
 		return s
 	}
 	if s, ok := applyVault(s, ev); ok {
+		return s
+	}
+	if e, ok := ev.(WindowExtended); ok {
+		s.Extensions, s.ExtendedBy, s.UpdatedAt = s.Extensions+1, s.ExtendedBy+e.By, e.At
+		if !s.ReleaseAt.IsZero() {
+			s.ReleaseAt = e.ReleaseAt
+		}
 		return s
 	}
 	switch e := ev.(type) {

@@ -46,6 +46,14 @@ func (s *Service) ActOnDeadline(ctx context.Context, d Deadline) (EscrowResult, 
 	})
 }
 
+// ExtendWindow is the buyer's extension of an escrow's delivery window by
+// by units of its deliveryTimeline; an auto-release moves with it.
+func (s *Service) ExtendWindow(ctx context.Context, a Actor, buyerID, id string, by int) (EscrowResult, error) {
+	return s.changeEscrow(ctx, a, id, func(_ *Tx, e escrow.State) (domain.Event, error) {
+		return escrow.ExtendWindow(e, buyerID, by, s.Engine.Now())
+	})
+}
+
 // DeadlineScheduler acts on escrows' deadlines as they pass. Every
 // Interval it takes the deadlines due from the read model (Claim: only
 // those due, by an index on their time, leased so that other processes
