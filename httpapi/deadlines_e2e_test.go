@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -51,16 +53,25 @@ func (h *harness) scheduler(svc *app.Service) *app.DeadlineScheduler {
 }
 
 // round runs one scheduler round once the read models have caught up,
-// and returns how many deadlines took effect.
-func (h *harness) round(s *app.DeadlineScheduler) int {
+// and checks what took effect, by kind.
+func (h *harness) round(s *app.DeadlineScheduler, want app.Acted) {
 	h.t.Helper()
 	h.caughtUp()
-	n, err := s.Round(context.Background())
+	got, err := s.Round(context.Background())
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return n
+	if !reflect.DeepEqual(got, want) {
+		h.t.Fatalf("the round acted on %v, want %v", got, want)
+	}
 }
+
+var (
+	none     = app.Acted{}
+	released = app.Acted{escrow.AutoReleaseDeadline: 1}
+	expired  = app.Acted{escrow.ExpiryDeadline: 1}
+	reminded = func(n int) app.Acted { return app.Acted{escrow.WindowEndingDeadline: n} }
+)
 
 // streamEvents are the types and actors of an escrow's events, in order.
 func (h *harness) streamEvents(id string) (types, actors []string) {
@@ -118,18 +129,15 @@ func TestAutoReleaseEndToEnd(t *testing.T) {
 		t.Fatalf("escrow without auto-release: %v", pv)
 	}
 
-	// Before the window elapses nothing happens.
+	// Before the window elapses nothing but the half-way reminders (a
+	// window shorter than a day) happens.
 	clock.Advance(59 * time.Second)
-	if n := h.round(sched); n != 0 {
-		t.Fatalf("%d deadlines acted before the window elapsed", n)
-	}
+	h.round(sched, reminded(2))
 	h.expectWallet(buyer, 20000-10250-5125, 10250+5125)
 
 	// The window elapses: released as the buyer's confirmation would.
 	clock.Advance(2 * time.Second)
-	if n := h.round(sched); n != 1 {
-		t.Fatalf("%d deadlines acted, want the one auto-release", n)
-	}
+	h.round(sched, released)
 	v = h.viewEscrow(token, "")
 	if v["status"] != "COMPLETED" || v["state"] != "CLOSED" || v["nextDeadline"] != nil {
 		t.Fatalf("after the window: %v", v)
@@ -145,9 +153,7 @@ func TestAutoReleaseEndToEnd(t *testing.T) {
 
 	// Once: later rounds, and the buyer's late confirmation, move nothing.
 	clock.Advance(time.Hour)
-	if n := h.round(sched); n != 0 {
-		t.Fatalf("%d deadlines acted again", n)
-	}
+	h.round(sched, none)
 	h.do(req{method: "POST", path: "/v1/escrow/confirm-payment/" + id, key: h.std(), cid: buyer}).expect(t, 400, "Action not allowed")
 	h.expectWallet(seller, 10000, 0)
 	if pv := h.viewEscrow(plain["paymentToken"].(string), ""); pv["status"] != "ONGOING" {
@@ -170,9 +176,7 @@ func TestAutoReleaseSkipsADisputedEscrow(t *testing.T) {
 	_, token := h.autoReleaseEscrow(seller, buyer, "ard-1")
 	h.submitDispute(token, buyer, "It never came").expect(t, 200, "")
 	clock.Advance(2 * time.Minute)
-	if n := h.round(sched); n != 0 {
-		t.Fatalf("%d deadlines acted on a disputed escrow", n)
-	}
+	h.round(sched, none)
 	if v := h.viewEscrow(token, ""); v["status"] != "DISPUTED" || v["nextDeadline"] != nil {
 		t.Fatalf("disputed escrow after the window: %v", v)
 	}
@@ -202,7 +206,7 @@ func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
 	h.caughtUp()
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	acted := make([]int, len(scheds))
+	acted := make([]app.Acted, len(scheds))
 	for i, s := range scheds {
 		wg.Add(1)
 		go func() {
@@ -272,15 +276,13 @@ func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
 	h.expectWallet(seller, 10000*completed, 0)
 	h.expectMerchant(125*completed, 0)
 	h.expectPlatform(125 * completed)
-	if acted[0]+acted[1] > completed {
+	if acted[0][escrow.AutoReleaseDeadline]+acted[1][escrow.AutoReleaseDeadline] > completed {
 		t.Fatalf("schedulers report %v releases, %d escrows completed", acted, completed)
 	}
 	// Whatever is left is not acted on again.
 	clock.Advance(time.Hour)
 	for _, s := range scheds {
-		if n := h.round(s); n != 0 {
-			t.Fatalf("a later round acted on %d deadlines", n)
-		}
+		h.round(s, none)
 	}
 	h.expectWallet(seller, 10000*completed, 0)
 	h.assertZeroSum()
@@ -313,14 +315,10 @@ func TestUnpaidExpiryEndToEnd(t *testing.T) {
 	}
 
 	clock.Advance(2*time.Hour - time.Second)
-	if n := h.round(sched); n != 0 {
-		t.Fatalf("%d deadlines acted before the expiry", n)
-	}
+	h.round(sched, none)
 	h.viewEscrow(unpaidToken, "")
 	clock.Advance(time.Second)
-	if n := h.round(sched); n != 1 {
-		t.Fatalf("%d deadlines acted, want the one expiry", n)
-	}
+	h.round(sched, expired)
 	h.do(req{path: "/v1/escrow/verify/" + unpaidToken, key: h.std()}).expect(t, 400, "Escrow not found")
 	types, actors := h.streamEvents(unpaid)
 	if last := len(types) - 1; types[last] != "escrow.deleted" || actors[last] != app.SystemAgent {
@@ -330,9 +328,7 @@ func TestUnpaidExpiryEndToEnd(t *testing.T) {
 	if v := h.viewEscrow(paidToken, ""); v["status"] != "ONGOING" {
 		t.Fatalf("paid escrow after the expiry: %v", v)
 	}
-	if n := h.round(sched); n != 0 {
-		t.Fatalf("%d deadlines acted again", n)
-	}
+	h.round(sched, none)
 	h.expectWallet(buyer, 0, 10250)
 }
 
@@ -359,13 +355,10 @@ func TestDeadlineDueWhileStoppedActsOnceAfterStart(t *testing.T) {
 		return s
 	}
 	h.projecting.start()
-	if n := h.round(h.scheduler(restarted())); n != 1 {
-		t.Fatalf("after the start %d deadlines acted, want 1", n)
-	}
+	// The reminder (half-way) and the release both passed while stopped.
+	h.round(h.scheduler(restarted()), app.Acted{escrow.WindowEndingDeadline: 1, escrow.AutoReleaseDeadline: 1})
 	// A second start acts on nothing.
-	if n := h.round(h.scheduler(restarted())); n != 0 {
-		t.Fatalf("a second start acted on %d deadlines", n)
-	}
+	h.round(h.scheduler(restarted()), none)
 	types, _ := h.streamEvents(id)
 	released := 0
 	for _, typ := range types {
@@ -411,15 +404,12 @@ func TestExtendWindowEndToEnd(t *testing.T) {
 	extend(buyer, 1).expect(t, 400, "The delivery window can be extended at most 2 times")
 
 	// The original window passes: nothing; the extended one: released.
+	// Its reminder moved with it: half-way through the four minutes.
 	clock.Advance(2*time.Minute + time.Second)
-	if n := h.round(sched); n != 0 {
-		t.Fatalf("%d deadlines acted within the extended window", n)
-	}
+	h.round(sched, reminded(1))
 	h.do(req{path: "/v1/escrow/claim-funds/" + token, key: h.std(), cid: seller}).expect(t, 400, "Escrow cannot be claimed yet")
 	clock.Advance(2 * time.Minute)
-	if n := h.round(sched); n != 1 {
-		t.Fatalf("%d deadlines acted after the extended window, want 1", n)
-	}
+	h.round(sched, released)
 	if v := h.viewEscrow(token, ""); v["status"] != "COMPLETED" {
 		t.Fatalf("after the extended window: %v", v)
 	}

@@ -18,7 +18,8 @@ const DeadlinesName = "deadlines"
 
 // Deadlines keeps the table of escrows' pending deadlines: one row per
 // deadline an event started (an expiring link's creation, an auto-release
-// escrow's payment, moved by the buyer's window extension), removed by the event that ends it (the payment of an
+// escrow's payment and any payment's window-ending reminder, moved by the
+// buyer's window extension), removed by the event that ends it (the payment of an
 // expiring link, any settlement, a dispute, a deletion). The scheduler
 // reads only the rows due, by the index on due_at, so acting on deadlines
 // costs what is due, never a pass over the escrows.
@@ -77,19 +78,30 @@ func (Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 				id, string(escrow.ExpiryDeadline)); err != nil {
 				return err
 			}
-			if f := ev.(escrow.Funded); !f.ReleaseAt.IsZero() {
-				// The escrow's merchant and environment come with the
-				// metadata every escrow event carries.
+			// The escrow's merchant and environment come with the
+			// metadata every escrow event carries.
+			f := ev.(escrow.Funded)
+			if !f.ReleaseAt.IsZero() {
 				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, f.ReleaseAt)
+			}
+			if err == nil && !f.RemindAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, f.RemindAt)
 			}
 		case escrow.WindowExtended{}.EventType():
 			var ev domain.Event
 			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
 				return err
 			}
-			if w := ev.(escrow.WindowExtended); !w.ReleaseAt.IsZero() {
+			w := ev.(escrow.WindowExtended)
+			if !w.ReleaseAt.IsZero() {
 				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, w.ReleaseAt)
 			}
+			if err == nil && !w.RemindAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, w.RemindAt)
+			}
+		case escrow.Reminded{}.EventType():
+			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
+				id, string(escrow.WindowEndingDeadline))
 		case escrow.Released{}.EventType(), escrow.Deleted{}.EventType(), escrow.DisputeSubmitted{}.EventType(),
 			escrow.DisputeResolved{}.EventType(), escrow.MilestoneConfirmed{}.EventType(), escrow.VaultSettled{}.EventType():
 			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1`, id)
@@ -129,12 +141,16 @@ type Deadline struct {
 // spares work: what makes a deadline act once is the command's expected
 // revision on the escrow's stream.
 func (q *Queries) ClaimDueDeadlines(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Deadline, error) {
-	rows, err := q.pool.Query(ctx, `UPDATE rm_escrow_deadlines d SET leased_until = $2, attempts = d.attempts + 1
+	// RETURNING keeps no order: the deadlines are acted on in the order
+	// they fell due (a late process reminds before it releases).
+	rows, err := q.pool.Query(ctx, `WITH taken AS (
+		UPDATE rm_escrow_deadlines d SET leased_until = $2, attempts = d.attempts + 1
 		FROM (SELECT escrow_id, kind FROM rm_escrow_deadlines
 		      WHERE due_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
 		      ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED) due
 		WHERE d.escrow_id = due.escrow_id AND d.kind = due.kind
-		RETURNING d.escrow_id, d.kind, d.merchant_id, d.environment, d.due_at, d.attempts`,
+		RETURNING d.escrow_id, d.kind, d.merchant_id, d.environment, d.due_at, d.attempts)
+		SELECT * FROM taken ORDER BY due_at, escrow_id, kind`,
 		now, now.Add(lease), limit)
 	if err != nil {
 		return nil, err

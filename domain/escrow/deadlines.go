@@ -23,7 +23,47 @@ const (
 	AutoReleaseDeadline DeadlineKind = "auto_release"
 	// ExpiryDeadline deletes an escrow still awaiting payment.
 	ExpiryDeadline DeadlineKind = "unpaid_expiry"
+	// WindowEndingDeadline reminds buyer and seller (the webhook
+	// escrow.window_ending) that an ONGOING escrow's window is ending.
+	WindowEndingDeadline DeadlineKind = "window_ending"
 )
+
+// ReminderLead is how long before the window elapses the window-ending
+// reminder is sent (at payment for a window of exactly that); a window
+// shorter than that is reminded of half-way.
+const ReminderLead = 24 * time.Hour
+
+// Reminded records a reminder sent (Reminder: window_ending), once.
+type Reminded struct {
+	Reminder DeadlineKind `json:"reminder"`
+	At       time.Time    `json:"at"`
+}
+
+func (Reminded) EventType() string { return "escrow.reminded" }
+
+// remindAt is when the window-ending reminder of a standard escrow paid at
+// paidAt with window w is due (zero for other kinds).
+func (s State) remindAt(paidAt time.Time, w time.Duration) time.Time {
+	if s.Type() != StandardSettlement {
+		return time.Time{}
+	}
+	if w < ReminderLead {
+		return paidAt.Add(w / 2)
+	}
+	return paidAt.Add(w - ReminderLead)
+}
+
+// RemindWindowEnding decides the window-ending reminder of an ONGOING
+// escrow, once.
+func RemindWindowEnding(s State, at time.Time) (Reminded, error) {
+	if !s.Exists() || s.RemindAt.IsZero() || s.Reminded || s.Status != Ongoing {
+		return Reminded{}, ErrActionNotAllowed
+	}
+	if at.Before(s.RemindAt) {
+		return Reminded{}, ErrNotDue
+	}
+	return Reminded{Reminder: WindowEndingDeadline, At: at}, nil
+}
 
 // MaxExpiresInHours bounds an unpaid link's life (30 days).
 const MaxExpiresInHours = 720
@@ -58,7 +98,9 @@ const MaxExtensions = 2
 type WindowExtended struct {
 	By        int       `json:"by"`
 	ReleaseAt time.Time `json:"releaseAt,omitempty"`
-	At        time.Time `json:"at"`
+	// RemindAt is the window-ending reminder's new time (zero once sent).
+	RemindAt time.Time `json:"remindAt,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 func (WindowExtended) EventType() string { return "escrow.window_extended" }
@@ -89,8 +131,12 @@ func ExtendWindow(s State, buyerID string, by int, at time.Time) (WindowExtended
 		return WindowExtended{}, ErrExtensionTooLong
 	}
 	e := WindowExtended{By: by, At: at}
+	added := time.Duration(by) * timelineUnits[s.Terms.DeliveryTimeline]
 	if !s.ReleaseAt.IsZero() {
-		e.ReleaseAt = s.ReleaseAt.Add(time.Duration(by) * timelineUnits[s.Terms.DeliveryTimeline])
+		e.ReleaseAt = s.ReleaseAt.Add(added)
+	}
+	if !s.Reminded {
+		e.RemindAt = s.remindAt(s.PaidAt, s.Window()+added)
 	}
 	return e, nil
 }
@@ -143,4 +189,23 @@ func Expire(s State, at time.Time) (Deleted, error) {
 		return Deleted{}, ErrNotDue
 	}
 	return Deleted{At: at}, nil
+}
+
+// applyDeadlines folds the events of this file.
+func applyDeadlines(s State, ev domain.Event) (State, bool) {
+	switch e := ev.(type) {
+	case WindowExtended:
+		s.Extensions, s.ExtendedBy, s.UpdatedAt = s.Extensions+1, s.ExtendedBy+e.By, e.At
+		if !s.ReleaseAt.IsZero() {
+			s.ReleaseAt = e.ReleaseAt
+		}
+		if !s.Reminded {
+			s.RemindAt = e.RemindAt
+		}
+	case Reminded:
+		s.Reminded, s.UpdatedAt = true, e.At
+	default:
+		return s, false
+	}
+	return s, true
 }

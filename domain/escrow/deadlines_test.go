@@ -275,3 +275,57 @@ func TestExtendWindow(t *testing.T) {
 		})
 	}
 }
+
+func TestRemindWindowEnding(t *testing.T) {
+	day := 24 * time.Hour
+	reminded := Reminded{Reminder: WindowEndingDeadline, At: paidAt.Add(6 * day)}
+	tests := []struct {
+		name     string
+		given    []domain.Event
+		remindAt time.Time // what the payment fixed
+		at       time.Time
+		wantErr  error
+		wantMsg  string
+	}{
+		{name: "7 days: a day before", given: paid(t), remindAt: paidAt.Add(6 * day), at: paidAt.Add(6 * day)},
+		{name: "2 days: a day before", given: paid(t, func(c *Created) { c.Terms.MaxDelivery = 2 }), remindAt: paidAt.Add(day),
+			at: paidAt.Add(day)},
+		{name: "30 hours: a day before", given: paid(t, hoursWindow(30)), remindAt: paidAt.Add(6 * time.Hour), at: paidAt.Add(6 * time.Hour)},
+		{name: "a day: at once", given: paid(t, hoursWindow(24)), remindAt: paidAt, at: paidAt},
+		{name: "3 hours: half-way", given: paid(t, hoursWindow(3)), remindAt: paidAt.Add(90 * time.Minute), at: paidAt.Add(2 * time.Hour)},
+		{name: "before it is due", given: paid(t), remindAt: paidAt.Add(6 * day), at: paidAt.Add(6*day - time.Second), wantErr: ErrNotDue},
+		{name: "sent already", given: append(paid(t), reminded), remindAt: paidAt.Add(6 * day), at: paidAt.Add(6 * day),
+			wantErr: ErrActionNotAllowed},
+		{name: "disputed", given: append(paid(t), opened("b1")), remindAt: paidAt.Add(6 * day), at: paidAt.Add(6 * day),
+			wantErr: ErrActionNotAllowed},
+		{name: "unpaid", given: []domain.Event{link()}, at: paidAt.Add(6 * day), wantErr: ErrActionNotAllowed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := fold(tc.given...)
+			if !s.RemindAt.Equal(tc.remindAt) {
+				t.Fatalf("RemindAt = %v, want %v", s.RemindAt, tc.remindAt)
+			}
+			got, err := RemindWindowEnding(s, tc.at)
+			if refused(t, err, tc.wantErr, tc.wantMsg) {
+				return
+			}
+			if got != (Reminded{Reminder: WindowEndingDeadline, At: tc.at}) {
+				t.Fatalf("got %+v", got)
+			}
+			if _, err := RemindWindowEnding(Apply(s, got), tc.at); err == nil {
+				t.Fatal("reminded twice")
+			}
+		})
+	}
+	// An extension before the reminder moves it; after, it is not sent again.
+	s := fold(paid(t)...)
+	ext, err := ExtendWindow(s, "b1", 2, paidAt.Add(day))
+	if err != nil || !ext.RemindAt.Equal(paidAt.Add(8*day)) {
+		t.Fatalf("extension before the reminder: %+v %v, want remind at %v", ext, err, paidAt.Add(8*day))
+	}
+	s = fold(append(paid(t), reminded)...)
+	if ext, _ = ExtendWindow(s, "b1", 2, paidAt.Add(6*day)); !ext.RemindAt.IsZero() || !Apply(s, ext).Reminded {
+		t.Fatalf("extension after the reminder: %+v", ext)
+	}
+}

@@ -228,7 +228,8 @@ func Buy(s State, buyerID, paymentID, cloneID, cloneToken string, at time.Time) 
 	if err := CheckCheckout(s, buyerID); err != nil {
 		return Purchase{}, err
 	}
-	funded := Funded{BuyerID: buyerID, PaymentID: paymentID, Paid: s.Due(), ReleaseAt: s.releaseAt(at), At: at}
+	funded := Funded{BuyerID: buyerID, PaymentID: paymentID, Paid: s.Due(), ReleaseAt: s.releaseAt(at),
+		RemindAt: s.remindAt(at, s.Window()), At: at}
 	if !s.MultiUnit {
 		return Purchase{Funded: Apply(s, funded), Link: []domain.Event{funded}}, nil
 	}

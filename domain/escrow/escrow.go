@@ -128,6 +128,10 @@ type State struct {
 	// what they added, in deliveryTimeline units (deadlines.go).
 	Extensions int `json:"extensions,omitempty"`
 	ExtendedBy int `json:"extendedBy,omitempty"`
+	// RemindAt is when the window-ending reminder is due; Reminded that it
+	// was sent.
+	RemindAt time.Time `json:"remindAt,omitempty"`
+	Reminded bool      `json:"reminded,omitempty"`
 }
 
 // Type is the escrow's settlement type.
@@ -241,7 +245,10 @@ type (
 		// ReleaseAt is when the service releases an auto-release escrow:
 		// the delivery window by the terms at payment (zero: never).
 		ReleaseAt time.Time `json:"releaseAt,omitempty"`
-		At        time.Time `json:"at"`
+		// RemindAt is when the buyer and seller are reminded that the
+		// window is ending (zero: never; deadlines.go).
+		RemindAt time.Time `json:"remindAt,omitempty"`
+		At       time.Time `json:"at"`
 	}
 	// Released settles the escrow to the seller (COMPLETED on the buyer's
 	// confirmation, CLAIMED on the seller's claim).
@@ -286,6 +293,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &MilestonesSet{} },
 	func() domain.Event { return &MilestoneConfirmed{} },
 	func() domain.Event { return &WindowExtended{} },
+	func() domain.Event { return &Reminded{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.
@@ -296,11 +304,7 @@ func Apply(s State, ev domain.Event) State {
 	if s, ok := applyVault(s, ev); ok {
 		return s
 	}
-	if e, ok := ev.(WindowExtended); ok {
-		s.Extensions, s.ExtendedBy, s.UpdatedAt = s.Extensions+1, s.ExtendedBy+e.By, e.At
-		if !s.ReleaseAt.IsZero() {
-			s.ReleaseAt = e.ReleaseAt
-		}
+	if s, ok := applyDeadlines(s, ev); ok {
 		return s
 	}
 	switch e := ev.(type) {
@@ -329,7 +333,7 @@ func Apply(s State, ev domain.Event) State {
 		s.TotalQuantity, s.UpdatedAt = e.Remaining, e.At
 	case Funded:
 		s.BuyerID, s.PaymentID, s.PaidAt, s.UpdatedAt = e.BuyerID, e.PaymentID, e.At, e.At
-		s.ReleaseAt = e.ReleaseAt
+		s.ReleaseAt, s.RemindAt = e.ReleaseAt, e.RemindAt
 		s.Status = Ongoing
 		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
 	case Released:

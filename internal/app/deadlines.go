@@ -13,7 +13,8 @@ import (
 )
 
 // SystemAgent is the actor of what the service does by itself when an
-// escrow's deadline passes (an auto-release, an unpaid link's expiry).
+// escrow's deadline passes (an auto-release, an unpaid link's expiry, a
+// reminder).
 const SystemAgent = "system"
 
 // Deadline names an escrow's pending deadline as the deadlines read model
@@ -41,6 +42,8 @@ func (s *Service) ActOnDeadline(ctx context.Context, d Deadline) (EscrowResult, 
 			return escrow.AutoRelease(e, s.Engine.Now())
 		case escrow.ExpiryDeadline:
 			return escrow.Expire(e, s.Engine.Now())
+		case escrow.WindowEndingDeadline:
+			return escrow.RemindWindowEnding(e, s.Engine.Now())
 		}
 		return nil, domain.Errorf(domain.Internal, "unknown deadline kind %q", d.Kind)
 	})
@@ -113,13 +116,16 @@ func (r *DeadlineScheduler) Run(ctx context.Context) error {
 	}
 }
 
+// Acted counts the deadlines a round acted on, by kind.
+type Acted map[escrow.DeadlineKind]int
+
 // Round acts on every deadline due now, a batch at a time, and returns how
-// many took effect. A deadline whose escrow has moved on (confirmed,
+// many of each kind took effect. A deadline whose escrow has moved on (confirmed,
 // disputed, paid, deleted) is forgotten; one whose command failed
 // otherwise is left to a round after its lease.
-func (r *DeadlineScheduler) Round(ctx context.Context) (int, error) {
+func (r *DeadlineScheduler) Round(ctx context.Context) (Acted, error) {
 	c := r.settings()
-	done := 0
+	done := Acted{}
 	for {
 		due, err := c.Claim(ctx, c.Service.Engine.Now(), c.Lease, c.Batch)
 		if err != nil {
@@ -130,7 +136,7 @@ func (r *DeadlineScheduler) Round(ctx context.Context) (int, error) {
 				return done, ctx.Err()
 			}
 			if c.act(ctx, d) {
-				done++
+				done[d.Kind]++
 			}
 		}
 		if len(due) < c.Batch {
