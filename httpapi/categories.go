@@ -115,11 +115,19 @@ func (s *Server) editCategory(c echo.Context) error {
 		return err
 	}
 	id := c.Param("id")
+	before, err := s.app.Category(c.Request().Context(), id)
+	if err != nil {
+		s.discard(in)
+		return err
+	}
 	pos, err := s.app.UpdateCategory(c.Request().Context(), actor(c), id,
 		category.Edit{Name: in.Name, Description: in.Description, ImageURL: in.ImageURL}, in.Position)
 	if err != nil {
 		s.discard(in)
 		return err
+	}
+	if in.ImageURL != nil && before.ImageURL != "" && before.ImageURL != *in.ImageURL {
+		s.files.Remove([]string{before.ImageURL}) // replaced: no longer shown
 	}
 	return s.respondCategory(c, id, pos, http.StatusOK, "Category updated successfully")
 }
@@ -151,8 +159,15 @@ func (s *Server) moveCategory(c echo.Context) error {
 }
 
 func (s *Server) deleteCategory(c echo.Context) error {
+	before, err := s.app.Category(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
 	if _, err := s.app.DeleteCategory(c.Request().Context(), actor(c), c.Param("id")); err != nil {
 		return err
+	}
+	if before.ImageURL != "" {
+		s.files.Remove([]string{before.ImageURL})
 	}
 	return respond(c, http.StatusOK, "Category deleted successfully", nil)
 }

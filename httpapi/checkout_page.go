@@ -256,7 +256,9 @@ func (s *Server) formSession(c echo.Context) (checkout.State, money.Amount, erro
 	if err != nil {
 		return st, 0, err
 	}
-	if !formTokenValid(st, c.FormValue("token")) {
+	// The token comes from the form's body only: one in the query string
+	// would be written to logs and Referer headers on its way.
+	if !formTokenValid(st, c.Request().PostFormValue("token")) {
 		return st, 0, errForgedForm
 	}
 	var total money.Amount

@@ -8,6 +8,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/internal/gateway"
 )
 
 const (
@@ -190,14 +191,10 @@ func TestMasterWalletAddress(t *testing.T) {
 			if fmt.Sprint(r) != fmt.Sprint(want) {
 				t.Fatalf("test: %v, want %v", r, want)
 			}
-			r = liveOnly.do(req{path: path, key: key(liveOnly.m, domain.Live, merchant.Standard), host: liveHost}).expect(t, 200, "").obj()
-			expectMasterExtras(t, r, masterLive)
-			want = map[string]any{"address": masterLive, "network": "BSC", "networkId": 56.0,
-				"explorerUrl": "https://bscscan.com/address/" + masterLive}
-			if fmt.Sprint(r) != fmt.Sprint(want) {
-				t.Fatalf("live: %v, want %v", r, want)
-			}
 			const notConfigured = "Crypto is not configured for this environment"
+			// No chain adapter watches live: an address configured for it
+			// is never offered, since nothing would credit what is sent.
+			liveOnly.do(req{path: path, key: key(liveOnly.m, domain.Live, merchant.Standard), host: liveHost}).expect(t, 400, notConfigured)
 			testOnly.do(req{path: path, key: key(testOnly.m, domain.Live, merchant.SuperAdmin), host: liveHost}).expect(t, 400, notConfigured)
 			liveOnly.do(req{path: path, key: liveOnly.sa()}).expect(t, 400, notConfigured)
 			unset.do(req{path: path, key: unset.std()}).expect(t, 400, notConfigured)
@@ -220,4 +217,23 @@ func TestVirtualAccountIsGone(t *testing.T) {
 		h.do(r).expect(t, 410, msg)
 	}
 	h.do(req{method: "POST", path: "/v1/payment/virtual-account"}).expect(t, 401, "No token provided")
+}
+
+// A live crypto withdrawal is refused before anything is staged, even with
+// a master address and payout gateways configured for live: nothing sends
+// it on the chain.
+func TestLiveCryptoWithdrawalRefused(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.BSCMasterAddress = map[domain.Environment]string{domain.Live: masterLive} })
+	h.svc.Gateways[domain.Live] = gateway.Test()
+	liveSA, liveStd := key(h.m, domain.Live, merchant.SuperAdmin), key(h.m, domain.Live, merchant.Standard)
+	cust := h.do(req{method: "POST", path: "/v1/customer/create", key: liveSA, host: liveHost,
+		body: customerBody("livecrypto@example.com", "08031234570")}).expect(t, 201, "").obj()["customerId"].(string)
+	addr := bscAddr(7)
+	h.do(req{method: "POST", path: "/v1/whitelist-address", key: liveStd, host: liveHost, cid: cust, body: whitelistBody(addr)}).expect(t, 201, "")
+	h.do(req{method: "POST", path: "/v1/payment/create-intent", key: liveStd, host: liveHost, cid: cust,
+		body: map[string]any{"reference": "live-crypto-1", "amount": 100, "transactionType": "withdrawal",
+			"blockchainDetails": map[string]any{"toAddress": addr, "network": "BSC"}}}).
+		expect(t, 400, "Crypto is not configured for this environment")
+	h.do(req{method: "POST", path: "/v1/payment/verify", key: liveStd, host: liveHost, cid: cust,
+		body: map[string]any{"reference": "live-crypto-1"}}).expect(t, 400, "Transaction not found")
 }

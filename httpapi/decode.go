@@ -1,9 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,9 +16,12 @@ import (
 )
 
 // decodeJSON reads a JSON object body into dst. An empty body is an empty
-// object; anything else malformed is 400 Invalid JSON body.
+// object; anything else malformed is 400 Invalid JSON body. The body is
+// held in memory once (readBody) and decoded where it lies: the route's
+// limit (bodyLimit) bounds it before it is read, so a body of any declared
+// size costs at most that limit.
 func decodeJSON(c echo.Context, dst any) error {
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := readBody(c.Request())
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -29,22 +32,35 @@ func decodeJSON(c echo.Context, dst any) error {
 	if err := checkJSONText(body); err != nil {
 		return err
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		body = []byte("{}")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.UseNumber()
-	if err := dec.Decode(dst); err != nil {
+	if err := json.Unmarshal(body, dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
 			return domain.Invalidf("%s has the wrong type", te.Field)
 		}
 		return domain.Invalidf("Invalid JSON body")
 	}
-	if dec.More() {
-		return domain.Invalidf("Invalid JSON body")
-	}
 	return nil
+}
+
+// readBody returns the request body, read once: the idempotency spool's
+// bytes when it holds them, else one buffer sized from the declared length
+// (a body without one grows its buffer up to the route's limit).
+func readBody(r *http.Request) ([]byte, error) {
+	if rb, ok := r.Body.(replayBody); ok && rb.mem != nil {
+		return rb.mem, nil
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(r.Body)
+	return buf.Bytes(), err
 }
 
 // maxPage caps a requested page number: a page past every row is empty

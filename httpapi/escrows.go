@@ -156,7 +156,7 @@ func escrowPatch(f map[string]json.RawMessage) (escrow.Patch, error) {
 	if p.MaxDelivery, err = fieldInt(f, "maxDelivery", "maxDelivery must be an integer between 1 and 365"); err != nil {
 		return p, err
 	}
-	if p.TotalQuantity, err = fieldInt(f, "totalQuantity", "totalQuantity must be an integer of at least 1"); err != nil {
+	if p.TotalQuantity, err = fieldInt(f, "totalQuantity", escrow.ErrQuantity.Message); err != nil {
 		return p, err
 	}
 	if p.AutoRelease, err = fieldBool(f, "autoRelease"); err != nil {
@@ -301,9 +301,15 @@ func (s *Server) deleteEscrow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	owned, err := s.app.EscrowFiles(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
 	if _, err := s.app.DeleteEscrow(c.Request().Context(), actor(c), sellerOf(c), id); err != nil {
 		return err
 	}
+	// A deleted escrow's files are not served any more.
+	s.files.Remove(owned)
 	return respond(c, http.StatusOK, "Escrow deleted successfully", map[string]any{})
 }
 
@@ -398,7 +404,7 @@ func (s *Server) payEscrow(c echo.Context) error {
 	default:
 		return domain.Invalidf("gateway must be wallet")
 	}
-	if err := ledger.ValidReference(body.Reference); err != nil {
+	if err := ledger.ValidClientReference(body.Reference); err != nil {
 		return err
 	}
 	amount, err := amountOf("amount", body.Amount)

@@ -185,7 +185,7 @@ func TestEscrowRulesAndErrors(t *testing.T) {
 		{map[string]string{"amount": "1000", "purpose": "x", "whoPays": "nobody"}, "whoPays must be one of buyer, seller, both"},
 		{map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer", "maxDelivery": "366"}, "maxDelivery must be an integer between 1 and 365"},
 		{map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer", "deliveryTimeline": "weeks"}, "deliveryTimeline must be one of minutes, hours, days"},
-		{map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer", "totalQuantity": "0"}, "totalQuantity must be an integer of at least 1"},
+		{map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer", "totalQuantity": "0"}, "totalQuantity must be an integer between 1 and 10000"},
 	} {
 		h.createEscrow(seller, tc.fields, 0).expect(t, 400, tc.msg)
 	}

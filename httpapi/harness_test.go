@@ -130,6 +130,8 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	}
 	api := wired.API(cfg, store, pool, waiter, log, nil)
 	t.Cleanup(api.Close)
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = api.ProviderEvents().Run(ctx) }()
 	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
 	limits := DefaultLimits
 	if o.limits != nil {
@@ -151,6 +153,8 @@ var eventKinds = map[string]domain.Registry{
 	app.EscrowKind.Name: app.EscrowKind.Registry, app.CategoryKind.Name: app.CategoryKind.Registry,
 	app.CategoryOrderKind.Name: app.CategoryOrderKind.Registry,
 	app.CheckoutKind.Name:      app.CheckoutKind.Registry,
+	app.PayoutLinkKind.Name:    app.PayoutLinkKind.Registry,
+	app.RecipientKind.Name:     app.RecipientKind.Registry,
 }
 
 // eventsDecodeAsEncodingJSONDoes: every aggregate event the test stored

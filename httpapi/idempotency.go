@@ -36,6 +36,10 @@ const (
 	// idempotencyAbandonAfter is how long a reservation may stay in flight before
 	// it is presumed to belong to a crashed process and may be taken over.
 	idempotencyAbandonAfter = 2 * time.Minute
+	// idempotencyHeartbeat is how often a running request renews its
+	// reservation, so one that works longer than idempotencyAbandonAfter is
+	// not taken for abandoned while it runs.
+	idempotencyHeartbeat = idempotencyAbandonAfter / 4
 	idempotencySweepEvery   = time.Minute
 	idempotencySweepBatch   = 500
 	// idempotencySweepRounds bounds the batches one sweep deletes; a sweep
@@ -61,6 +65,7 @@ type IdempotencyStore struct {
 	pool      *pgxpool.Pool
 	fencer    ReservationFencer
 	now       func() time.Time
+	heartbeat time.Duration
 	log       *zap.Logger
 	lastSweep atomic.Int64
 	// sweeping: a sweep of this store runs; backlog: the last one stopped
@@ -74,6 +79,12 @@ type IdempotencyOption func(*IdempotencyStore)
 // WithIdempotencyClock injects the clock (tests).
 func WithIdempotencyClock(now func() time.Time) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.now = now }
+}
+
+// WithIdempotencyHeartbeat sets how often a running request renews its
+// reservation (tests).
+func WithIdempotencyHeartbeat(d time.Duration) IdempotencyOption {
+	return func(s *IdempotencyStore) { s.heartbeat = d }
 }
 
 // WithIdempotencyLogger logs the failures that cannot reach the client
@@ -97,7 +108,7 @@ func WithIdempotencyFence(f ReservationFencer) IdempotencyOption {
 
 // NewIdempotencyStore returns a store on pool.
 func NewIdempotencyStore(pool *pgxpool.Pool, opts ...IdempotencyOption) *IdempotencyStore {
-	s := &IdempotencyStore{pool: pool, now: time.Now, log: zap.NewNop()}
+	s := &IdempotencyStore{pool: pool, now: time.Now, heartbeat: idempotencyHeartbeat, log: zap.NewNop()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -280,6 +291,8 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	// The response may be gone to the client while the request context is
 	// cancelled; recording it must not be.
 	ctx := context.WithoutCancel(c.Request().Context())
+	stopRenewing := s.keepReserved(ctx, scope, key, owner)
+	defer stopRenewing()
 	reservation := app.NewReservation(owner, scope, key)
 	if s.fencer != nil {
 		req := c.Request()

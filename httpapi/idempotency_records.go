@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -63,6 +64,34 @@ FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, k
 		rec.status = int(*status)
 	}
 	return rec, true, nil
+}
+
+// keepReserved renews this request's reservation every heartbeat until
+// stop is called: a reservation is taken for abandoned when it was last
+// renewed idempotencyAbandonAfter ago, which a request still working must
+// never look like. A successor's row (another owner) or a completed one is
+// left alone.
+func (s *IdempotencyStore) keepReserved(ctx context.Context, scope, key string, owner []byte) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(s.heartbeat)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if _, err := s.pool.Exec(ctx, `UPDATE http_idempotency_keys SET created_at = $4
+WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND completed_at IS NULL`, scope, key, owner, s.now()); err != nil {
+				s.log.Warn("renewing an idempotency reservation", zap.Error(err))
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }
 
 // release deletes this request's reservation (not a successor's).

@@ -46,7 +46,7 @@ func (s *IdempotencyStore) spoolBody(req *http.Request) (fp []byte, sp *spool, e
 		sp.remove()
 		return nil, nil, err
 	}
-	req.Body = replayBody{Reader: body, orig: req.Body}
+	req.Body = replayBody{Reader: body, mem: sp.memory(), orig: req.Body}
 	return fh.sum(), sp, nil
 }
 
@@ -91,6 +91,15 @@ func (sp *spool) reader() (io.Reader, error) {
 	return sp.file, nil
 }
 
+// memory is the body when the spool holds it in memory; nil when it is in
+// a file.
+func (sp *spool) memory() []byte {
+	if sp.file != nil {
+		return nil
+	}
+	return sp.mem.Bytes()
+}
+
 // remove deletes the temporary file, if any; nil-safe and idempotent.
 func (sp *spool) remove() {
 	if sp == nil || sp.file == nil {
@@ -101,8 +110,11 @@ func (sp *spool) remove() {
 	sp.file = nil
 }
 
-// replayBody serves the spooled bytes and closes the original body.
+// replayBody serves the spooled bytes and closes the original body. mem is
+// the whole body when the spool holds it in memory, so a JSON decoder
+// reads it where it is instead of copying it once more.
 type replayBody struct {
 	io.Reader
+	mem  []byte
 	orig io.Closer
 }

@@ -112,15 +112,15 @@ func (env *idemEnv) gate(n int64) chan int {
 	return ch.(chan int)
 }
 
-func newIdemEnv(t *testing.T) *idemEnv {
+func newIdemEnv(t *testing.T, opts ...IdempotencyOption) *idemEnv {
 	t.Helper()
 	env := &idemEnv{t: t, pool: pgtest.NewPool(t), entered: make(chan struct{}, 16), release: make(chan struct{})}
 	env.now.Store(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
 	env.store = postgres.New(env.pool)
 	t.Cleanup(env.store.Close)
 	engine := app.NewEngine(answerLosingStore{env.store, env}, 100)
-	store := NewIdempotencyStore(env.pool, WithIdempotencyFence(hookedFencer{engine, env}),
-		WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() }))
+	store := NewIdempotencyStore(env.pool, append([]IdempotencyOption{WithIdempotencyFence(hookedFencer{engine, env}),
+		WithIdempotencyClock(func() time.Time { return time.Unix(0, env.now.Load()).UTC() })}, opts...)...)
 
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
@@ -344,6 +344,44 @@ func TestIdempotencyInFlight(t *testing.T) {
 	first := <-done
 	idemWantStatus(t, first, http.StatusCreated)
 	idemWantReplayOf(t, env.post("/v1/slow", "key1", "slow", `{}`), first)
+	if n := env.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// TestIdempotencyRunningReservationIsRenewed: a request that works longer
+// than the abandonment delay renews its reservation while it runs, so a
+// retry of it finds it in progress (409) rather than taking it over and
+// running it a second time.
+func TestIdempotencyRunningReservationIsRenewed(t *testing.T) {
+	env := newIdemEnv(t, WithIdempotencyHeartbeat(5*time.Millisecond))
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- env.post("/v1/slow", "key1", "k", `{}`) }()
+	<-env.entered
+	env.advance(idempotencyAbandonAfter + time.Second)
+	// Wait for a renewal at the advanced clock (a while at most: without
+	// one the retry below shows what follows).
+	for range 2000 {
+		var renewed time.Time
+		if err := env.pool.QueryRow(context.Background(), `SELECT created_at FROM http_idempotency_keys WHERE idempotency_key = 'k'`).
+			Scan(&renewed); err != nil {
+			t.Fatal(err)
+		}
+		if !renewed.Before(time.Unix(0, env.now.Load())) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	retry := make(chan *httptest.ResponseRecorder, 1)
+	go func() { retry <- env.post("/v1/slow", "key1", "k", `{}`) }()
+	select {
+	case r := <-retry:
+		idemWantStatus(t, r, http.StatusConflict)
+	case <-env.entered:
+		t.Fatal("a retry took a running request's reservation over and ran it again")
+	}
+	env.release <- struct{}{}
+	idemWantStatus(t, <-done, http.StatusCreated)
 	if n := env.calls.Load(); n != 1 {
 		t.Fatalf("handler ran %d times", n)
 	}

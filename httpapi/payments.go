@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
-	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -134,7 +134,7 @@ func (b intentBody) request() (app.IntentRequest, error) {
 	default:
 		return r, domain.Invalidf("transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")
 	}
-	if err := ledger.ValidReference(b.Reference); err != nil {
+	if err := ledger.ValidClientReference(b.Reference); err != nil {
 		return r, err
 	}
 	r.Reference = b.Reference
@@ -239,32 +239,50 @@ func (s *Server) verifyPayments(c echo.Context) error {
 	ctx := c.Request().Context()
 	a := actor(c)
 	cu, _ := CustomerFrom(c)
-	// Every reference must name one of this customer's intents before any
-	// is executed, so a typo in a batch executes nothing.
+	if body.Reference != nil {
+		rec, _, err := s.app.Verify(ctx, a, cu.ID, cu.Permissions, refs[0])
+		if err != nil {
+			return err
+		}
+		return respond(c, http.StatusOK, "Payment verified successfully", rec)
+	}
 	seen := map[string]bool{}
 	for _, ref := range refs {
 		if seen[ref] {
 			return domain.Invalidf("references must not repeat a reference")
 		}
 		seen[ref] = true
-		if _, err := s.app.Intent(ctx, a, cu.ID, ref); err != nil {
-			return err
-		}
 	}
-	records := make([]ledger.Record, 0, len(refs))
+	// Each reference runs on its own and has its own entry: one refused
+	// must not turn the answer into an error that hides what the others
+	// moved.
+	entries := make([]any, 0, len(refs))
 	for _, ref := range refs {
 		rec, _, err := s.app.Verify(ctx, a, cu.ID, cu.Permissions, ref)
 		if err != nil {
-			// Earlier references stay executed; verifying them again
-			// returns their stored outcome.
-			return err
+			entries = append(entries, s.verifyRefusal(c, ref, err))
+			continue
 		}
-		records = append(records, rec)
+		entries = append(entries, rec)
 	}
-	if body.Reference != nil {
-		return respond(c, http.StatusOK, "Payment verified successfully", records[0])
+	return respond(c, http.StatusOK, "Payments verified successfully", entries)
+}
+
+// verifyFailure is a batch verify's entry for a reference that was
+// refused (or failed: an internal error is logged and shown as one).
+type verifyFailure struct {
+	Reference string `json:"reference"`
+	Status    string `json:"status"`
+	Message   string `json:"message"`
+}
+
+func (s *Server) verifyRefusal(c echo.Context, ref string, err error) verifyFailure {
+	var de *domain.Error
+	if !errors.As(err, &de) {
+		s.log.Error("batch verify", zap.String("reference", ref), zap.Error(err),
+			zap.String("request_id", c.Request().Header.Get("X-Request-Id")))
 	}
-	return respond(c, http.StatusOK, "Payments verified successfully", records)
+	return verifyFailure{Reference: ref, Status: "error", Message: domain.ErrorMessage(err)}
 }
 
 func (s *Server) verifyAccount(c echo.Context) error {
@@ -283,16 +301,12 @@ func (s *Server) verifyAccount(c echo.Context) error {
 		return domain.Invalidf("bankCode is required")
 	}
 	p, _ := PrincipalFrom(c)
-	if p.Environment != domain.Test {
-		// Name resolution needs a bank-data provider; none is built in.
-		return app.ErrPaymentsNotConfigured
-	}
-	if !reference.ValidNUBAN(body.BankCode, body.AccountNumber) {
-		return domain.Invalidf("Could not resolve account name")
+	name, err := s.app.ResolveAccount(c.Request().Context(), p.Environment, body.BankCode, body.AccountNumber)
+	if err != nil {
+		return err
 	}
 	return respond(c, http.StatusOK, "Account details retrieved successfully", map[string]string{
-		"accountName":   reference.TestAccountName(body.BankCode, body.AccountNumber),
-		"accountNumber": body.AccountNumber, "bankCode": body.BankCode})
+		"accountName": name, "accountNumber": body.AccountNumber, "bankCode": body.BankCode})
 }
 
 // transactionFilter reads the history query; flat reports whether the
@@ -363,12 +377,14 @@ func (s *Server) listTransactions(c echo.Context, f projections.TransactionFilte
 	if err != nil {
 		return err
 	}
-	rows, pg, err := q.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling), flat)
+	if flat {
+		return streamFlat(c, msg, func(each func([]byte) error) error {
+			return q.EachTransaction(c.Request().Context(), f, each)
+		})
+	}
+	rows, pg, err := q.Transactions(c.Request().Context(), f, pageParams(c, historyCeiling))
 	if err != nil {
 		return err
-	}
-	if flat {
-		return respond(c, http.StatusOK, msg, rows)
 	}
 	return respond(c, http.StatusOK, msg, map[string]any{"data": rows, "pagination": pg})
 }

@@ -59,8 +59,10 @@ func (s *Server) masterWallet(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	addr := s.cfg.BSCMasterAddress[p.Environment]
 	nw, ok := bscNetworks[p.Environment]
-	if addr == "" || !ok {
-		return app.ErrCryptoNotConfigured // no master address for the environment
+	if addr == "" || !ok || !app.ChainWatched(p.Environment) {
+		// No master address for the environment, or nothing watching its
+		// chain to credit what is sent there.
+		return app.ErrCryptoNotConfigured
 	}
 	qr, err := s.masterQR.get(addr)
 	if err != nil {

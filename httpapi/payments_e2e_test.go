@@ -241,10 +241,21 @@ func TestBatchVerify(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		h.intent(cid, map[string]any{"reference": fmt.Sprintf("b-%d", i), "amount": 100 * i, "transactionType": "deposit"}).expect(t, 201, "")
 	}
-	// One unknown reference: nothing is executed.
-	h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid,
-		body: map[string]any{"references": []string{"b-1", "b-x"}}}).expect(t, 400, "Transaction not found")
-	h.expectWallet(cid, 0, 0)
+	// Each reference runs on its own: an unknown one has an error entry in
+	// its place, and the answer still shows what the others moved.
+	mixed := h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid,
+		body: map[string]any{"references": []string{"b-1", "b-x", "b-2"}}}).expect(t, 200, "Payments verified successfully").Data.([]any)
+	if len(mixed) != 3 {
+		t.Fatalf("entries %v", mixed)
+	}
+	first, refused, third := mixed[0].(map[string]any), mixed[1].(map[string]any), mixed[2].(map[string]any)
+	if first["reference"] != "b-1" || first["status"] != "success" || third["reference"] != "b-2" || third["status"] != "success" {
+		t.Fatalf("executed entries %v %v", first, third)
+	}
+	if len(refused) != 3 || refused["reference"] != "b-x" || refused["status"] != "error" || refused["message"] != "Transaction not found" {
+		t.Fatalf("refused entry %v", refused)
+	}
+	h.expectWallet(cid, 300, 0)
 	r := h.do(req{method: "POST", path: "/v1/payment/verify", key: h.std(), cid: cid,
 		body: map[string]any{"references": []string{"b-1", "b-2", "b-3"}}}).expect(t, 200, "Payments verified successfully")
 	recs := r.Data.([]any)
@@ -750,14 +761,14 @@ type payoutsFailingOnce struct {
 	asked []string
 }
 
-func (p *payoutsFailingOnce) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+func (p *payoutsFailingOnce) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.asked = append(p.asked, w.ID)
 	if len(p.asked) == 1 {
-		return payment.Outcome{}, errors.New("provider timed out")
+		return payment.PayoutAnswer{}, errors.New("provider timed out")
 	}
-	return payment.Outcome{OK: true}, nil
+	return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 }
 
 // A payout whose provider does not answer leaves the debit standing and
@@ -833,7 +844,7 @@ type blockingPayouts struct {
 	release chan struct{}
 }
 
-func (p *blockingPayouts) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+func (p *blockingPayouts) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.calls.Add(1)
 	select {
 	case p.started <- struct{}{}:
@@ -841,9 +852,9 @@ func (p *blockingPayouts) Pay(ctx context.Context, w ledger.Record) (payment.Out
 	}
 	select {
 	case <-p.release:
-		return payment.Outcome{OK: true}, nil
+		return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 	case <-ctx.Done():
-		return payment.Outcome{}, ctx.Err()
+		return payment.PayoutAnswer{}, ctx.Err()
 	}
 }
 
@@ -875,4 +886,18 @@ func TestVerifyDuringAPayoutAnswersInProgress(t *testing.T) {
 		t.Fatalf("provider asked %d times, want once", n)
 	}
 	h.expectWallet(cid, 8950, 0)
+}
+
+// Reference and Status complete gateway.Payouts: payoutsFailingOnce answers every send at
+// once, so it is never asked where a payout stands.
+func (p *payoutsFailingOnce) Reference(w ledger.Record) string { return w.ID }
+func (p *payoutsFailingOnce) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
+}
+
+// Reference and Status complete gateway.Payouts: blockingPayouts answers every send at
+// once, so it is never asked where a payout stands.
+func (p *blockingPayouts) Reference(w ledger.Record) string { return w.ID }
+func (p *blockingPayouts) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
 }

@@ -15,4 +15,5 @@ func (s *Server) routes() {
 	s.docRoutes()
 	s.eventRoutes()
 	s.checkoutRoutes()
+	s.providerHookRoutes()
 }

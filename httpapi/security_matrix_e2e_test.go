@@ -10,6 +10,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/internal/files"
 )
 
 // The tenancy matrix: every registered route, attacked with another
@@ -55,11 +56,15 @@ var paramKinds = map[string]string{"customerId": "customerId", "paymentToken": "
 	"id": "categoryId", "addressId": "addressId", "phone": "phone", "name": "fileName", "milestoneId": "milestoneId"}
 
 var tenancyMatrix = map[string]matrixRow{
-	"GET /healthz":                        {public: "liveness probe: no data"},
-	"GET /readyz":                         {public: "readiness probe: lags and positions, no tenant data"},
-	"GET /metrics":                        {public: "operators' scrape target: must carry no tenant data"},
-	"GET /files/:name":                    {public: "uploaded images by unguessable name (api-decisions §3)"},
-	"HEAD /files/:name":                   {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"GET /healthz":      {public: "liveness probe: no data"},
+	"GET /readyz":       {public: "readiness probe: lags and positions, no tenant data"},
+	"GET /metrics":      {public: "operators' scrape target: must carry no tenant data"},
+	"GET /files/:name":  {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"HEAD /files/:name": {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"GET /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",
+		params: map[string]string{"owner": "fileOwner"}},
+	"HEAD /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",
+		params: map[string]string{"owner": "fileOwner"}},
 	"GET /v1/countries":                   {mayPass: true, ignoresCID: true},
 	"GET /v1/payment/bank-list":           {mayPass: true, ignoresCID: true},
 	"GET /v1/payment/verify-phone/:phone": {ignoresCID: true},
@@ -99,7 +104,9 @@ var tenancyMatrix = map[string]matrixRow{
 	"POST /v1/payment/create-intent": {cid: "buyer", bodies: []string{
 		`{"amount":100,"reference":"attack-transfer","transactionType":"wallet_transfer","walletDetails":{"phone":"{{phone}}","narration":"x"}}`,
 		`{"amount":5125,"reference":"attack-intent","transactionType":"escrow","escrowDetails":{"escrowId":"{{escrowId}}"}}`}},
-	"POST /v1/payment/verify": {cid: "buyer", bodies: []string{`{"reference":"{{reference}}"}`, `{"references":["{{reference}}"]}`}},
+	// A batch answers 200 with a refusal entry per reference it may not
+	// run (the leak check still applies); a single reference is a 4xx.
+	"POST /v1/payment/verify": {cid: "buyer", mayPass: true, bodies: []string{`{"reference":"{{reference}}"}`, `{"references":["{{reference}}"]}`}},
 	"POST /v1/payment/verify-account": {cid: "buyer", mayPass: true,
 		bodies: []string{`{"accountNumber":"0123456789","bankCode":"058"}`}},
 	"GET /v1/payment/history":       {cid: "buyer", mayPass: true, query: "reference={{reference}}"},
@@ -157,8 +164,10 @@ var tenancyMatrix = map[string]matrixRow{
 	"echo_route_not_found /checkout":    {public: "the checkout pages' not-found handler"},
 	"echo_route_not_found /checkout/*":  {public: "the checkout pages' not-found handler"},
 	"GET /openapi.json":                 {public: "the API reference (api-decisions §8)"},
-	"GET /docs":                         {public: "the API reference, rendered (api-decisions §8)"},
-	"GET /docs/redoc.standalone.js":     {public: "the API reference's renderer, served from the binary"},
+	"POST /hooks/paystack/:env": {public: "the provider's signed events: the signature is the capability, and money moves only on the provider's own answer",
+		params: map[string]string{"env": "environment"}, bodies: []string{`{"event":"transfer.success","data":{"id":1,"reference":"{{reference}}"}}`}},
+	"GET /docs":                     {public: "the API reference, rendered (api-decisions §8)"},
+	"GET /docs/redoc.standalone.js": {public: "the API reference's renderer, served from the binary"},
 }
 
 // TestTenancyMatrixCoversEveryRoute: every route the server registers has
@@ -242,6 +251,12 @@ func setUpTenant(t *testing.T, h *harness, name string, m *tenantKeys, n int) *t
 	tn.ids["addressId"] = wl.obj()["id"].(string)
 	tn.ids["deliveryId"] = "00000000-0000-7000-8000-00000000000" + fmt.Sprint(n)
 	tn.ids["fileName"] = "none.png"
+	tn.ids["environment"] = "test"
+	owner := m.merchantID
+	if owner == "" {
+		owner = h.m.MerchantID
+	}
+	tn.ids["fileOwner"] = files.Owner(owner, string(m.env))
 	// Until the victims have milestone escrows, a well-formed id of none.
 	tn.ids["milestoneId"] = "00000000-0000-7000-8000-0000000000a" + fmt.Sprint(n)
 	tn.ids["webhookURL"] = m.webhookURL

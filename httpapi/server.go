@@ -22,6 +22,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -32,8 +33,9 @@ type Config struct {
 	DefaultEnvironment domain.Environment
 	RateLimitPerMinute int
 	TrustedProxies     []*net.IPNet
-	// JSONBodyLimit caps JSON request bodies (bytes); multipart routes have
-	// their own, larger cap.
+	// JSONBodyLimit caps every request body that is not multipart (bytes),
+	// on every route; a multipart body on a route that takes files has its
+	// own, larger cap.
 	JSONBodyLimit      int64
 	MultipartBodyLimit int64
 	// MaxReadyLag is the projection lag (events) above which /readyz fails.
@@ -64,6 +66,9 @@ type Config struct {
 	// ./.data).
 	PublicURL string
 	DataDir   string
+	// FilesQuota bounds each merchant environment's stored files in bytes
+	// (default 1,024 MB); an upload past it is 413.
+	FilesQuota int64
 	// WebhookAllowPrivate lets callback URLs of either environment resolve
 	// to private or loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
 	WebhookAllowPrivate bool
@@ -112,6 +117,7 @@ type Server struct {
 	ping     func(context.Context) error
 	files    *fileStore
 	hooks    *webhooks.Outbox
+	inbox    *inbox.Worker
 	// masterQR holds the master wallet addresses' QR codes.
 	masterQR qrCache
 	closers  []func()
@@ -135,6 +141,9 @@ type Deps struct {
 	Ping      func(context.Context) error
 	Directory Directory
 	Webhooks  *webhooks.Outbox
+	// Inbox keeps providers' inbound events and processes them (its
+	// worker runs where the process runs it); nil refuses them.
+	Inbox *inbox.Worker
 	// Closers stop background work of the dependencies (the auth cache's
 	// log tail) when the server is closed.
 	Closers []func()
@@ -147,6 +156,9 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if cfg.JSONBodyLimit == 0 {
 		cfg.JSONBodyLimit = 1 << 20
+	}
+	if cfg.FilesQuota == 0 {
+		cfg.FilesQuota = 1024 << 20
 	}
 	if cfg.MultipartBodyLimit == 0 {
 		cfg.MultipartBodyLimit = 32 << 20
@@ -167,8 +179,8 @@ func New(cfg Config, d Deps) *Server {
 		cfg.DataDir = "./.data"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, closers: d.Closers}
-	s.files = newFileStore(cfg.DataDir, cfg.PublicURL)
+		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
+	s.files = newFileStore(cfg.DataDir, cfg.PublicURL, cfg.FilesQuota)
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -232,22 +244,41 @@ func ipExtractor(trusted []*net.IPNet) echo.IPExtractor {
 // handle registers a route with its access policy. Writes get body limits
 // and idempotency keys.
 func (s *Server) handle(method, path string, pol Policy, h echo.HandlerFunc, multipart ...bool) {
-	limit := s.cfg.JSONBodyLimit
+	limit := bodyLimit(s.cfg.JSONBodyLimit)
 	if len(multipart) > 0 && multipart[0] {
-		limit = s.cfg.MultipartBodyLimit
+		limit = uploadBodyLimit(s.cfg.JSONBodyLimit, s.cfg.MultipartBodyLimit)
 	}
-	mws := []echo.MiddlewareFunc{bodyLimit(limit), s.authenticate(pol)}
+	mws := []echo.MiddlewareFunc{limit, s.authenticate(pol)}
 	if method != http.MethodGet && s.idem != nil {
 		mws = append(mws, s.idem.Middleware())
 	}
 	s.e.Add(method, path, h, mws...)
 }
 
-// bodyLimit refuses bodies over n bytes with 413 before they are read.
+// bodyLimit refuses bodies over n bytes with 413: at once when the
+// declared length is over, otherwise while the body is read, so no more
+// than n bytes of it are ever read.
 func bodyLimit(n int64) echo.MiddlewareFunc {
+	return bodyLimitBy(func(*http.Request) int64 { return n })
+}
+
+// uploadBodyLimit is the limit of a route that takes files: a multipart
+// body may reach multipart bytes (its files spill to disk as they are
+// parsed), any other body (JSON, read into memory) only jsonLimit.
+func uploadBodyLimit(jsonLimit, multipart int64) echo.MiddlewareFunc {
+	return bodyLimitBy(func(r *http.Request) int64 {
+		if isMultipart(r) {
+			return multipart
+		}
+		return jsonLimit
+	})
+}
+
+func bodyLimitBy(limitOf func(*http.Request) int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
+			n := limitOf(r)
 			if r.ContentLength > n {
 				return &domain.Error{Code: domain.TooLarge, Message: "Request body too large"}
 			}

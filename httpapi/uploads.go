@@ -6,6 +6,7 @@ import (
 	"mime"
 	"mime/multipart"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,10 +32,16 @@ const ctxMultipartErr = "httpapi.multipartErr"
 func (s *Server) fileRoutes() {
 	s.e.GET("/files/:name", s.serveFile)
 	s.e.HEAD("/files/:name", s.serveFile)
+	s.e.GET("/files/:owner/:name", s.serveFile)
+	s.e.HEAD("/files/:owner/:name", s.serveFile)
 }
 
 func (s *Server) serveFile(c echo.Context) error {
-	f, contentType, modTime, err := s.files.Open(c.Param("name"))
+	name := c.Param("name")
+	if owner := c.Param("owner"); owner != "" {
+		name = owner + "/" + name
+	}
+	f, contentType, modTime, err := s.files.Open(name)
 	if err != nil {
 		return err
 	}
@@ -42,7 +49,14 @@ func (s *Server) serveFile(c echo.Context) error {
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, contentType)
 	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	// A file is a client's upload shown on the service's origin: it may run
+	// nothing there (sandbox), only an image is shown in the browser, and
+	// no shared cache keeps a file that its escrow's deletion removes.
+	h.Set("Content-Security-Policy", "sandbox")
+	if !strings.HasPrefix(contentType, "image/") {
+		h.Set("Content-Disposition", "attachment")
+	}
+	h.Set("Cache-Control", "private, max-age=86400")
 	h.Set("ETag", `"`+c.Param("name")+`"`)
 	http.ServeContent(c.Response(), c.Request(), "", modTime, f)
 	return nil
@@ -60,7 +74,14 @@ func (s *Server) saveImages(c echo.Context, max int) ([]string, error) {
 	if err != nil || len(headers) == 0 {
 		return nil, err
 	}
-	return s.files.SaveImages(headers)
+	return s.files.SaveImages(fileOwner(c), headers)
+}
+
+// fileOwner is the files folder of the request's merchant environment,
+// which its storage quota counts.
+func fileOwner(c echo.Context) string {
+	p, _ := PrincipalFrom(c)
+	return files.Owner(p.MerchantID, string(p.Environment))
 }
 
 // evidenceField is the multipart field dispute evidence arrives under.
@@ -83,7 +104,7 @@ func (s *Server) saveEvidence(c echo.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return st.SaveEvidence(headers[0])
+		return st.SaveEvidence(fileOwner(c), headers[0])
 	}
 	return "", domain.Invalidf("file accepts one file")
 }
@@ -150,19 +171,20 @@ func isMultipart(r *http.Request) bool {
 // returned (a logged 500) and retried on the next request.
 type fileStore struct {
 	dataDir, publicURL string
+	quota              int64
 	mu                 sync.Mutex
 	st                 *files.Store
 }
 
-func newFileStore(dataDir, publicURL string) *fileStore {
-	return &fileStore{dataDir: dataDir, publicURL: publicURL}
+func newFileStore(dataDir, publicURL string, quota int64) *fileStore {
+	return &fileStore{dataDir: dataDir, publicURL: publicURL, quota: quota}
 }
 
 func (f *fileStore) store() (*files.Store, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.st == nil {
-		st, err := files.New(f.dataDir, f.publicURL)
+		st, err := files.New(f.dataDir, f.publicURL, f.quota)
 		if err != nil {
 			return nil, err
 		}
@@ -172,12 +194,12 @@ func (f *fileStore) store() (*files.Store, error) {
 }
 
 // SaveImages is files.Store.SaveImages.
-func (f *fileStore) SaveImages(headers []*multipart.FileHeader) ([]string, error) {
+func (f *fileStore) SaveImages(owner string, headers []*multipart.FileHeader) ([]string, error) {
 	st, err := f.store()
 	if err != nil {
 		return nil, err
 	}
-	return st.SaveImages(headers)
+	return st.SaveImages(owner, headers)
 }
 
 // Open is files.Store.Open.

@@ -17,6 +17,9 @@ import (
 	"testing"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/files"
 )
 
 const uploadsPublicURL = "https://cdn.escrowd.test"
@@ -137,7 +140,7 @@ func TestUploadsEndToEnd(t *testing.T) {
 	for i, u := range urls {
 		url := u.(string)
 		path, ok := strings.CutPrefix(url, uploadsPublicURL+"/files/")
-		if !ok || len(path) != 32+1+len(strings.TrimPrefix(want[i].typ, "image/")) {
+		if !ok || len(path) != 16+1+32+1+len(strings.TrimPrefix(want[i].typ, "image/")) {
 			t.Fatalf("url %q", url)
 		}
 		// No key: the unguessable name is the capability.
@@ -148,7 +151,8 @@ func TestUploadsEndToEnd(t *testing.T) {
 		if got := g.Header.Get("Content-Type"); got != want[i].typ {
 			t.Fatalf("content type %q, want %q", got, want[i].typ)
 		}
-		if g.Header.Get("X-Content-Type-Options") != "nosniff" || g.Header.Get("Cache-Control") != "public, max-age=31536000, immutable" {
+		if g.Header.Get("X-Content-Type-Options") != "nosniff" || g.Header.Get("Cache-Control") != "private, max-age=86400" ||
+			g.Header.Get("Content-Security-Policy") != "sandbox" || g.Header.Get("Content-Disposition") != "" {
 			t.Fatalf("headers %v", g.Header)
 		}
 		// Conditional and range requests come from http.ServeContent.
@@ -189,8 +193,9 @@ func TestUploadsEndToEnd(t *testing.T) {
 	body, ct = uploadForm(t, nil, uploadPart{"imageUrl", "a.png", "image/png", []byte("<svg xmlns='http://www.w3.org/2000/svg'/>")})
 	h.uploadDo("POST", "/v1/probe/upload", h.std(), ct, bytes.NewReader(body), nil).expect(t, 400, "imageUrl must be PNG, JPEG, WebP or GIF images")
 
-	// Refused requests stored nothing: only the first two files exist.
-	ents, err := os.ReadDir(filesDir)
+	// Refused requests stored nothing: only the first two files exist, in
+	// the merchant environment's folder.
+	ents, err := os.ReadDir(filepath.Join(filesDir, files.Owner(h.m.MerchantID, string(domain.Test))))
 	if err != nil || len(ents) != 2 {
 		t.Fatalf("files dir: %v %v", ents, err)
 	}

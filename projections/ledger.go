@@ -117,6 +117,8 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 			notePayout(ev.Record, &at)
 		case payment.PayoutCompleted:
 			notePayout(ev.Record, nil)
+		case payment.PayoutFailed:
+			notePayout(ev.Record, nil)
 		case payment.PayoutReversed:
 			notePayout(ev.Record, nil)
 		}
@@ -240,4 +242,23 @@ func (q *Queries) PayoutsInFlightAfter(ctx context.Context, after PayoutInFlight
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByPos[PayoutInFlight])
+}
+
+// Withdrawals lists env's withdrawals created in [from, to), of every
+// merchant, as the ledger read model has them (for reconciliation).
+func (q *Queries) Withdrawals(ctx context.Context, env domain.Environment, from, to time.Time) ([]ledger.Record, error) {
+	rows, err := q.pool.Query(ctx, `SELECT record FROM rm_transactions
+		WHERE environment = $1 AND transaction_type = $2 AND created_at >= $3 AND created_at < $4 ORDER BY created_at`,
+		string(env), string(ledger.Withdrawal), from, to)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Record, error) {
+		var raw []byte
+		var rec ledger.Record
+		if err := r.Scan(&raw); err != nil {
+			return rec, err
+		}
+		return rec, json.Unmarshal(raw, &rec)
+	})
 }

@@ -80,6 +80,8 @@ func (f *ledgerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.Re
 			}
 		case payment.PayoutCompleted:
 			delete(f.payouts, payoutKeyOf(ev.Record))
+		case payment.PayoutFailed:
+			delete(f.payouts, payoutKeyOf(ev.Record))
 		case payment.PayoutReversed:
 			delete(f.payouts, payoutKeyOf(ev.Record))
 		}

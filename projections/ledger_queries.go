@@ -81,5 +81,3 @@ type TransactionFilter struct {
 	From, To    *time.Time // To is exclusive
 }
 
-// FlatLimit bounds an unpaged (flat) listing.
-const FlatLimit = 1000

@@ -22,19 +22,19 @@ import (
 type payouts struct {
 	mu   sync.Mutex
 	fail bool
-	out  payment.Outcome
+	out  payment.PayoutAnswer
 }
 
-func (p *payouts) Pay(context.Context, ledger.Record) (payment.Outcome, error) {
+func (p *payouts) Send(context.Context, ledger.Record, string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.fail {
-		return payment.Outcome{}, errors.New("provider timed out")
+		return payment.PayoutAnswer{}, errors.New("provider timed out")
 	}
 	return p.out, nil
 }
 
-func (p *payouts) set(fail bool, out payment.Outcome) {
+func (p *payouts) set(fail bool, out payment.PayoutAnswer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.fail, p.out = fail, out
@@ -65,7 +65,7 @@ func TestPayoutsInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	verify := func(ref string, fail bool, out payment.Outcome) {
+	verify := func(ref string, fail bool, out payment.PayoutAnswer) {
 		t.Helper()
 		p.set(fail, out)
 		_, pos, err := svc.Verify(ctx, a, cid, allowed, ref)
@@ -76,13 +76,13 @@ func TestPayoutsInFlight(t *testing.T) {
 			last = pos
 		}
 	}
-	verify("unanswered-1", true, payment.Outcome{})
+	verify("unanswered-1", true, payment.PayoutAnswer{})
 	cut := time.Now()
-	verify("unanswered-2", true, payment.Outcome{})
-	verify("paid", false, payment.Outcome{OK: true})
-	verify("reversed", false, payment.Outcome{Reason: "account closed"})
-	verify("later-paid", true, payment.Outcome{})
-	verify("later-paid", false, payment.Outcome{OK: true})
+	verify("unanswered-2", true, payment.PayoutAnswer{})
+	verify("paid", false, payment.PayoutAnswer{Status: payment.ProviderSucceeded})
+	verify("reversed", false, payment.PayoutAnswer{Status: payment.ProviderReversed, Reason: "account closed"})
+	verify("later-paid", true, payment.PayoutAnswer{})
+	verify("later-paid", false, payment.PayoutAnswer{Status: payment.ProviderSucceeded})
 
 	r := testRunner(e.store, e.pool, e.log, Ledger{})
 	start(t, r)
@@ -117,7 +117,7 @@ func TestPayoutsInFlight(t *testing.T) {
 		t.Fatalf("after the last row: %+v (%v), want nothing", last, err)
 	}
 	// Paid out later: gone from the list.
-	verify("unanswered-1", false, payment.Outcome{OK: true})
+	verify("unanswered-1", false, payment.PayoutAnswer{Status: payment.ProviderSucceeded})
 	if err := r.WaitFor(ctx, visible(t, e.store, last)); err != nil {
 		t.Fatal(err)
 	}
@@ -136,4 +136,11 @@ func TestPayoutsInFlight(t *testing.T) {
 		}
 		compareDumps(t, "rebuild", applied, dumpReadModels(t, e, []Projector{Ledger{}}))
 	}
+}
+
+// Reference and Status complete gateway.Payouts: payouts answers every send at
+// once, so it is never asked where a payout stands.
+func (p *payouts) Reference(w ledger.Record) string { return w.ID }
+func (p *payouts) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
 }

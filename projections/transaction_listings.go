@@ -56,9 +56,8 @@ const transactionUpsertSQL = `INSERT INTO rm_transactions (id, merchant_id, envi
 // with it.
 var transactionChangeSQL = transactionsKept.changeSQL(transactionUpsertSQL)
 
-// Transactions lists records newest first: a page (with its pagination),
-// or when flat, every match up to FlatLimit.
-func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.Page, flat bool) ([]json.RawMessage, view.Pagination, error) {
+// Transactions lists a page of records newest first, with its pagination.
+func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.Page) ([]json.RawMessage, view.Pagination, error) {
 	l := transactionsListing(f)
 	out := []json.RawMessage{}
 	scan := func(rows pgx.Rows, tail ...any) error {
@@ -69,23 +68,58 @@ func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.
 		out = append(out, doc)
 		return nil
 	}
-	if flat {
-		args := append([]any{l.merchant, string(l.environment)}, l.args...)
-		rows, err := q.pool.Query(ctx, `SELECT record FROM rm_transactions WHERE merchant_id = $1 AND environment = $2 AND ((`+
-			joinOr(l.branches)+`)) ORDER BY pos DESC LIMIT `+strconv.Itoa(FlatLimit), args...)
-		if err != nil {
-			return nil, view.Pagination{}, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			if err := scan(rows); err != nil {
-				return nil, view.Pagination{}, err
-			}
-		}
-		return out, view.Pagination{}, rows.Err()
-	}
 	pg, err := q.page(ctx, l, p, scan)
 	return out, pg, err
+}
+
+// flatBatch is how many records a flat listing reads at a time.
+const flatBatch = 500
+
+// EachTransaction calls each with every record f matches, newest first,
+// as stored: the unpaged (flat) listing, however many rows match. It
+// reads them in batches of one snapshot, so memory stays one batch and
+// the rows are those of one moment, however long the caller takes.
+func (q *Queries) EachTransaction(ctx context.Context, f TransactionFilter, each func(record []byte) error) error {
+	l := transactionsListing(f)
+	tx, err := q.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	args := append([]any{l.merchant, string(l.environment)}, l.args...)
+	before := len(args) + 1
+	sql := `SELECT record, pos FROM rm_transactions WHERE merchant_id = $1 AND environment = $2 AND ((` +
+		joinOr(l.branches) + `)) AND ($` + strconv.Itoa(before) + `::bigint IS NULL OR pos < $` + strconv.Itoa(before) +
+		`) ORDER BY pos DESC LIMIT ` + strconv.Itoa(flatBatch)
+	var last *int64
+	for {
+		rows, err := tx.Query(ctx, sql, append(args, last)...)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			var doc []byte
+			var pos int64
+			if err := rows.Scan(&doc, &pos); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			last = &pos
+			if err := each(doc); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n < flatBatch {
+			return nil
+		}
+	}
 }
 
 // transactionsListing is the listing f selects.

@@ -129,7 +129,14 @@ func RenderEscrow(e escrow.State, cat *Category, viewerID string) Escrow {
 	if !e.PaidAt.IsZero() {
 		v.PaidAt = nonEmpty(unixString(e.PaidAt))
 	}
+	// A dispute's messages and evidence are the parties' and the
+	// merchant's ("" views as the merchant); any other customer of the
+	// merchant who sees the escrow (a listing, a payment link) sees none.
+	disputants := viewerID == "" || viewerID == e.BuyerID || viewerID == e.SellerID
 	for _, d := range e.Disputes {
+		if !disputants {
+			break
+		}
 		v.Dispute = append(v.Dispute, Dispute{UserID: d.UserID, Message: d.Message, ProofURL: d.ProofURL,
 			CreatedAt: unixString(d.CreatedAt), Name: d.Name, Type: d.Type})
 	}

@@ -253,6 +253,12 @@ var ErrDeliveryNotFound = domain.Errorf(domain.NotFound, "Delivery not found")
 // ErrDeliveryInProgress refuses a manual retry while an attempt runs.
 var ErrDeliveryInProgress = domain.Errorf(domain.Conflict, "Delivery is in progress")
 
+// MaxManualRetries bounds the manual retries of one delivery.
+const MaxManualRetries = 10
+
+// ErrManualRetriesExhausted refuses a manual retry past MaxManualRetries.
+var ErrManualRetriesExhausted = domain.Invalidf("A delivery may be retried by hand at most %d times", MaxManualRetries)
+
 // Get returns one of the merchant's deliveries.
 func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, error) {
 	if _, err := uuid.Parse(id); err != nil {
@@ -280,7 +286,8 @@ func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environm
 
 // Retry queues one of the merchant's deliveries for an attempt now, whatever
 // its status, unless an attempt is in flight (a delivering row whose lease
-// ran out is abandoned, so it may be retried). The attempt count keeps
+// ran out is abandoned, so it may be retried) or it was retried by hand
+// MaxManualRetries times already. The attempt count keeps
 // growing: a message that had failed gets one more attempt, not a new
 // schedule.
 func (o *Outbox) Retry(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, error) {
@@ -288,13 +295,23 @@ func (o *Outbox) Retry(ctx context.Context, merchantID string, env domain.Enviro
 		return Delivery{}, ErrDeliveryNotFound
 	}
 	var n int64
+	exhausted := false
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
-			SET status = 'pending', next_attempt_at = now(), lease_until = NULL, finished_at = NULL
+			SET status = 'pending', next_attempt_at = now(), lease_until = NULL, finished_at = NULL,
+			    manual_retries = manual_retries + 1
 			WHERE id = $1 AND merchant_id = $2 AND environment = $3
-			  AND (status <> 'delivering' OR lease_until < now())`, id, merchantID, string(env))
+			  AND (status <> 'delivering' OR lease_until < now()) AND manual_retries < $4`,
+			id, merchantID, string(env), MaxManualRetries)
 		if err != nil {
 			return err
+		}
+		if tag.RowsAffected() == 0 {
+			err := tx.QueryRow(ctx, `SELECT manual_retries >= $4 FROM webhook_deliveries
+				WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env), MaxManualRetries).Scan(&exhausted)
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
 		}
 		if n = tag.RowsAffected(); n > 0 {
 			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
@@ -307,6 +324,9 @@ func (o *Outbox) Retry(ctx context.Context, merchantID string, env domain.Enviro
 	d, err := o.Get(ctx, merchantID, env, id)
 	if err != nil {
 		return d, err
+	}
+	if exhausted {
+		return d, ErrManualRetriesExhausted
 	}
 	if n == 0 {
 		return d, ErrDeliveryInProgress

@@ -154,7 +154,14 @@ func PaymentMessages(eff ledger.Effect, at time.Time) ([]Message, error) {
 }
 
 // PaymentMessageID is the message id of a transaction record's
-// announcement.
+// announcement. A reversal has an id of its own: a payout the provider
+// reverses after its success returns the money, and is announced again
+// (payment.withdrawal.reversed after payment.withdrawal.success); the
+// domain reverses a payout once, so it too is announced once.
 func PaymentMessageID(r ledger.Record) uuid.UUID {
-	return uuid.NewSHA1(messageNamespace, []byte("payment|"+r.MerchantID+"|"+r.ID))
+	key := "payment|" + r.MerchantID + "|" + r.ID
+	if r.Status == ledger.Reversed {
+		key += "|reversed"
+	}
+	return uuid.NewSHA1(messageNamespace, []byte(key))
 }

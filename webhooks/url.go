@@ -27,15 +27,15 @@ func ValidateCallbackURL(ctx context.Context, raw string, env domain.Environment
 	if raw == "" {
 		return nil
 	}
+	if len(raw) > domain.MaxURL {
+		return ErrRefusedURL
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.Hostname() == "" || (u.Scheme != "http" && u.Scheme != "https") || u.User != nil {
-		return domain.Invalidf("url must be an absolute http(s) URL")
-	}
-	if len(raw) > 2048 {
-		return domain.Invalidf("url must be at most 2048 characters")
+		return ErrRefusedURL
 	}
 	if env == domain.Live && u.Scheme != "https" {
-		return domain.Invalidf("A live callback URL must use https")
+		return ErrRefusedURL
 	}
 	if allowPrivate {
 		return nil
@@ -49,18 +49,21 @@ func ValidateCallbackURL(ctx context.Context, raw string, env domain.Environment
 		}
 		addrs, err = r.LookupNetIP(ctx, "ip", u.Hostname())
 		if err != nil || len(addrs) == 0 {
-			return domain.Invalidf("url host cannot be resolved")
+			return ErrRefusedURL
 		}
 	}
 	for _, a := range addrs {
 		if NonPublic(a) {
-			return domain.Invalidf(msgNonPublic)
+			return ErrRefusedURL
 		}
 	}
 	return nil
 }
 
-const msgNonPublic = "A callback URL may not point to a private or loopback address"
+// ErrRefusedURL is every refusal of a callback URL, whatever the reason:
+// answers that told an unresolvable host from a private one let a key map
+// the service's internal DNS through this check.
+var ErrRefusedURL = domain.Invalidf("url must be a public http(s) address")
 
 // NonPublic reports whether a callback may not reach a: any address that is
 // not a globally reachable unicast one (private, loopback, link-local,

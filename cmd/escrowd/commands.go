@@ -83,7 +83,7 @@ func init() {
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
-		auditCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
+		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 
 func findCommand(name string) *command {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -28,8 +29,11 @@ type Config struct {
 	AppendCalls        int
 	PublicURL          string
 	DataDir            string
-	WebhookAllowPriv   bool
-	WebhookRetention   time.Duration
+	// FilesQuotaMB bounds each merchant environment's stored files
+	// (ESCROW_FILES_QUOTA_MB, default 1,024).
+	FilesQuotaMB     int64
+	WebhookAllowPriv bool
+	WebhookRetention time.Duration
 	// WebhookSignatureHeaders each carry a delivery's signature;
 	// WebhookUserAgent is its User-Agent (api-decisions §7).
 	WebhookSignatureHeaders []string
@@ -38,6 +42,83 @@ type Config struct {
 	BSCMasterTest           string
 	BSCMasterLive           string
 	LogFormat               string
+	// Providers are the payment provider of each environment: test is
+	// builtin (the built-in test gateways) or paystack; live is paystack
+	// or absent (no deposits, payouts or account resolution).
+	Providers map[domain.Environment]Provider
+}
+
+// Provider is one environment's payment provider.
+type Provider struct {
+	Name      string // "builtin" or "paystack"
+	SecretKey secretKey
+	BaseURL   string
+	DVABank   string
+}
+
+// secretKey is a provider's secret key: it prints as [redacted] however it
+// is printed, so that no log line or error carries it.
+type secretKey string
+
+func (secretKey) String() string               { return "[redacted]" }
+func (secretKey) GoString() string             { return "[redacted]" }
+func (secretKey) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+func (k secretKey) Format(f fmt.State, _ rune) { fmt.Fprint(f, k.String()) }
+
+// secretEnv reads a secret from name, or from the file name_FILE names
+// (surrounding whitespace dropped); both set is an error.
+func secretEnv(name string) (secretKey, error) {
+	v, path := strings.TrimSpace(os.Getenv(name)), os.Getenv(name+"_FILE")
+	if path == "" {
+		return secretKey(v), nil
+	}
+	if v != "" {
+		return "", fmt.Errorf("set %s or %s_FILE, not both", name, name)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s_FILE: %v", name, err)
+	}
+	return secretKey(strings.TrimSpace(string(b))), nil
+}
+
+// loadProviders reads the payment provider of each environment.
+func loadProviders() (map[domain.Environment]Provider, error) {
+	base := strings.TrimRight(getenv("ESCROW_PAYSTACK_BASE_URL", "https://api.paystack.co"), "/")
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("ESCROW_PAYSTACK_BASE_URL must be an http or https URL")
+	}
+	dva := getenv("ESCROW_PAYSTACK_DVA_BANK", "wema-bank")
+	out := map[domain.Environment]Provider{}
+	for _, env := range []domain.Environment{domain.Test, domain.Live} {
+		suffix := strings.ToUpper(string(env))
+		def := ""
+		if env == domain.Test {
+			def = "builtin"
+		}
+		name := getenv("ESCROW_PROVIDER_"+suffix, def)
+		keyVar := "ESCROW_PAYSTACK_SECRET_KEY_" + suffix
+		key, err := secretEnv(keyVar)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case name == "paystack":
+			if key == "" {
+				return nil, fmt.Errorf("ESCROW_PROVIDER_%s=paystack needs %s (or %s_FILE)", suffix, keyVar, keyVar)
+			}
+			out[env] = Provider{Name: name, SecretKey: key, BaseURL: base, DVABank: dva}
+		case name == "builtin" && env == domain.Test:
+			out[env] = Provider{Name: name}
+		case name == "" && env == domain.Live:
+			// None: live moves no money.
+		case env == domain.Test:
+			return nil, fmt.Errorf("ESCROW_PROVIDER_TEST must be builtin or paystack")
+		default:
+			return nil, fmt.Errorf("ESCROW_PROVIDER_LIVE must be paystack, or unset")
+		}
+	}
+	return out, nil
 }
 
 func getenv(k, def string) string {
@@ -81,6 +162,10 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("ESCROW_APPEND_CALLS must be a non-negative integer")
 	}
 	c.AppendCalls = ac
+	if c.FilesQuotaMB, err = strconv.ParseInt(getenv("ESCROW_FILES_QUOTA_MB", "1024"), 10, 64); err != nil ||
+		c.FilesQuotaMB < 1 || c.FilesQuotaMB > 1<<30 {
+		return c, fmt.Errorf("ESCROW_FILES_QUOTA_MB must be a positive number of megabytes")
+	}
 	for name, v := range map[string]string{"ESCROW_BSC_MASTER_ADDRESS_TEST": c.BSCMasterTest, "ESCROW_BSC_MASTER_ADDRESS_LIVE": c.BSCMasterLive} {
 		if v != "" && !whitelist.ValidAddress(v) {
 			return c, fmt.Errorf("%s must be 0x followed by 40 hexadecimal characters", name)
@@ -119,6 +204,9 @@ func LoadConfig() (Config, error) {
 			}
 			c.Hosts[h] = e
 		}
+	}
+	if c.Providers, err = loadProviders(); err != nil {
+		return c, err
 	}
 	if tp := os.Getenv("ESCROW_TRUSTED_PROXIES"); tp != "" {
 		for _, s := range strings.Split(tp, ",") {

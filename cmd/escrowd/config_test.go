@@ -126,6 +126,29 @@ func TestLoadConfigAppendCalls(t *testing.T) {
 	}
 }
 
+func TestLoadConfigFilesQuota(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    int64
+		wantErr bool
+	}{{"", 1024, false}, {"1", 1, false}, {"5000", 5000, false}, {"0", 0, true}, {"-1", 0, true}, {"lots", 0, true}} {
+		t.Run(tc.value, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://unused")
+			t.Setenv("ESCROW_FILES_QUOTA_MB", tc.value)
+			c, err := LoadConfig()
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "ESCROW_FILES_QUOTA_MB must be a positive number of megabytes") {
+					t.Fatalf("LoadConfig() error %v", err)
+				}
+				return
+			}
+			if err != nil || c.FilesQuotaMB != tc.want || httpConfig(c).FilesQuota != tc.want<<20 {
+				t.Fatalf("FilesQuotaMB %d, err %v; want %d", c.FilesQuotaMB, err, tc.want)
+			}
+		})
+	}
+}
+
 // The setting reaches the PostgreSQL store the commands and the server use.
 func TestAppendCallsReachTheStore(t *testing.T) {
 	db := pgtest.NewURL(t)

@@ -175,7 +175,10 @@ func startAPI(t *testing.T, db string) string {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = runner.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	api := newAPI(cfg, env, runner, newRegistry(), false)
+	api, err := newAPI(cfg, env, runner, newRegistry(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(api.Close)
 	srv := httptest.NewServer(api.Handler())
 	t.Cleanup(srv.Close)

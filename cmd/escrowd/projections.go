@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
@@ -41,8 +42,11 @@ var projectionsStatusCommand = &command{
 	detail: `For each: how many events it has yet to apply, when it last applied one,
 whether a process is running it, and its last error. Below the table:
 committed events held back by an open transaction that appends to the log,
-and the session holding them. Safe while servers run.
---json prints {"projectors": [...], "horizon": {...}} with the checkpoints.`,
+and the session holding them; then the payment providers' events waiting to
+be processed, and each whose processing failed (retried with backoff). Safe
+while servers run.
+--json prints {"projectors": [...], "horizon": {...}, "providerEvents": {...}}
+with the checkpoints.`,
 	database: true,
 	define: func(fs *flag.FlagSet) runFunc {
 		asJSON := fs.Bool("json", false, "print JSON")
@@ -73,10 +77,14 @@ func projectionsStatus(ctx context.Context, env *cliEnv, asJSON bool, now time.T
 		}
 		horizon = &horizonStatus{Horizon: h, HeldForMs: h.HeldFor.Milliseconds()}
 	}
+	events, err := inbox.Store{Pool: env.Pool}.Status(ctx)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(env.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(statusReport{Projectors: rows, Horizon: horizon})
+		return enc.Encode(statusReport{Projectors: rows, Horizon: horizon, ProviderEvents: providerEventsOf(events)})
 	}
 	if err := printStatusTable(env.Stdout, rows, now); err != nil {
 		return err
@@ -84,7 +92,54 @@ func projectionsStatus(ctx context.Context, env *cliEnv, asJSON bool, now time.T
 	if horizon != nil {
 		printHorizon(env.Stdout, horizon.Horizon)
 	}
+	printProviderEvents(env.Stdout, events, now)
 	return nil
+}
+
+// providerEventsStatus is the providers' inbox in `projections status
+// --json`.
+type providerEventsStatus struct {
+	Pending       int                `json:"pending"`
+	Done          int                `json:"done"`
+	OldestPending *time.Time         `json:"oldestPending,omitempty"`
+	Failing       []providerEventRow `json:"failing"`
+}
+
+type providerEventRow struct {
+	Provider    string    `json:"provider"`
+	Environment string    `json:"environment"`
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Attempts    int       `json:"attempts"`
+	LastError   string    `json:"lastError"`
+	ReceivedAt  time.Time `json:"receivedAt"`
+	NextAttempt time.Time `json:"nextAttempt"`
+}
+
+func providerEventsOf(s inbox.Summary) providerEventsStatus {
+	out := providerEventsStatus{Pending: s.Pending, Done: s.Done, Failing: []providerEventRow{}}
+	if !s.OldestPending.IsZero() {
+		out.OldestPending = &s.OldestPending
+	}
+	for _, f := range s.Failing {
+		out.Failing = append(out.Failing, providerEventRow{Provider: f.Provider, Environment: string(f.Environment), ID: f.ID,
+			Name: f.Name, Attempts: f.Attempts, LastError: f.LastError, ReceivedAt: f.ReceivedAt, NextAttempt: f.DueAt})
+	}
+	return out
+}
+
+// printProviderEvents shows the providers' inbox: what waits, and each
+// event whose processing failed (it is retried with backoff).
+func printProviderEvents(w io.Writer, s inbox.Summary, now time.Time) {
+	fmt.Fprintf(w, "\nProvider events: %d pending, %d processed.", s.Pending, s.Done)
+	if !s.OldestPending.IsZero() {
+		fmt.Fprintf(w, " Oldest pending received %s.", ago(now.Sub(s.OldestPending)))
+	}
+	fmt.Fprintln(w)
+	for _, f := range s.Failing {
+		fmt.Fprintf(w, "  failing: %s %s %s (%s), %d attempts, next %s: %s\n", f.Provider, f.Environment, f.ID, f.Name,
+			f.Attempts, f.DueAt.Local().Format(time.DateTime), strings.ReplaceAll(f.LastError, "\n", " "))
+	}
 }
 
 // What `projections status` counts and explains of the store's horizon: a
@@ -99,6 +154,8 @@ type statusReport struct {
 	Projectors []statusRow `json:"projectors"`
 	// Horizon is absent for a store without one (KurrentDB).
 	Horizon *horizonStatus `json:"horizon,omitempty"`
+	// ProviderEvents is the inbox of payment providers' events.
+	ProviderEvents providerEventsStatus `json:"providerEvents"`
 }
 
 type horizonStatus struct {

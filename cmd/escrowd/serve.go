@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -30,7 +31,7 @@ func httpConfig(cfg Config) httpapi.Config {
 		Hosts: cfg.Hosts, DefaultEnvironment: cfg.DefaultEnvironment,
 		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
 		BSCMasterAddress: map[domain.Environment]string{domain.Test: cfg.BSCMasterTest, domain.Live: cfg.BSCMasterLive},
-		PublicURL:        cfg.PublicURL, DataDir: cfg.DataDir,
+		PublicURL:        cfg.PublicURL, DataDir: cfg.DataDir, FilesQuota: cfg.FilesQuotaMB << 20,
 		WebhookAllowPrivate: cfg.WebhookAllowPriv,
 	}
 }
@@ -43,12 +44,25 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// newAPI assembles the API over an open environment; webhooksRole says the
-// process runs the webhooks role too, so /readyz checks its subscriber.
-func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) *httpapi.Server {
+// newAPI assembles the API over an open environment, with the payment
+// providers of cfg; webhooksRole says the process runs the webhooks role
+// too, so /readyz checks its subscriber.
+func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) (*httpapi.Server, error) {
+	providers := map[domain.Environment]wiring.Provider{}
+	for e, p := range cfg.Providers {
+		providers[e] = wiring.Provider{Name: p.Name, SecretKey: string(p.SecretKey), BaseURL: p.BaseURL, DVABank: p.DVABank}
+	}
+	gateways, err := wiring.Gateways(providers)
+	if err != nil {
+		return nil, err
+	}
 	hc := httpConfig(cfg)
 	hc.ReadyWebhooks = webhooksRole
-	return wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
+	api := wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
+	if cfg.Providers != nil { // a Config not read by LoadConfig keeps the defaults
+		api.App().Gateways = gateways
+	}
+	return api, nil
 }
 
 var serveCommand = &command{
@@ -93,6 +107,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 	if hr, ok := env.Store.(eventstore.HorizonReporter); ok {
 		reg.MustRegister(newHorizonCollector(hr))
 	}
+	reg.MustRegister(newInboxCollector(inbox.Store{Pool: env.Pool}))
 	if as, ok := env.Store.(interface{ AppendStats() postgres.AppendStats }); ok {
 		reg.MustRegister(newAppendCollector(as))
 	}
@@ -118,17 +133,28 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		g.Go(func() error { return runWebhooks(ctx, cfg, env, reg) })
 	}
 	if want["api"] {
-		api := newAPI(cfg, env, runner, reg, want["webhooks"])
+		api, err := newAPI(cfg, env, runner, reg, want["webhooks"])
+		if err != nil {
+			return err
+		}
 		defer api.Close()
 		// Withdrawals left debited and unpaid are finished in the
 		// background, by every API process (the payout lease keeps them
 		// from asking the provider twice at once).
 		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
-		// Escrows' deadlines (auto-release, unpaid expiry) are acted on by
-		// every API process too.
+		// Escrows' deadlines (auto-release, unpaid expiry, reminders) are
+		// acted on by every API process too.
 		deadlines := wiring.DeadlineScheduler(api.App(), projections.NewQueries(env.Pool), env.Log)
 		g.Go(func() error { return ignoreCanceled(deadlines.Run(ctx)) })
+		// Providers' events kept by any API process are processed by
+		// every one (each event by one at a time).
+		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })
+		// Yesterday's payouts are compared with the providers' transfers
+		// once a day (escrowd reconcile does the same on demand).
+		daily := newDailyReconciler(api.App(), env.Pool, env.Log)
+		reg.MustRegister(daily)
+		g.Go(func() error { return daily.Run(ctx) })
 		srv := api.HTTPServer(addr, httpapi.DefaultLimits)
 		g.Go(func() error {
 			env.Log.Info("listening", zap.String("addr", addr))

@@ -20,6 +20,13 @@ type Order struct {
 	IDs []string
 }
 
+// MaxCategories bounds one merchant environment's categories: the order
+// lists them all in one event, which must stay a bounded size.
+const MaxCategories = 500
+
+// ErrTooManyCategories refuses a category past MaxCategories.
+var ErrTooManyCategories = domain.Invalidf("A merchant may have at most %d categories", MaxCategories)
+
 // Position returns id's 1-based position, or 0 when id is not in the order.
 func (o Order) Position(id string) int { return slices.Index(o.IDs, id) + 1 }
 
@@ -48,6 +55,9 @@ func ApplyOrder(o Order, ev domain.Event) Order {
 // first). A position past the end is refused by name (field). id must not
 // be in the order yet.
 func Place(o Order, merchantID string, env domain.Environment, id string, position int, field string) (OrderSet, error) {
+	if len(o.IDs) >= MaxCategories {
+		return OrderSet{}, ErrTooManyCategories
+	}
 	if position == 0 {
 		position = 1
 	}

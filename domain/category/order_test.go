@@ -36,6 +36,16 @@ func TestPlace(t *testing.T) {
 	if !reflect.DeepEqual(o.IDs, []string{"a", "b", "c"}) {
 		t.Fatalf("Place changed its input: %v", o.IDs)
 	}
+	// The order lists every category in one event: past MaxCategories a new
+	// one is refused.
+	full := Order{IDs: make([]string, MaxCategories)}
+	if _, err := Place(full, "m", domain.Test, "n", 0, "category_position"); err == nil ||
+		err.Error() != "A merchant may have at most 500 categories" {
+		t.Fatalf("place past the cap: %v", err)
+	}
+	if _, err := Place(Order{IDs: make([]string, MaxCategories-1)}, "m", domain.Test, "n", 0, "category_position"); err != nil {
+		t.Fatalf("place the last one: %v", err)
+	}
 }
 
 func TestMove(t *testing.T) {

@@ -181,6 +181,14 @@ func OpenSession(s State, d Draft, now time.Time) (Opened, error) {
 		return Opened{}, ErrMissingEscrow
 	case d.CustomerID == "":
 		return Opened{}, ErrMissingCustomer
+	}
+	if err := domain.CheckURLLength("successUrl", d.SuccessURL); err != nil {
+		return Opened{}, err
+	}
+	if err := domain.CheckURLLength("cancelUrl", d.CancelURL); err != nil {
+		return Opened{}, err
+	}
+	switch {
 	case !ValidReturnURL(d.SuccessURL):
 		return Opened{}, ErrBadSuccessURL
 	case !ValidReturnURL(d.CancelURL):

@@ -2,6 +2,7 @@ package checkout
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,6 +69,25 @@ func TestOpenSession(t *testing.T) {
 				t.Fatalf("status %s", got)
 			}
 		})
+	}
+	// Return URLs are stored in the log: at most domain.MaxURL characters.
+	long := "https://shop.example/" + strings.Repeat("a", domain.MaxURL-len("https://shop.example/"))
+	for _, tc := range []struct {
+		edit func(*Draft, string)
+		msg  string
+	}{
+		{func(d *Draft, u string) { d.SuccessURL = u }, "successUrl must be at most 2048 characters"},
+		{func(d *Draft, u string) { d.CancelURL = u }, "cancelUrl must be at most 2048 characters"},
+	} {
+		d := draft()
+		tc.edit(&d, long)
+		if _, err := OpenSession(State{}, d, now); err != nil {
+			t.Fatalf("a URL of exactly %d characters: %v", domain.MaxURL, err)
+		}
+		tc.edit(&d, long+"b")
+		if _, err := OpenSession(State{}, d, now); err == nil || err.Error() != tc.msg {
+			t.Fatalf("a URL one character too long: %v, want %q", err, tc.msg)
+		}
 	}
 	if _, err := OpenSession(opened(t, 0), draft(), now); !errors.Is(err, ErrAlreadyOpened) {
 		t.Fatalf("reopen: %v", err)

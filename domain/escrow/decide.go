@@ -12,17 +12,19 @@ import (
 
 // Errors with the spec's and api-decisions' messages.
 var (
-	ErrNotFound          = domain.Invalidf("Escrow not found")
-	ErrOtherMerchant     = domain.Invalidf("Escrow does not belong to this merchant")
-	ErrActionNotAllowed  = domain.Invalidf("Action not allowed")
-	ErrNotCheckoutable   = domain.Invalidf("Escrow is not in a valid state for checkout")
-	ErrOwnEscrow         = domain.Invalidf("Seller cannot pay for own escrow")
-	ErrSoldOut           = domain.Invalidf("Escrow is sold out")
-	ErrNotClaimable      = domain.Invalidf("Escrow cannot be claimed yet")
-	ErrFeeFrozen         = domain.Invalidf("An additional fee can only be updated while the escrow is pending payment")
-	ErrNegativeFee       = domain.Invalidf("additionalFee cannot be negative")
-	ErrAmountMismatch    = domain.Invalidf("Amount mismatch")
-	MinAmount            = money.Naira(1000)
+	ErrNotFound         = domain.Invalidf("Escrow not found")
+	ErrOtherMerchant    = domain.Invalidf("Escrow does not belong to this merchant")
+	ErrActionNotAllowed = domain.Invalidf("Action not allowed")
+	ErrNotCheckoutable  = domain.Invalidf("Escrow is not in a valid state for checkout")
+	ErrOwnEscrow        = domain.Invalidf("Seller cannot pay for own escrow")
+	ErrSoldOut          = domain.Invalidf("Escrow is sold out")
+	ErrNotClaimable     = domain.Invalidf("Escrow cannot be claimed yet")
+	ErrFeeFrozen        = domain.Invalidf("An additional fee can only be updated while the escrow is pending payment")
+	ErrNegativeFee      = domain.Invalidf("additionalFee cannot be negative")
+	ErrAmountMismatch   = domain.Invalidf("Amount mismatch")
+	MinAmount           = money.Naira(1000)
+	// MaxQuantity bounds a listing's units: each sold unit is an escrow.
+	MaxQuantity          = 10_000
 	MaxImagesAtCreation  = 5
 	MaxImages            = 20
 	defaultMaxDelivery   = 7
@@ -61,6 +63,9 @@ type Draft struct {
 	ExpiresInHours *int
 }
 
+// ErrQuantity refuses a listing's unit count outside 1 to MaxQuantity.
+var ErrQuantity = domain.Invalidf("totalQuantity must be an integer between 1 and %d", MaxQuantity)
+
 func checkTerms(t Terms, quantity int) error {
 	switch {
 	case t.Amount < MinAmount || t.Amount%100 != 0:
@@ -77,8 +82,8 @@ func checkTerms(t Terms, quantity int) error {
 		return domain.Invalidf("maxDelivery must be an integer between 1 and 365")
 	case timelineUnits[t.DeliveryTimeline] == 0:
 		return domain.Invalidf("deliveryTimeline must be one of minutes, hours, days")
-	case quantity < 1:
-		return domain.Invalidf("totalQuantity must be an integer of at least 1")
+	case quantity < 1 || quantity > MaxQuantity:
+		return ErrQuantity
 	}
 	return nil
 }
@@ -99,6 +104,9 @@ func Create(id, token, merchantID string, env domain.Environment, sellerID strin
 		qty = *d.TotalQuantity
 	}
 	if err := checkTerms(t, qty); err != nil {
+		return Created{}, err
+	}
+	if err := checkPayable(t, fees, 0); err != nil {
 		return Created{}, err
 	}
 	if len(d.ImageURLs) > MaxImagesAtCreation {
@@ -165,6 +173,9 @@ func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
 	if err := checkTerms(t, check); err != nil {
 		return Edited{}, err
 	}
+	if err := checkPayable(t, s.FeeTerms, s.AdditionalFee); err != nil {
+		return Edited{}, err
+	}
 	if len(s.ImageURLs)+len(p.AddImages) > MaxImages {
 		return Edited{}, domain.Invalidf("imageUrl accepts at most %d images in total", MaxImages)
 	}
@@ -189,6 +200,9 @@ func SetAdditionalFee(s State, fee money.Amount, refundable *bool, at time.Time)
 		return AdditionalFeeSet{}, ErrNegativeFee
 	}
 	if err := s.may(ActSetAdditionalFee); err != nil {
+		return AdditionalFeeSet{}, err
+	}
+	if err := checkPayable(s.Terms, s.FeeTerms, fee); err != nil {
 		return AdditionalFeeSet{}, err
 	}
 	r := s.AdditionalFeeRefundable

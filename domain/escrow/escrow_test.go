@@ -121,7 +121,7 @@ func TestCreate(t *testing.T) {
 		msgWhoPays  = "whoPays must be one of buyer, seller, both"
 		msgDelivery = "maxDelivery must be an integer between 1 and 365"
 		msgTimeline = "deliveryTimeline must be one of minutes, hours, days"
-		msgQuantity = "totalQuantity must be an integer of at least 1"
+		msgQuantity = "totalQuantity must be an integer between 1 and 10000"
 		msgImages   = "imageUrl accepts at most 5 images"
 	)
 	draft := func(f func(*Draft)) Draft {
@@ -198,6 +198,8 @@ func TestCreate(t *testing.T) {
 		{name: "timeline capitalised", in: draft(func(d *Draft) { d.DeliveryTimeline = "Days" }), wantMsg: msgTimeline},
 		{name: "quantity 0", in: draft(func(d *Draft) { d.TotalQuantity = ptr(0) }), wantMsg: msgQuantity},
 		{name: "quantity negative", in: draft(func(d *Draft) { d.TotalQuantity = ptr(-2) }), wantMsg: msgQuantity},
+		{name: "quantity past the cap", in: draft(func(d *Draft) { d.TotalQuantity = ptr(MaxQuantity + 1) }), wantMsg: msgQuantity},
+		{name: "quantity near 2^63", in: draft(func(d *Draft) { d.TotalQuantity = ptr(1 << 62) }), wantMsg: msgQuantity},
 		{name: "6 images", in: draft(func(d *Draft) { d.ImageURLs = images(0, 6) }), wantMsg: msgImages},
 	}
 	for _, tt := range tests {
@@ -412,7 +414,9 @@ func TestEdit(t *testing.T) {
 		{name: "bad timeline", given: []domain.Event{link()}, seller: "s1", p: Patch{DeliveryTimeline: ptr("weeks")},
 			wantMsg: "deliveryTimeline must be one of minutes, hours, days"},
 		{name: "quantity 0", given: []domain.Event{link(multi(3))}, seller: "s1", p: Patch{TotalQuantity: ptr(0)},
-			wantMsg: "totalQuantity must be an integer of at least 1"},
+			wantMsg: "totalQuantity must be an integer between 1 and 10000"},
+		{name: "quantity past the cap", given: []domain.Event{link(multi(3))}, seller: "s1", p: Patch{TotalQuantity: ptr(MaxQuantity + 1)},
+			wantMsg: "totalQuantity must be an integer between 1 and 10000"},
 		{name: "the refusal of a stranger comes before validation", given: []domain.Event{link()}, seller: "s2",
 			p: Patch{Amount: ptr(money.Naira(1))}, wantErr: ErrActionNotAllowed},
 	}

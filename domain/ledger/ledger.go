@@ -297,7 +297,31 @@ type Entry interface {
 	Ledger() Effect
 }
 
-// ValidReference checks a client-chosen payment reference.
+// ReservedPrefixes begin the references the service makes itself (a
+// checkout session's payment, a checkout top-up, a wallet transfer's
+// receiving side, an escrow's settlement records). A client's reference
+// with one of them could take the place of the service's own and block it.
+var ReservedPrefixes = []string{"checkout_", "TOPUP-", "WT-", "ESC-"}
+
+// ErrReservedReference refuses a client reference in a reserved prefix.
+var ErrReservedReference = domain.Invalidf("Reference prefix is reserved")
+
+// ValidClientReference checks a reference a client chose: a valid
+// reference outside the service's own prefixes (compared without case).
+func ValidClientReference(ref string) error {
+	if err := ValidReference(ref); err != nil {
+		return err
+	}
+	upper := strings.ToUpper(ref)
+	for _, p := range ReservedPrefixes {
+		if strings.HasPrefix(upper, strings.ToUpper(p)) {
+			return ErrReservedReference
+		}
+	}
+	return nil
+}
+
+// ValidReference checks a payment reference.
 func ValidReference(ref string) error {
 	if strings.TrimSpace(ref) == "" {
 		return domain.Invalidf("reference is required")

@@ -268,6 +268,27 @@ func TestValidReference(t *testing.T) {
 	}
 }
 
+// TestValidClientReference: a client's reference may not begin with a
+// prefix the service's own references use, in any case.
+func TestValidClientReference(t *testing.T) {
+	for ref, want := range map[string]string{
+		"order-1": "", "checkout": "", "TOPUP": "", "my-checkout_1": "", "WTF-1": "",
+		"checkout_01a2": "Reference prefix is reserved", "CHECKOUT_x": "Reference prefix is reserved",
+		"TOPUP-1": "Reference prefix is reserved", "topup-1": "Reference prefix is reserved",
+		"WT-01a2": "Reference prefix is reserved", "ESC-1-fee": "Reference prefix is reserved",
+		"": "reference is required",
+	} {
+		err := ValidClientReference(ref)
+		got := ""
+		if err != nil {
+			got = domain.ErrorMessage(err)
+		}
+		if got != want || (err != nil && domain.ErrorCode(err) != domain.Invalid) {
+			t.Errorf("ValidClientReference(%q) = %v, want %q", ref, err, want)
+		}
+	}
+}
+
 func TestStatusSettled(t *testing.T) {
 	tests := []struct {
 		s    Status
@@ -313,4 +334,25 @@ func TestFundedEscrowDetails(t *testing.T) {
 	if got, _ := json.Marshal(EscrowDetails{EscrowIDs: []string{"e1"}}); string(got) != `{"escrowIds":["e1"]}` {
 		t.Errorf("old details %s", got)
 	}
+}
+
+// FuzzValidClientReference: an accepted client reference is a valid
+// reference that begins with no reserved prefix, in any case.
+func FuzzValidClientReference(f *testing.F) {
+	for _, s := range []string{"order-1", "checkout_x", "TopUp-1", "wt-", "ESC-1", "é", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, ref string) {
+		if ValidClientReference(ref) != nil {
+			return
+		}
+		if ValidReference(ref) != nil {
+			t.Fatalf("%q accepted but not a valid reference", ref)
+		}
+		for _, p := range ReservedPrefixes {
+			if strings.HasPrefix(strings.ToUpper(ref), strings.ToUpper(p)) {
+				t.Fatalf("%q accepted with reserved prefix %q", ref, p)
+			}
+		}
+	})
 }

@@ -50,6 +50,11 @@ type State struct {
 	// the only one that may ask the provider until LeaseUntil.
 	LeaseHolder string
 	LeaseUntil  time.Time
+	// Accepted says the provider took the payout and its outcome is
+	// awaited (since AcceptedAt); Transfer is the provider's id of it.
+	Accepted   bool
+	AcceptedAt time.Time
+	Transfer   string
 }
 
 // Exists reports whether the intent has been created.
@@ -87,11 +92,26 @@ type (
 		At     time.Time `json:"at"`
 		Until  time.Time `json:"until"`
 	}
+	// PayoutAccepted records that the provider took the payout: the
+	// withdrawal stays pending until its outcome comes, and is not sent
+	// again. Transfer is the provider's id of the payout.
+	PayoutAccepted struct {
+		Transfer string    `json:"transfer,omitempty"`
+		At       time.Time `json:"at"`
+	}
 	// PayoutCompleted records the provider's payout.
 	PayoutCompleted struct {
 		Record ledger.Record `json:"record"`
 	}
-	// PayoutReversed returns a failed payout's whole debit to main.
+	// PayoutFailed returns the whole debit of a payout the provider will
+	// never pay to main (status failed).
+	PayoutFailed struct {
+		Movement ledger.Movement `json:"movement"`
+		Record   ledger.Record   `json:"record"`
+		Reason   string          `json:"reason,omitempty"`
+	}
+	// PayoutReversed returns the whole debit of a payout the provider
+	// reversed to main (status reversed).
 	PayoutReversed struct {
 		Movement ledger.Movement `json:"movement"`
 		Record   ledger.Record   `json:"record"`
@@ -105,6 +125,8 @@ func (PayoutStarted) EventType() string   { return "payment.payout_started" }
 func (PayoutCompleted) EventType() string { return "payment.payout_completed" }
 func (PayoutReversed) EventType() string  { return "payment.payout_reversed" }
 func (PayoutLeased) EventType() string    { return "payment.payout_leased" }
+func (PayoutAccepted) EventType() string  { return "payment.payout_accepted" }
+func (PayoutFailed) EventType() string    { return "payment.payout_failed" }
 
 func (e IntentCreated) Ledger() ledger.Effect {
 	return ledger.Effect{Records: []ledger.Record{e.Record}}
@@ -118,12 +140,17 @@ func (e PayoutStarted) Ledger() ledger.Effect {
 func (e PayoutCompleted) Ledger() ledger.Effect {
 	return ledger.Effect{Records: []ledger.Record{e.Record}}
 }
+func (e PayoutFailed) Ledger() ledger.Effect {
+	return ledger.Effect{Movement: &e.Movement, Records: []ledger.Record{e.Record}}
+}
 func (e PayoutReversed) Ledger() ledger.Effect {
 	return ledger.Effect{Movement: &e.Movement, Records: []ledger.Record{e.Record}}
 }
 
-// Ledger: a lease moves nothing and changes no record.
-func (PayoutLeased) Ledger() ledger.Effect { return ledger.Effect{} }
+// Ledger: a lease, or the provider's acceptance, moves nothing and changes
+// no record (the withdrawal stays pending).
+func (PayoutLeased) Ledger() ledger.Effect   { return ledger.Effect{} }
+func (PayoutAccepted) Ledger() ledger.Effect { return ledger.Effect{} }
 
 // Registry decodes payment events.
 var Registry = domain.NewRegistry(
@@ -133,6 +160,8 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &PayoutCompleted{} },
 	func() domain.Event { return &PayoutReversed{} },
 	func() domain.Event { return &PayoutLeased{} },
+	func() domain.Event { return &PayoutAccepted{} },
+	func() domain.Event { return &PayoutFailed{} },
 )
 
 // Apply folds a payment event.
@@ -160,7 +189,12 @@ func Apply(s State, ev domain.Event) State {
 			// far its clock is behind the releaser's.
 			s.LeaseHolder, s.LeaseUntil = "", time.Time{}
 		}
+	case PayoutAccepted:
+		s.Accepted, s.AcceptedAt, s.Transfer = true, e.At, e.Transfer
+		s.LeaseHolder, s.LeaseUntil = "", time.Time{}
 	case PayoutCompleted:
+		s.Phase, s.Record = Done, e.Record
+	case PayoutFailed:
 		s.Phase, s.Record = Done, e.Record
 	case PayoutReversed:
 		s.Phase, s.Record = Done, e.Record

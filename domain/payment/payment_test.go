@@ -369,86 +369,6 @@ func TestExecuteUnknownType(t *testing.T) {
 	}
 }
 
-func TestFinishPayout(t *testing.T) {
-	started := func(in Intent) []domain.Event {
-		r := record(in)
-		r.UpdatedAt = later
-		return []domain.Event{staged(in), PayoutStarted{Movement: withdrawalMovement(in), Record: r}.Leased("v1", later)}
-	}
-	final := func(in Intent, status ledger.Status) ledger.Record {
-		r := record(in)
-		r.Status, r.UpdatedAt = status, last
-		return r
-	}
-	tests := []struct {
-		name   string
-		given  []domain.Event
-		out    Outcome
-		want   domain.Event
-		status ledger.Status
-	}{
-		{name: "bank payout succeeded: nothing moves", given: started(bankIntent()), out: Outcome{OK: true},
-			want: PayoutCompleted{Record: final(bankIntent(), ledger.Success)}, status: ledger.Success},
-		{name: "crypto payout succeeded", given: started(cryptoIntent()), out: Outcome{OK: true},
-			want: PayoutCompleted{Record: final(cryptoIntent(), ledger.Success)}, status: ledger.Success},
-		{name: "bank payout failed: amount and fee return to main", given: started(bankIntent()), out: Outcome{Reason: "account closed"},
-			want: PayoutReversed{Movement: ledger.Movement{MerchantID: "m1", Environment: domain.Test, Postings: []ledger.Posting{
-				{From: ledger.PlatformRevenue("m1"), To: ledger.CustomerMain("c1"), Amount: money.Naira(50)},
-				{From: ledger.ExternalClearing("m1"), To: ledger.CustomerMain("c1"), Amount: money.Naira(5000)},
-			}}, Record: final(bankIntent(), ledger.Reversed), Reason: "account closed"}, status: ledger.Reversed},
-		{name: "crypto payout failed", given: started(cryptoIntent()), out: Outcome{},
-			want:   PayoutReversed{Movement: withdrawalMovement(cryptoIntent()).Reverse(), Record: final(cryptoIntent(), ledger.Reversed)},
-			status: ledger.Reversed},
-		{name: "own lease ran out, nobody took it: still recorded", given: started(cryptoIntent()), out: Outcome{OK: true},
-			want: PayoutCompleted{Record: final(cryptoIntent(), ledger.Success)}, status: ledger.Success},
-		{name: "another verify took the lease: not recorded", given: append(started(bankIntent()),
-			PayoutLeased{Holder: "v2", At: last, Until: last.Add(PayoutLease)}), out: Outcome{Reason: "account closed"},
-			want: nil, status: ledger.Pending},
-		{name: "no intent", out: Outcome{OK: true}, want: nil},
-		{name: "staged, not paying out", given: []domain.Event{staged(bankIntent())}, out: Outcome{OK: true}, want: nil, status: ledger.Pending},
-		{name: "already completed", given: append(started(bankIntent()), PayoutCompleted{Record: final(bankIntent(), ledger.Success)}),
-			out: Outcome{}, want: nil, status: ledger.Success},
-		{name: "already reversed", given: append(started(bankIntent()), PayoutReversed{Movement: withdrawalMovement(bankIntent()).Reverse(),
-			Record: final(bankIntent(), ledger.Reversed)}), out: Outcome{OK: true}, want: nil, status: ledger.Reversed},
-		{name: "a deposit", given: []domain.Event{staged(depositIntent()),
-			Settled{Movement: depositMovement(), Records: []ledger.Record{settledRecord(depositIntent(), ledger.Success)}}},
-			out: Outcome{}, want: nil, status: ledger.Success},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := fold(tt.given...)
-			got := FinishPayout(s, "v1", tt.out, last)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("FinishPayout() = %+v\nwant %+v", got, tt.want)
-			}
-			if got != nil {
-				checkEntry(t, got)
-				s = Apply(s, got)
-				if s.Phase != Done {
-					t.Fatalf("phase %q", s.Phase)
-				}
-			}
-			if s.Record.Status != tt.status {
-				t.Fatalf("status %q, want %q", s.Record.Status, tt.status)
-			}
-			if rev, ok := got.(PayoutReversed); ok {
-				// The reversal undoes the debit exactly: the two movements
-				// together leave every account where it was.
-				started := tt.given[len(tt.given)-1].(PayoutStarted)
-				net := started.Movement.Deltas()
-				for a, v := range rev.Movement.Deltas() {
-					net[a] += v
-				}
-				for a, v := range net {
-					if v != 0 {
-						t.Fatalf("%s is off by %d after the reversal", a, v)
-					}
-				}
-			}
-		})
-	}
-}
-
 func TestTopUp(t *testing.T) {
 	in := func(a money.Amount) Intent {
 		return Intent{ID: "t1", Reference: "topup-1", Amount: a, CustomerID: "c1", MerchantID: "m1", Environment: domain.Test, At: now}
@@ -508,8 +428,9 @@ func checkEntry(t *testing.T, ev domain.Event) {
 		t.Fatalf("%T is not a ledger.Entry", ev)
 	}
 	eff := e.Ledger()
-	if _, lease := ev.(PayoutLeased); lease {
-		// The one event that neither moves money nor changes a record.
+	switch ev.(type) {
+	case PayoutLeased, PayoutAccepted:
+		// The events that neither move money nor change a record.
 		if eff.Movement != nil || len(eff.Records) > 0 {
 			t.Fatalf("a payout lease has a ledger effect: %+v", eff)
 		}
@@ -574,8 +495,12 @@ func allEvents(t *testing.T) []domain.Event {
 		s = stage(in)
 		ev, err = Execute(s, Outcome{}, "", "", later)
 		s = decide(s, ev, err)
-		decide(s, FinishPayout(s, s.LeaseHolder, Outcome{OK: true}, last), nil)
-		decide(s, FinishPayout(s, s.LeaseHolder, Outcome{Reason: "rejected"}, last), nil)
+		for _, st := range []ProviderStatus{ProviderSucceeded, ProviderFailed, ProviderReversed} {
+			decide(s, AnswerSend(s, s.LeaseHolder, PayoutAnswer{Status: st, Reason: "rejected"}, last), nil)
+		}
+		accepted := decide(s, AnswerSend(s, s.LeaseHolder, PayoutAnswer{Status: ProviderPending, Transfer: "TRF_1"}, last), nil)
+		ev, err = SettlePayout(accepted, PayoutAnswer{Status: ProviderSucceeded}, last)
+		decide(accepted, ev, err)
 	}
 	created, settled, err := TopUp(Intent{ID: "t5", Reference: "tu", Amount: money.Naira(1000), CustomerID: "c1", MerchantID: "m1", Environment: domain.Test, At: now})
 	if err != nil {

@@ -45,7 +45,7 @@ func TestMetadataRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The server adds its own properties to what it stores.
-		stored := append(wrapped[:len(wrapped)-1:len(wrapped)-1], []byte(`,"$schema.name":"T","$schema.data-format":"Json"}`)...)
+		stored := append(wrapped[:len(wrapped)-1:len(wrapped)-1], []byte(`,"$schema.name":"T","$schema.format":"Json"}`)...)
 		if got := unwrapMetadata(stored); string(got) != meta {
 			t.Errorf("metadata %s came back as %s", meta, got)
 		}

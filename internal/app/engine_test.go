@@ -477,3 +477,34 @@ func TestContendedCommandIsResumable(t *testing.T) {
 		t.Fatalf("%d appends, want one per attempt (3)", losing.appends)
 	}
 }
+
+// cancellingStore loses every append, and cancels the request's context
+// on the first.
+type cancellingStore struct {
+	conflictingStore
+	cancel context.CancelFunc
+}
+
+func (s *cancellingStore) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	s.cancel()
+	return s.conflictingStore.Append(ctx, appends...)
+}
+
+// A command whose request is cancelled while it backs off after a
+// conflict stops at once with the context's error, instead of retrying
+// every attempt for a client that is gone.
+func TestBackoffStopsForACancelledRequest(t *testing.T) {
+	store := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(store.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	losing := &cancellingStore{conflictingStore: conflictingStore{Store: store}, cancel: cancel}
+	engine := NewEngine(losing, 100)
+	_, err := engine.Do(ctx, domain.Meta{}, func(tx *Tx) error {
+		Append(tx, CustomerKind, "c1", customer.Blocked{Reason: "x"})
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || losing.appends != 1 {
+		t.Fatalf("after a cancel: %v with %d appends, want context.Canceled after 1", err, losing.appends)
+	}
+}

@@ -24,8 +24,14 @@ var (
 	WhitelistKind   = Kind[whitelist.State]{Name: "whitelist", Registry: whitelist.Registry, Apply: whitelist.Apply}
 	WalletKind      = Kind[wallet.State]{Name: "wallet", Registry: wallet.Registry, Apply: wallet.Apply, Snapshot: "wallet/1"}
 	PaymentKind     = Kind[payment.State]{Name: "payment", Registry: payment.Registry, Apply: payment.Apply}
-	EscrowKind      = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply, Snapshot: "escrow/1"}
-	CategoryKind    = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
+	// PayoutLinkKind is one stream per provider payout reference
+	// (payment.PayoutLinkID).
+	PayoutLinkKind = Kind[payment.PayoutLink]{Name: "payoutlink", Registry: payment.PayoutLinkRegistry, Apply: payment.ApplyPayoutLink}
+	// RecipientKind is one stream per bank account payouts are sent to
+	// (payment.RecipientID).
+	RecipientKind = Kind[payment.Recipient]{Name: "recipient", Registry: payment.RecipientRegistry, Apply: payment.ApplyRecipient}
+	EscrowKind    = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply, Snapshot: "escrow/1"}
+	CategoryKind  = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
 	// CategoryOrderKind is one stream per merchant environment
 	// (category.OrderKey).
 	CategoryOrderKind = Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder, Snapshot: "categoryorder/1"}

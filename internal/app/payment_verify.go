@@ -81,8 +81,11 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			}
 			ev, err := payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
 			if started, ok := ev.(payment.PayoutStarted); ok {
-				// The debit takes the payout lease with it.
+				// The debit takes the payout lease with it, and links the
+				// provider's reference to the withdrawal before anything
+				// is sent, so the provider's events about it find it.
 				ev = started.Leased(holder, s.Engine.Now())
+				linkPayout(tx, a, set.Payouts, started.Record)
 			}
 			return ev, err
 		})
@@ -91,7 +94,7 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		}
 		pos = res.Position
 	}
-	p, err := s.payOut(ctx, a, stream, &st, holder, set.Payouts, nil)
+	p, err := s.payOut(ctx, a, stream, &st, holder, set, nil)
 	if p != (eventstore.Position{}) {
 		pos = p
 	}

@@ -57,8 +57,15 @@ func (s *Service) gateways(env domain.Environment) gateway.Set {
 
 // cryptoConfigured reports whether crypto payouts are set up for env.
 func (s *Service) cryptoConfigured(env domain.Environment) bool {
-	return s.CryptoMaster[env] != "" && s.gateways(env).Payouts != nil
+	return ChainWatched(env) && s.CryptoMaster[env] != "" && s.gateways(env).Payouts != nil
 }
+
+// ChainWatched reports whether something watches env's chain, crediting
+// deposits to the master address and sending withdrawals: on test the
+// built-in gateways stand in for it. No chain adapter exists for live, so
+// live crypto refuses whatever address is configured: no route may promise
+// a movement of money that nothing performs.
+func ChainWatched(env domain.Environment) bool { return env == domain.Test }
 
 // CreateIntent stages a deposit, withdrawal or wallet transfer for the
 // acting customer. Nothing moves until Verify.
@@ -73,6 +80,9 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		if set.Collection == nil {
 			return out, ErrPaymentsNotConfigured
 		}
+		if err := checkTestDeposit(set.Collection, in.Amount); err != nil {
+			return out, err
+		}
 	case ledger.Withdrawal, ledger.WalletTransfer:
 		if !perms.CanWithdraw {
 			return out, ErrAccessDenied
@@ -86,7 +96,7 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		}
 	}
 	if in.Type == ledger.Withdrawal {
-		if err := s.checkPayoutDestination(a.Environment, &in); err != nil {
+		if err := s.checkPayoutDestination(ctx, a.Environment, &in); err != nil {
 			return out, err
 		}
 	}
@@ -181,8 +191,11 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 
 // checkPayoutDestination validates a withdrawal's destination (the checks
 // that need no stored state) and fills the bank's name and the resolved
-// account name.
-func (s *Service) checkPayoutDestination(env domain.Environment, in *IntentRequest) error {
+// account name: before anything is staged or debited, an account the bank
+// does not know is refused. Where a provider resolves accounts, the name
+// is always the bank's, whatever the client sent; on the built-in test
+// gateways a blank name is the test bank's invented one.
+func (s *Service) checkPayoutDestination(ctx context.Context, env domain.Environment, in *IntentRequest) error {
 	switch {
 	case in.Withdrawal != nil && in.Blockchain != nil, in.Withdrawal == nil && in.Blockchain == nil:
 		return domain.Invalidf("A withdrawal needs exactly one of withdrawalDetails or blockchainDetails")
@@ -195,12 +208,13 @@ func (s *Service) checkPayoutDestination(env domain.Environment, in *IntentReque
 		if !ok {
 			return domain.Invalidf("bankCode is not a supported bank")
 		}
-		if !reference.ValidNUBAN(w.BankCode, w.AccountNumber) {
-			return domain.Invalidf("Could not resolve account name")
+		name, err := s.ResolveAccount(ctx, env, w.BankCode, w.AccountNumber)
+		if err != nil {
+			return err
 		}
 		w.BankName = bank.Name
-		if strings.TrimSpace(w.AccountName) == "" {
-			w.AccountName = reference.TestAccountName(w.BankCode, w.AccountNumber)
+		if s.gateways(env).Accounts != nil || strings.TrimSpace(w.AccountName) == "" {
+			w.AccountName = name
 		}
 		if in.Narration == "" {
 			in.Narration = w.Narration

@@ -32,12 +32,12 @@ type payoutProvider struct {
 	release   chan struct{}
 	hangFirst bool
 	unhang    chan struct{}
-	answer    func(call int) (payment.Outcome, error)
+	answer    func(call int) (payment.PayoutAnswer, error)
 	// gate, when set, holds call n until the channel it returns is closed.
 	gate func(call int) <-chan struct{}
 }
 
-func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outcome, error) {
+func (p *payoutProvider) Send(ctx context.Context, w ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	p.asked = append(p.asked, w.ID)
 	var left time.Duration
@@ -56,39 +56,39 @@ func (p *payoutProvider) Pay(ctx context.Context, w ledger.Record) (payment.Outc
 	if call == 1 && p.hangFirst {
 		select {
 		case <-p.unhang:
-			return payment.Outcome{}, errors.New("the provider never answered")
+			return payment.PayoutAnswer{}, errors.New("the provider never answered")
 		case <-ctx.Done():
-			return payment.Outcome{}, ctx.Err()
+			return payment.PayoutAnswer{}, ctx.Err()
 		}
 	}
 	if p.release != nil {
 		select {
 		case <-p.release:
 		case <-ctx.Done():
-			return payment.Outcome{}, ctx.Err()
+			return payment.PayoutAnswer{}, ctx.Err()
 		}
 	}
 	if p.gate != nil {
 		select {
 		case <-p.gate(call):
 		case <-ctx.Done():
-			return payment.Outcome{}, ctx.Err()
+			return payment.PayoutAnswer{}, ctx.Err()
 		}
 	}
 	if p.answer != nil {
 		return p.answer(call)
 	}
-	return payment.Outcome{OK: true}, nil
+	return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 }
 
 // unansweredOnce is a provider that does not answer the first payout (an
 // error: the payout is unknown) and pays every later one.
 func unansweredOnce() *payoutProvider {
-	return &payoutProvider{answer: func(call int) (payment.Outcome, error) {
+	return &payoutProvider{answer: func(call int) (payment.PayoutAnswer, error) {
 		if call == 1 {
-			return payment.Outcome{}, errors.New("provider timed out")
+			return payment.PayoutAnswer{}, errors.New("provider timed out")
 		}
-		return payment.Outcome{OK: true}, nil
+		return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 	}}
 }
 
@@ -243,11 +243,11 @@ func TestALateAnswerAfterTheLeaseWasTakenIsNotRecorded(t *testing.T) {
 	gates := map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})}
 	p := &payoutProvider{started: make(chan struct{}, 2),
 		gate: func(call int) <-chan struct{} { return gates[call] },
-		answer: func(call int) (payment.Outcome, error) {
+		answer: func(call int) (payment.PayoutAnswer, error) {
 			if call == 1 {
-				return payment.Outcome{Reason: "rejected"}, nil
+				return payment.PayoutAnswer{Status: payment.ProviderReversed, Reason: "rejected"}, nil
 			}
-			return payment.Outcome{OK: true}, nil
+			return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 		}}
 	a, b, actor, cid := stagedWithdrawal(t, p, "wd-1")
 	t0 := time.Now().UTC()
@@ -543,4 +543,11 @@ func TestTheDebitCarriesThePayoutLease(t *testing.T) {
 	if payment.PayoutCallTimeout >= payment.PayoutLease {
 		t.Fatalf("PayoutCallTimeout %s must end inside PayoutLease %s", payment.PayoutCallTimeout, payment.PayoutLease)
 	}
+}
+
+// Reference and Status complete gateway.Payouts: payoutProvider answers every send at
+// once, so it is never asked where a payout stands.
+func (p *payoutProvider) Reference(w ledger.Record) string { return w.ID }
+func (p *payoutProvider) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
 }

@@ -17,8 +17,10 @@ const ResumerAgent = "payout-resumer"
 
 // PayoutResumer finishes withdrawals left debited and unpaid: a verify
 // interrupted after the debit (a crash, a client that hung up before
-// the payout step), or one whose provider did not answer. Without it
-// the customer's money stays in clearing until someone verifies again.
+// the payout step), or one whose provider did not answer, is sent again;
+// one the provider accepted and whose event has not come within
+// Service.PayoutPollAfter is polled. Without it the customer's money stays
+// in clearing until someone verifies again or the provider's event comes.
 //
 // Every Interval it lists the withdrawals debited more than Grace ago and
 // still paying out, and resumes each (Service.ResumePayout): the payout

@@ -216,14 +216,14 @@ type stuckProvider struct {
 	calls map[string]int
 }
 
-func (p *stuckProvider) Pay(_ context.Context, r ledger.Record) (payment.Outcome, error) {
+func (p *stuckProvider) Send(_ context.Context, r ledger.Record, _ string) (payment.PayoutAnswer, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls[r.Reference]++
 	if r.Reference == p.stuck || p.calls[r.Reference] == 1 {
-		return payment.Outcome{}, errors.New("provider timed out")
+		return payment.PayoutAnswer{}, errors.New("provider timed out")
 	}
-	return payment.Outcome{OK: true}, nil
+	return payment.PayoutAnswer{Status: payment.ProviderSucceeded}, nil
 }
 
 // Withdrawals a round cannot settle (the provider never answers for them)
@@ -354,4 +354,11 @@ func TestResumerSeesABlockRacingItsLease(t *testing.T) {
 	if st := recordOf(t, a, actor, "wd-1"); st.Phase != payment.PayingOut || st.LeaseHolder != "" {
 		t.Fatalf("withdrawal %s, lease %q: want paying out, unleased", st.Phase, st.LeaseHolder)
 	}
+}
+
+// Reference and Status complete gateway.Payouts: stuckProvider answers every send at
+// once, so it is never asked where a payout stands.
+func (p *stuckProvider) Reference(w ledger.Record) string { return w.ID }
+func (p *stuckProvider) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
+	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
 }

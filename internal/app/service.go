@@ -1,7 +1,10 @@
 package app
 
 import (
+	"time"
+
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/internal/gateway"
 )
 
@@ -16,6 +19,12 @@ type Service struct {
 	CryptoMaster map[domain.Environment]string
 	// IDs issues the ids of new records and payment links.
 	IDs IDs
+	// PayoutPollAfter is how long an accepted payout waits for the
+	// provider's event before the resumer asks the provider (default
+	// payment.PayoutPollAfter).
+	PayoutPollAfter time.Duration
+	// accountNames keeps the provider's account resolutions (accounts.go).
+	accountNames accountNames
 	// vaultLocks queue the commands of vaults sharing a wallet (vaults.go).
 	vaultLocks walletLocks
 }
@@ -46,6 +55,13 @@ func (a Actor) meta() domain.Meta {
 		}
 	}
 	return domain.Meta{MerchantID: a.MerchantID, Environment: a.Environment, Actor: actor, RequestID: a.RequestID}
+}
+
+func (s *Service) payoutPollAfter() time.Duration {
+	if s.PayoutPollAfter > 0 {
+		return s.PayoutPollAfter
+	}
+	return payment.PayoutPollAfter
 }
 
 // newID is an internal identifier (merchants, keys, payout lease

@@ -274,8 +274,18 @@ func (e *Engine) Do(ctx context.Context, meta domain.Meta, decide func(tx *Tx) e
 		for _, name := range tx.order {
 			e.cache.evict(name)
 		}
-		// Back off a little so that racing commands interleave.
-		time.Sleep(time.Duration(rand.IntN(1+min(attempt*attempt, 50))) * time.Millisecond)
+		// Back off a little so that racing commands interleave; a request
+		// that was cancelled meanwhile stops here (nothing was appended).
+		if err := ctx.Err(); err != nil {
+			return eventstore.AppendResult{}, err
+		}
+		backoff := time.NewTimer(time.Duration(rand.IntN(1+min(attempt*attempt, 50))) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			backoff.Stop()
+			return eventstore.AppendResult{}, ctx.Err()
+		case <-backoff.C:
+		}
 	}
 	if errors.Is(lastErr, eventstore.ErrConcurrency) {
 		return eventstore.AppendResult{}, ErrContended
@@ -305,6 +315,9 @@ func eventData(e *Engine, ev domain.Event, metaJSON []byte) (eventstore.EventDat
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return eventstore.EventData{}, err
+	}
+	if len(data)+len(metaJSON) > domain.MaxEventBytes {
+		return eventstore.EventData{}, domain.ErrEventTooLarge
 	}
 	return eventstore.EventData{ID: e.NewID(), Type: ev.EventType(), Data: data, Metadata: metaJSON}, nil
 }

@@ -60,6 +60,11 @@ var rules = []rule{
 	{pkg: "internal/redact", may: domainPkgs, testsMay: domainPkgs},
 	{pkg: "internal/files", may: domainPkgs, testsMay: domainPkgs},
 	{pkg: "internal/gateway", may: domainPkgs, testsMay: domainPkgs},
+	// The Paystack adapter of the gateway ports: it translates, the
+	// domain decides.
+	{pkg: "internal/gateway/paystackgw", may: append([]string{"internal/gateway", "internal/paystack"}, domainPkgs...), testsMay: append([]string{"internal/paystack/paystacksim"}, domainPkgs...)},
+	// The providers' inbound events, kept before they are acknowledged.
+	{pkg: "internal/inbox", may: domainPkgs, testsMay: []string{"internal/pgtest", "migrations"}},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},
 	// A payment provider's client (no rule of money: it reports what the
 	// provider answered), and the simulator of that provider that tests and
@@ -83,11 +88,11 @@ var rules = []rule{
 	// read models as narrow interfaces the wiring injects.
 	{pkg: "webhooks", may: []string{"domain/...", "eventstore", "internal/projector", "internal/promreg", "view"},
 		testsMay: testFixtures},
-	{pkg: "httpapi", may: []string{"domain/...", "eventstore", "internal/app", "internal/files", "internal/promreg",
+	{pkg: "httpapi", may: []string{"domain/...", "eventstore", "internal/app", "internal/files", "internal/inbox", "internal/promreg",
 		"internal/redact", "projections", "view", "webhooks"}, testsMay: append([]string{"internal/wiring"}, testFixtures...)},
 	// The wiring assembles the process; only cmd and test harnesses
 	// import it.
-	{pkg: "internal/wiring", may: []string{"domain/...", "view", "eventstore/...", "internal/app", "internal/projector",
+	{pkg: "internal/wiring", may: []string{"domain/...", "view", "eventstore/...", "internal/app", "internal/gateway/...", "internal/inbox", "internal/projector",
 		"projections", "webhooks", "httpapi"}},
 	// The binary, and the packages that are tests only.
 	{pkg: "cmd/...", may: []string{"..."}, testsMay: []string{"..."}},

@@ -38,25 +38,34 @@ var (
 	evidenceExt   = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif", "application/pdf": "pdf"}
 	extType       = map[string]string{"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "gif": "image/gif", "pdf": "application/pdf"}
 	storedName    = regexp.MustCompile(`^[0-9a-f]{32}\.(png|jpg|webp|gif|pdf)$`)
+	// ErrQuota refuses a file past its owner's storage quota.
+	ErrQuota = &domain.Error{Code: domain.TooLarge, Message: "Storage quota exceeded"}
 	errReadFailed = errors.New("files: reading the upload failed")
 )
 
-// Store keeps files in one directory and names them by public URL.
+// Store keeps files in one directory and names them by public URL. Each
+// owner's files sit in a folder of their own (named by Owner), which is
+// what their quota counts.
 type Store struct {
 	dir, publicURL string
+	quota          int64
+	usage          *usage
 }
 
 // New opens (creating if needed) the store under <dataDir>/files; publicURL
-// is the base of the URLs it hands out.
-func New(dataDir, publicURL string) (*Store, error) {
+// is the base of the URLs it hands out; quota bounds each owner's files in
+// bytes (0: no bound).
+func New(dataDir, publicURL string, quota int64) (*Store, error) {
 	dir := filepath.Join(dataDir, "files")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("files: create %s: %w", dir, err)
 	}
-	return &Store{dir: dir, publicURL: strings.TrimRight(publicURL, "/")}, nil
+	collectUnfinished(dir, time.Now().Add(-unfinishedAge))
+	return &Store{dir: dir, publicURL: strings.TrimRight(publicURL, "/"), quota: quota, usage: newUsage(dir)}, nil
 }
 
-// URL is the public URL of a stored name.
+// URL is the public URL of a stored name ("owner/file", or "file" for a
+// file stored before files had owners).
 func (s *Store) URL(name string) string { return s.publicURL + "/files/" + name }
 
 // ImagesFrom returns the files a form sent under imageUrl (or imageUrl[]),
@@ -76,12 +85,12 @@ func ImagesFrom(form *multipart.Form, field string, max int) ([]*multipart.FileH
 
 // SaveImages stores every file as an image and returns their public URLs:
 // all or none, so a refused file leaves nothing behind.
-func (s *Store) SaveImages(headers []*multipart.FileHeader) (urls []string, err error) {
+func (s *Store) SaveImages(owner string, headers []*multipart.FileHeader) (urls []string, err error) {
 	names := make([]string, 0, len(headers))
 	defer func() {
 		if err != nil {
 			for _, n := range names {
-				_ = os.Remove(filepath.Join(s.dir, n))
+				s.removeName(n)
 			}
 			urls = nil
 		}
@@ -95,7 +104,7 @@ func (s *Store) SaveImages(headers []*multipart.FileHeader) (urls []string, err 
 		if !ok {
 			return nil, ErrNotImage
 		}
-		name, err := s.write(data, ext)
+		name, err := s.write(owner, data, ext)
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +119,7 @@ func (s *Store) SaveImages(headers []*multipart.FileHeader) (urls []string, err 
 
 // SaveEvidence stores one dispute evidence file (an image or a PDF, by its
 // content) and returns its public URL.
-func (s *Store) SaveEvidence(h *multipart.FileHeader) (string, error) {
+func (s *Store) SaveEvidence(owner string, h *multipart.FileHeader) (string, error) {
 	data, err := readCapped(h)
 	if errors.Is(err, ErrTooLarge) {
 		return "", ErrEvidenceSize
@@ -122,7 +131,7 @@ func (s *Store) SaveEvidence(h *multipart.FileHeader) (string, error) {
 	if !ok {
 		return "", ErrNotEvidence
 	}
-	name, err := s.write(data, ext)
+	name, err := s.write(owner, data, ext)
 	if err != nil {
 		return "", err
 	}
@@ -159,18 +168,32 @@ func sniff(data []byte) string {
 }
 
 // write stores data atomically (temp file, then rename) under a fresh
-// random name and returns that name.
-func (s *Store) write(data []byte, ext string) (string, error) {
+// random name in owner's folder and returns that name ("owner/file"). A
+// file that would take the owner past the quota is ErrQuota.
+func (s *Store) write(owner string, data []byte, ext string) (string, error) {
+	if !ownerName.MatchString(owner) {
+		return "", fmt.Errorf("files: invalid owner %q", owner)
+	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return "", fmt.Errorf("files: random name: %w", err)
 	}
-	name := hex.EncodeToString(id[:]) + "." + ext
-	tmp, err := os.CreateTemp(s.dir, ".upload-*")
+	file := hex.EncodeToString(id[:]) + "." + ext
+	name := owner + "/" + file
+	dir := filepath.Join(s.dir, owner)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", fmt.Errorf("files: %w", err)
+	}
+	release, err := s.usage.reserve(owner, int64(len(data)), s.quota)
+	if err != nil {
+		return "", err
+	}
+	committed := false
+	defer func() { release(committed) }()
+	tmp, err := os.CreateTemp(dir, ".upload-*")
 	if err != nil {
 		return "", fmt.Errorf("files: %w", err)
 	}
-	committed := false
 	defer func() {
 		if !committed {
 			_ = tmp.Close()
@@ -189,7 +212,7 @@ func (s *Store) write(data []byte, ext string) (string, error) {
 	if err := tmp.Close(); err != nil {
 		return "", fmt.Errorf("files: close: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(s.dir, name)); err != nil {
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, file)); err != nil {
 		_ = os.Remove(tmp.Name())
 		return "", fmt.Errorf("files: rename: %w", err)
 	}
@@ -201,11 +224,11 @@ func (s *Store) write(data []byte, ext string) (string, error) {
 // Only names this store hands out are accepted; anything else (other
 // extensions, upper case, paths) is ErrNotFound.
 func (s *Store) Open(name string) (f io.ReadSeekCloser, contentType string, modTime time.Time, err error) {
-	m := storedName.FindStringSubmatch(name)
-	if m == nil {
+	path, ext, ok := s.path(name)
+	if !ok {
 		return nil, "", time.Time{}, ErrNotFound
 	}
-	file, err := os.Open(filepath.Join(s.dir, name))
+	file, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", time.Time{}, ErrNotFound
 	}
@@ -221,7 +244,23 @@ func (s *Store) Open(name string) (f io.ReadSeekCloser, contentType string, modT
 		_ = file.Close()
 		return nil, "", time.Time{}, ErrNotFound
 	}
-	return file, extType[m[1]], st.ModTime(), nil
+	return file, extType[ext], st.ModTime(), nil
+}
+
+// path is where a stored name ("owner/file" or "file") lies, with the
+// file's extension; false for any name this store does not hand out.
+func (s *Store) path(name string) (path, ext string, ok bool) {
+	owner, file, hasOwner := strings.Cut(name, "/")
+	if !hasOwner {
+		owner, file = "", name
+	} else if !ownerName.MatchString(owner) {
+		return "", "", false
+	}
+	m := storedName.FindStringSubmatch(file)
+	if m == nil {
+		return "", "", false
+	}
+	return filepath.Join(s.dir, owner, file), m[1], true
 }
 
 // Remove deletes the files behind URLs this store handed out (cleanup after
@@ -230,9 +269,26 @@ func (s *Store) Open(name string) (f io.ReadSeekCloser, contentType string, modT
 func (s *Store) Remove(urls []string) {
 	prefix := s.publicURL + "/files/"
 	for _, u := range urls {
-		name, ok := strings.CutPrefix(u, prefix)
-		if ok && storedName.MatchString(name) {
-			_ = os.Remove(filepath.Join(s.dir, name))
+		if name, ok := strings.CutPrefix(u, prefix); ok {
+			s.removeName(name)
+		}
+	}
+}
+
+// removeName deletes a stored name's file and gives its bytes back to
+// its owner's quota.
+func (s *Store) removeName(name string) {
+	path, _, ok := s.path(name)
+	if !ok {
+		return
+	}
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return
+	}
+	if os.Remove(path) == nil {
+		if owner, _, found := strings.Cut(name, "/"); found {
+			s.usage.release(owner, st.Size())
 		}
 	}
 }

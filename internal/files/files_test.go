@@ -9,6 +9,7 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
+	"io/fs"
 	"mime/multipart"
 	"net/textproto"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 )
@@ -24,7 +26,7 @@ const testURL = "https://files.example.test"
 
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := New(t.TempDir(), testURL+"/")
+	s, err := New(t.TempDir(), testURL+"/", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,10 @@ func form(t *testing.T, ups ...upload) []*multipart.FileHeader {
 
 func stored(t *testing.T, s *Store) []string {
 	t.Helper()
-	ents, err := os.ReadDir(s.dir)
+	ents, err := os.ReadDir(filepath.Join(s.dir, testOwner))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +114,7 @@ func stored(t *testing.T, s *Store) []string {
 	return out
 }
 
-var urlShape = regexp.MustCompile(`^` + regexp.QuoteMeta(testURL) + `/files/([0-9a-f]{32})\.(png|jpg|webp|gif)$`)
+var urlShape = regexp.MustCompile(`^` + regexp.QuoteMeta(testURL) + `/files/[0-9a-f]{16}/([0-9a-f]{32})\.(png|jpg|webp|gif)$`)
 
 func nameOf(t *testing.T, url string) string {
 	t.Helper()
@@ -138,7 +143,7 @@ func TestWebPFixtureIsWellFormed(t *testing.T) {
 
 func TestNewCreatesDirectory(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "data")
-	if _, err := New(root, testURL); err != nil {
+	if _, err := New(root, testURL, 0); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(filepath.Join(root, "files"))
@@ -160,7 +165,7 @@ func TestSaveImagesAcceptsEachTypeByContent(t *testing.T) {
 	}
 	for _, c := range cases {
 		// The client's filename and type are lies; only the bytes count.
-		urls, err := s.SaveImages(form(t, upload{"upload.txt", "text/plain", c.data}))
+		urls, err := s.SaveImages(testOwner, form(t, upload{"upload.txt", "text/plain", c.data}))
 		if err != nil {
 			t.Fatalf("%s: %v", c.typ, err)
 		}
@@ -192,7 +197,7 @@ func TestSaveImagesRefusesNonImages(t *testing.T) {
 		[]byte("RIFF\x00\x00\x00\x00WAVEfmt "),
 		[]byte("%PDF-1.4\n"),
 	} {
-		_, err := s.SaveImages(form(t, upload{"x.png", "image/png", data}))
+		_, err := s.SaveImages(testOwner, form(t, upload{"x.png", "image/png", data}))
 		wantErr(t, err, domain.Invalid, "imageUrl must be PNG, JPEG, WebP or GIF images")
 	}
 	if n := stored(t, s); len(n) != 0 {
@@ -204,12 +209,12 @@ func TestSaveImagesSizeLimit(t *testing.T) {
 	s := newStore(t)
 	exact := make([]byte, MaxImageBytes)
 	copy(exact, pngBytes(t))
-	urls, err := s.SaveImages(form(t, upload{"a.png", "image/png", exact}))
+	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", exact}))
 	if err != nil || len(urls) != 1 {
 		t.Fatalf("exactly 5 MiB: %v %v", urls, err)
 	}
 	over := append(exact, 0)
-	_, err = s.SaveImages(form(t, upload{"b.png", "image/png", over}))
+	_, err = s.SaveImages(testOwner, form(t, upload{"b.png", "image/png", over}))
 	wantErr(t, err, domain.TooLarge, "Each image must be at most 5 MB")
 }
 
@@ -220,13 +225,13 @@ func TestSaveImagesDoesNotTrustHeaderSize(t *testing.T) {
 	copy(data, pngBytes(t))
 	hs := form(t, upload{"a.png", "image/png", data})
 	hs[0].Size = 10
-	_, err := s.SaveImages(hs)
+	_, err := s.SaveImages(testOwner, hs)
 	wantErr(t, err, domain.TooLarge, "Each image must be at most 5 MB")
 }
 
 func TestSaveImagesAllOrNone(t *testing.T) {
 	s := newStore(t)
-	_, err := s.SaveImages(form(t,
+	_, err := s.SaveImages(testOwner, form(t,
 		upload{"a.png", "image/png", pngBytes(t)},
 		upload{"b.gif", "image/gif", gifBytes(t)},
 		upload{"c.png", "image/png", []byte("not an image")},
@@ -237,7 +242,7 @@ func TestSaveImagesAllOrNone(t *testing.T) {
 	}
 	big := make([]byte, MaxImageBytes+1)
 	copy(big, pngBytes(t))
-	_, err = s.SaveImages(form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"big.png", "image/png", big}))
+	_, err = s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"big.png", "image/png", big}))
 	wantErr(t, err, domain.TooLarge, "Each image must be at most 5 MB")
 	if n := stored(t, s); len(n) != 0 {
 		t.Fatalf("a refused batch left %v", n)
@@ -248,7 +253,7 @@ func TestNamesAreUnguessable(t *testing.T) {
 	s := newStore(t)
 	seen := map[string]bool{}
 	for range 20 {
-		urls, err := s.SaveImages(form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"a.png", "image/png", pngBytes(t)}))
+		urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"a.png", "image/png", pngBytes(t)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +269,7 @@ func TestNamesAreUnguessable(t *testing.T) {
 
 func TestOpenRefusesForeignNames(t *testing.T) {
 	s := newStore(t)
-	urls, err := s.SaveImages(form(t, upload{"a.png", "image/png", pngBytes(t)}))
+	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +301,7 @@ func TestOpenRefusesForeignNames(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	s := newStore(t)
-	urls, err := s.SaveImages(form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"b.jpg", "image/jpeg", jpegBytes(t)}))
+	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"b.jpg", "image/jpeg", jpegBytes(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,4 +338,101 @@ func TestImagesFrom(t *testing.T) {
 	if hs, err := ImagesFrom(nil, "imageUrl", 5); hs != nil || err != nil {
 		t.Fatalf("nil form: %v %v", hs, err)
 	}
+}
+
+var testOwner = Owner("m1", "test")
+
+// TestQuotaPerOwner: an owner's files are capped in bytes; a file past the
+// cap is refused and stores nothing, other owners are not affected, and a
+// removed file frees its bytes.
+func TestQuotaPerOwner(t *testing.T) {
+	png := pngBytes(t)
+	s, err := New(t.TempDir(), testURL, int64(2*len(png)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", png}, upload{"b.png", "image/png", png}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.SaveImages(testOwner, form(t, upload{"c.png", "image/png", png}))
+	wantErr(t, err, domain.TooLarge, "Storage quota exceeded")
+	if n := stored(t, s); len(n) != 2 {
+		t.Fatalf("stored %v", n)
+	}
+	if _, err := s.SaveImages(Owner("m2", "test"), form(t, upload{"c.png", "image/png", png})); err != nil {
+		t.Fatalf("another owner: %v", err)
+	}
+	s.Remove(urls[:1])
+	if _, err := s.SaveImages(testOwner, form(t, upload{"c.png", "image/png", png})); err != nil {
+		t.Fatalf("after a removal: %v", err)
+	}
+	// A fresh store (another instance, a restart) measures what is stored.
+	again, err := New(filepath.Dir(s.dir), testURL, int64(2*len(png)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = again.SaveImages(testOwner, form(t, upload{"d.png", "image/png", png}))
+	wantErr(t, err, domain.TooLarge, "Storage quota exceeded")
+}
+
+// TestUnfinishedUploadsAreCollected: an upload's temporary file that a
+// stopped process left behind is removed when the store next opens, once
+// it is old enough not to be an upload still running.
+func TestUnfinishedUploadsAreCollected(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "files", testOwner)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	old, fresh := filepath.Join(dir, ".upload-1"), filepath.Join(dir, ".upload-2")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-2 * unfinishedAge)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(root, testURL, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("old unfinished upload: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("running upload removed: %v", err)
+	}
+}
+
+// FuzzStoredNames: whatever name a request asks for, the store opens only
+// a path inside its own folder, and only names it could have handed out.
+func FuzzStoredNames(f *testing.F) {
+	for _, s := range []string{"", "../x", testOwner + "/" + strings.Repeat("a", 32) + ".png", strings.Repeat("0", 32) + ".pdf",
+		testOwner + "/../../etc/passwd", "/" + testOwner + "/x.png", testOwner + "//" + strings.Repeat("a", 32) + ".png"} {
+		f.Add(s)
+	}
+	s := &Store{dir: "/srv/files"}
+	f.Fuzz(func(t *testing.T, name string) {
+		path, ext, ok := s.path(name)
+		if !ok {
+			return
+		}
+		if rel, err := filepath.Rel(s.dir, path); err != nil || strings.HasPrefix(rel, "..") || filepath.IsAbs(rel) {
+			t.Fatalf("%q opens %q, outside the store", name, path)
+		}
+		if _, known := extType[ext]; !known {
+			t.Fatalf("%q has extension %q", name, ext)
+		}
+		owner, file, hasOwner := strings.Cut(name, "/")
+		if !hasOwner {
+			file = owner
+		} else if !ownerName.MatchString(owner) {
+			t.Fatalf("%q accepted with owner %q", name, owner)
+		}
+		if !storedName.MatchString(file) {
+			t.Fatalf("%q accepted with file %q", name, file)
+		}
+	})
 }

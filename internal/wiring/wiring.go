@@ -15,9 +15,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/gateway"
+	"github.com/escrowd/escrowd/internal/gateway/paystackgw"
+	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -48,6 +52,13 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 			svc.CryptoMaster[env] = addr
 		}
 	}
+	// Providers' events are kept by any API process and processed by the
+	// worker of each (the inbox's claims keep them from taking one event
+	// at once).
+	events := (&inbox.Worker{Store: inbox.Store{Pool: pool}, Log: log,
+		Handle: func(ctx context.Context, it inbox.Item) (string, error) {
+			return svc.ProcessProviderEvent(ctx, it.Environment, it.Provider, it.Body)
+		}}).Init()
 	return httpapi.New(cfg, httpapi.Deps{
 		Log:      log,
 		App:      svc,
@@ -63,6 +74,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		Ping:      pool.Ping,
 		Directory: auth,
 		Webhooks:  webhooks.NewOutbox(pool),
+		Inbox:     events,
 		Closers:   []func(){auth.Close},
 	})
 }
@@ -89,4 +101,41 @@ func SubscriberRunner(ctx context.Context, store eventstore.Store, pool *pgxpool
 // in a process running both roles).
 func Endpoints(store eventstore.Store) webhooks.Endpoints {
 	return webhooks.MerchantEndpoints{Merchants: app.NewService(app.NewEngine(store, maxCachedMerchants))}
+}
+
+// Provider names an environment's payment provider and its settings.
+type Provider struct {
+	Name      string // "builtin" (the built-in test gateways) or "paystack"
+	SecretKey string
+	BaseURL   string
+	DVABank   string
+}
+
+// Gateways are the gateway sets of the configured providers; an
+// environment without one has none (it moves no money). A provider that
+// cannot be set up is an error: the process must not start offering
+// payments that nothing performs.
+func Gateways(providers map[domain.Environment]Provider) (map[domain.Environment]gateway.Set, error) {
+	out := map[domain.Environment]gateway.Set{}
+	for env, p := range providers {
+		switch p.Name {
+		case "builtin":
+			out[env] = gateway.Test()
+		case "paystack":
+			set, err := paystackgw.New(paystackgw.Config{SecretKey: p.SecretKey, BaseURL: p.BaseURL, DVABank: p.DVABank})
+			if err != nil {
+				return nil, fmt.Errorf("%s environment: %w", env, err)
+			}
+			if env == domain.Test && set.Collection == nil {
+				// Collection through Paystack is not built: the test
+				// environment keeps the built-in test deposits; the live
+				// one takes none (Payments are not configured).
+				set.Collection = gateway.TestCollection{}
+			}
+			out[env] = set
+		default:
+			return nil, fmt.Errorf("%s environment: unknown payment provider %q", env, p.Name)
+		}
+	}
+	return out, nil
 }

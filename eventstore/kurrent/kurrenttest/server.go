@@ -39,6 +39,9 @@ package kurrenttest
 
 import (
 	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -47,6 +50,10 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/kurrent-io/KurrentDB-Client-Go/protos/kurrentdb/protocols/v1/serverfeatures"
 	"github.com/kurrent-io/KurrentDB-Client-Go/protos/kurrentdb/protocols/v1/shared"
@@ -65,11 +72,16 @@ const (
 // Options tune the server.
 type Options struct {
 	// Version is the server version reported to the client (default
-	// 26.0.0; the client decides on the methods listed, not on it).
+	// 26.1.0, the first with AppendRecords; the client decides on the methods listed, not on it).
 	Version string
 	// NoAppendRecords leaves AppendRecords out of the supported methods, as
 	// a KurrentDB before it does (the client then refuses to call it).
 	NoAppendRecords bool
+	// Addr is the address to listen on (default 127.0.0.1 and a free
+	// port); it must be a loopback address.
+	Addr string
+	// TLS, when set, serves gRPC over TLS with it (a secure node).
+	TLS *tls.Config
 	// FollowerLag makes reads that do not ask for the leader (no
 	// requires-leader header) answer as a follower that has not yet
 	// replicated the newest FollowerLag records of the log.
@@ -123,13 +135,24 @@ type Server struct {
 // Start serves on a local port until Close.
 func Start(opts Options) (*Server, error) {
 	if opts.Version == "" {
-		opts.Version = "26.0.0"
+		opts.Version = "26.1.0"
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := opts.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	if host, _, err := net.SplitHostPort(addr); err != nil || !net.ParseIP(host).IsLoopback() {
+		return nil, fmt.Errorf("kurrenttest: listen address %q is not a loopback address", addr)
+	}
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, lis: lis, grpc: grpc.NewServer(), streams: map[string][]*record{}, changed: make(chan struct{})}
+	gopts := []grpc.ServerOption{grpc.UnaryInterceptor(authUnary), grpc.StreamInterceptor(authStream)}
+	if opts.TLS != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(opts.TLS)))
+	}
+	s := &Server{opts: opts, lis: lis, grpc: grpc.NewServer(gopts...), streams: map[string][]*record{}, changed: make(chan struct{})}
 	serverfeatures.RegisterServerFeaturesServer(s.grpc, features{s: s})
 	api.RegisterStreamsServer(s.grpc, streamsV1{s: s})
 	v2.RegisterStreamsServiceServer(s.grpc, streamsV2{s: s})
@@ -141,6 +164,9 @@ func Start(opts Options) (*Server, error) {
 
 // URL is the connection string that reaches the server.
 func (s *Server) URL() string {
+	if s.opts.TLS != nil {
+		return "kurrentdb://" + s.lis.Addr().String() + "?tls=true"
+	}
 	return "kurrentdb://" + s.lis.Addr().String() + "?tls=false"
 }
 
@@ -197,4 +223,36 @@ func URL(tb testing.TB) string {
 		return url
 	}
 	return Serve(tb).URL()
+}
+
+// ---- authentication -----------------------------------------------------------
+
+// defaultCredentials are a new KurrentDB node's administrator, the only
+// user the server knows. A call without credentials is let through, as on
+// a node that allows anonymous access; a call with others is refused, as
+// the server refuses them.
+var defaultCredentials = "Basic " + base64.StdEncoding.EncodeToString([]byte("admin:changeit"))
+
+func authenticate(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if v != defaultCredentials {
+			return status.Error(codes.Unauthenticated, "Bad credentials")
+		}
+	}
+	return nil
+}
+
+func authUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := authenticate(ctx); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func authStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := authenticate(ss.Context()); err != nil {
+		return err
+	}
+	return h(srv, ss)
 }

@@ -63,7 +63,7 @@ func proposedFromRecord(r *v2.AppendRecord) (proposed, error) {
 		format, contentType = "Json", "application/json"
 	}
 	props["$schema.name"] = r.GetSchema().GetName()
-	props["$schema.data-format"] = format
+	props["$schema.format"] = format
 	meta, err := json.Marshal(props)
 	if err != nil {
 		return proposed{}, status.Errorf(codes.InvalidArgument, "properties: %v", err)

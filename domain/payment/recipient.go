@@ -1,0 +1,46 @@
+package payment
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/reference"
+)
+
+// Recipient is a bank account registered with the provider as a payout
+// destination: the provider pays only to destinations it knows, and one
+// registration serves every payout to the account.
+type Recipient struct {
+	Code string // the provider's id of the destination ("" before it is registered)
+}
+
+// RecipientRegistered keeps the provider's id of a bank account.
+type RecipientRegistered struct {
+	BankCode      string `json:"bankCode"`
+	AccountNumber string `json:"accountNumber"`
+	Code          string `json:"code"`
+}
+
+func (RecipientRegistered) EventType() string { return "recipient.registered" }
+
+// RecipientRegistry decodes recipient events.
+var RecipientRegistry = domain.NewRegistry(func() domain.Event { return &RecipientRegistered{} })
+
+// RecipientID is the recipient stream id of a bank account in an
+// environment; a bank's two codes name one account.
+func RecipientID(env domain.Environment, bankCode, accountNumber string) string {
+	if b, ok := reference.FindBank(bankCode); ok {
+		bankCode = b.Code
+	}
+	sum := sha256.Sum256([]byte(bankCode + ":" + accountNumber))
+	return string(env) + "." + hex.EncodeToString(sum[:16])
+}
+
+// ApplyRecipient folds a recipient event; the first registration stands.
+func ApplyRecipient(r Recipient, ev domain.Event) Recipient {
+	if e, ok := ev.(RecipientRegistered); ok && r.Code == "" {
+		r.Code = e.Code
+	}
+	return r
+}

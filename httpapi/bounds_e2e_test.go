@@ -1,0 +1,158 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/escrowd/escrowd/domain"
+)
+
+// TestEventsAreBounded: an event that every field at its cap would take
+// past domain.MaxEventBytes (fifty milestones with the longest titles and
+// descriptions) is refused whole, 413, and nothing of it is stored; the
+// same escrow with short descriptions is created.
+func TestEventsAreBounded(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	milestones := func(title, descr string) []map[string]any {
+		var ms []map[string]any
+		for range 50 {
+			ms = append(ms, map[string]any{"title": title, "description": descr, "amount": 200})
+		}
+		return ms
+	}
+	body := map[string]any{"amount": 10000, "purpose": "Website", "whoPays": "buyer",
+		"milestones": milestones(strings.Repeat("t", 200), strings.Repeat("d", 2000))}
+	before := h.events()
+	h.createMilestones(seller, body).expect(t, 413, domain.ErrEventTooLarge.Message)
+	if after := h.events(); after != before {
+		t.Fatalf("%d events stored by the refused request", after-before)
+	}
+	body["milestones"] = milestones("Step", "short")
+	h.createMilestones(seller, body).expect(t, 201, "")
+	var largest int
+	if err := h.pool.QueryRow(context.Background(), `SELECT max(octet_length(data::text) + octet_length(coalesce(metadata::text, ''))) FROM es_events`).Scan(&largest); err != nil {
+		t.Fatal(err)
+	}
+	if largest > domain.MaxEventBytes {
+		t.Fatalf("an event of %d bytes was stored", largest)
+	}
+}
+
+// TestReturnURLsAreBounded: checkout return URLs are stored with the
+// session: at most 2,048 characters each.
+func TestReturnURLsAreBounded(t *testing.T) {
+	f := newCheckoutFixtureOn(t, newHarness(t), 20000)
+	h := f.h
+	long := "https://shop.example/" + strings.Repeat("a", domain.MaxURL)
+	for _, field := range []string{"successUrl", "cancelUrl"} {
+		h.do(req{method: "POST", path: "/v1/checkout/sessions", key: h.std(),
+			body: map[string]any{"paymentToken": f.token, "customerId": f.buyer, field: long}}).
+			expect(t, 400, field+" must be at most 2048 characters")
+	}
+}
+
+// TestReservedReferencePrefixes: a client may not choose a reference in a
+// prefix the service's own references use (a checkout's payment, its
+// top-up, a transfer's receiving side, settlement records): it could take
+// the place of the service's own and block a checkout session. Nothing of
+// a refused request is stored.
+func TestReservedReferencePrefixes(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	buyer := h.funded("buyer@example.com", "08030000002", 5000)
+	e := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "Phone", "whoPays": "buyer"}, 0).expect(t, 201, "").obj()
+	before := h.events()
+	for _, ref := range []string{"checkout_" + e["id"].(string), "Checkout_x", "TOPUP-1", "topup-x", "WT-" + buyer, "ESC-1-fee"} {
+		h.intent(buyer, map[string]any{"reference": ref, "amount": 100, "transactionType": "deposit"}).
+			expect(t, 400, "Reference prefix is reserved")
+		h.pay(buyer, ref, 1025, e["id"]).expect(t, 400, "Reference prefix is reserved")
+	}
+	if after := h.events(); after != before {
+		t.Fatalf("%d events stored by refused requests", after-before)
+	}
+	h.pay(buyer, "my-checkout_1", 1025, e["id"]).expect(t, 200, "Payment successful")
+}
+
+// TestTotalQuantityIsBounded: a listing has 1 to 10,000 units (each sold
+// unit is an escrow of its own).
+func TestTotalQuantityIsBounded(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	const msg = "totalQuantity must be an integer between 1 and 10000"
+	fields := func(q string) map[string]string {
+		return map[string]string{"amount": "1000", "purpose": "Phone", "whoPays": "buyer", "totalQuantity": q}
+	}
+	for _, q := range []string{"0", "10001", "9223372036854775807", "9223372036854775808"} {
+		h.createEscrow(seller, fields(q), 0).expect(t, 400, msg)
+	}
+	e := h.createEscrow(seller, fields("10000"), 0).expect(t, 201, "").obj()
+	h.do(req{method: "PUT", path: "/v1/escrow/edit/" + e["paymentToken"].(string), key: h.std(), cid: seller,
+		body: map[string]any{"totalQuantity": 10001}}).expect(t, 400, msg)
+}
+
+// TestFormTokenFromTheBodyOnly: the checkout page's anti-forgery token is
+// read from the form's body; the same token in the query string is a
+// forged form.
+func TestFormTokenFromTheBodyOnly(t *testing.T) {
+	f := newCheckoutFixtureOn(t, newHarness(t), 20000)
+	f.open(t, nil)
+	form := f.form(t)
+	res, err := http.Post(f.h.srv.URL+"/checkout/"+f.sessionID+"/pay?"+form.Encode(), "application/x-www-form-urlencoded", strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("token in the query string: %d, want 403", res.StatusCode)
+	}
+	if st := f.escrowStatus(t); st != "PENDING" {
+		t.Fatalf("escrow %s after a query-string token", st)
+	}
+	if p := f.post(t, "pay", form); p.status != http.StatusOK && p.status != http.StatusSeeOther {
+		t.Fatalf("the page's own form: %d %s", p.status, p.body)
+	}
+}
+
+// TestDisputeShownToItsPartiesOnly: a dispute's messages and evidence are
+// shown to the escrow's buyer, its seller and the merchant; another
+// customer of the merchant who looks the escrow up sees dispute: null.
+func TestDisputeShownToItsPartiesOnly(t *testing.T) {
+	h := newHarness(t)
+	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
+	buyer := h.funded("ada@example.com", "08030000002", 20000)
+	other := h.createCustomer(h.sa(), "other@example.com", "08030000003")
+	_, token := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
+	for who, cid := range map[string]string{"buyer": buyer, "seller": seller, "merchant": ""} {
+		e := h.do(req{path: "/v1/escrow/verify/" + token, key: h.std(), cid: cid}).expect(t, 200, "").obj()
+		if d, _ := e["dispute"].([]any); len(d) != 1 {
+			t.Errorf("%s sees dispute %v", who, e["dispute"])
+		}
+	}
+	r := h.do(req{path: "/v1/escrow/verify/" + token, key: h.std(), cid: other}).expect(t, 200, "")
+	if d, ok := r.obj()["dispute"]; !ok || d != nil {
+		t.Fatalf("another customer sees dispute %v", d)
+	}
+	if strings.Contains(string(r.Raw), "The phone never arrived") {
+		t.Fatalf("the dispute's message reached another customer: %s", r.Raw)
+	}
+}
+
+// TestTestDepositsAreBounded: a deposit on the built-in test gateway, which
+// confirms every deposit with no money behind it, is at most 100,000;
+// above it the intent is refused when it is staged and nothing is stored.
+func TestTestDepositsAreBounded(t *testing.T) {
+	h := newHarness(t)
+	cid := h.createCustomer(h.sa(), "d@example.com", "08030000001")
+	before := h.events()
+	h.intent(cid, map[string]any{"reference": "big-1", "amount": "100000.01", "transactionType": "deposit"}).
+		expect(t, 400, "A test deposit may be at most 100000")
+	if after := h.events(); after != before {
+		t.Fatalf("%d events stored by a refused deposit", after-before)
+	}
+	h.intent(cid, map[string]any{"reference": "max-1", "amount": 100000, "transactionType": "deposit"}).expect(t, 201, "")
+	h.verify(cid, "max-1").expect(t, 200, "")
+	h.expectWallet(cid, 100000, 0)
+}

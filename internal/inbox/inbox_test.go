@@ -1,0 +1,147 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+func put(t *testing.T, st Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		if _, err := st.Put(context.Background(), Event{Provider: "paystack", Environment: domain.Test, ID: id, Name: "transfer.success", Body: []byte(`{"id":"` + id + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Workers draining at once never take the same event: each is handled
+// once, and a delivery repeated is kept once.
+func TestWorkersShareTheInbox(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	var ids []string
+	for i := range 60 {
+		ids = append(ids, fmt.Sprint("e", i))
+	}
+	put(t, st, ids...)
+	if fresh, err := st.Put(context.Background(), Event{Provider: "paystack", Environment: domain.Test, ID: "e1", Name: "x", Body: []byte(`{}`)}); err != nil || fresh {
+		t.Fatalf("a delivery again: fresh %v, %v", fresh, err)
+	}
+	var mu sync.Mutex
+	handled := map[string]int{}
+	handle := func(_ context.Context, it Item) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[it.ID]++
+		return "ok", nil
+	}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &Worker{Store: st, Handle: handle, Batch: 7}
+			if _, err := w.Drain(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(handled) != len(ids) {
+		t.Fatalf("handled %d events, want %d", len(handled), len(ids))
+	}
+	for id, n := range handled {
+		if n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+	sum, err := st.Status(context.Background())
+	if err != nil || sum.Pending != 0 || sum.Done != len(ids) {
+		t.Fatalf("status %+v, %v", sum, err)
+	}
+}
+
+// A failing event is retried after its backoff, not before, and the
+// others are handled meanwhile.
+func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	put(t, st, "bad", "good")
+	now := time.Now()
+	var mu sync.Mutex
+	calls := map[string]int{}
+	w := &Worker{Store: st, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		Backoff: func(attempt int) time.Duration { return time.Duration(attempt) * time.Hour },
+		Handle: func(_ context.Context, it Item) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[it.ID]++
+			if it.ID == "bad" && it.Attempt < 3 {
+				return "", errors.New("provider timed out")
+			}
+			return "ok", nil
+		}}
+	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
+		t.Fatalf("first drain %d, %v", n, err)
+	}
+	sum, _ := st.Status(context.Background())
+	if sum.Pending != 1 || sum.Done != 1 || len(sum.Failing) != 1 || sum.Failing[0].LastError != "provider timed out" || sum.Failing[0].Attempts != 1 {
+		t.Fatalf("after one failure: %+v", sum)
+	}
+	if n, _ := w.Drain(context.Background()); n != 0 {
+		t.Fatalf("retried before its backoff (%d)", n)
+	}
+	for _, d := range []time.Duration{time.Hour, 2 * time.Hour} {
+		mu.Lock()
+		now = now.Add(d)
+		mu.Unlock()
+		if n, err := w.Drain(context.Background()); err != nil || n != 1 {
+			t.Fatalf("drain after %s: %d, %v", d, n, err)
+		}
+	}
+	sum, _ = st.Status(context.Background())
+	if sum.Pending != 0 || sum.Done != 2 || calls["bad"] != 3 || calls["good"] != 1 {
+		t.Fatalf("after the retries: %+v, calls %v", sum, calls)
+	}
+	// Pruning deletes what was processed before the cut, nothing pending.
+	put(t, st, "later")
+	if n, err := st.Prune(context.Background(), now.Add(-time.Hour)); err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want good only (bad was processed at the cut)", n, err)
+	}
+	if sum, _ = st.Status(context.Background()); sum.Pending != 1 || sum.Done != 1 {
+		t.Fatalf("after pruning: %+v", sum)
+	}
+}
+
+// An event whose handler is slow (its provider takes its time to answer)
+// does not hold up the others of its claim: the slow one waits for a fast
+// one claimed after it to be handled.
+func TestSlowEventDoesNotHoldUpOthers(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	put(t, st, "slow")
+	put(t, st, "fast")
+	fastDone := make(chan struct{})
+	w := &Worker{Store: st, Handle: func(_ context.Context, it Item) (string, error) {
+		if it.ID == "fast" {
+			close(fastDone)
+			return "ok", nil
+		}
+		select {
+		case <-fastDone:
+			return "ok", nil
+		case <-time.After(time.Minute):
+			return "", errors.New("the fast event was held up behind the slow one")
+		}
+	}}
+	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
+		t.Fatalf("drained %d, %v", n, err)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != 2 {
+		t.Fatalf("status %+v", sum)
+	}
+}
