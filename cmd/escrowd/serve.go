@@ -70,7 +70,8 @@ var serveCommand = &command{
 	summary: "run the HTTP API, the projectors and the webhook subscriber and dispatcher",
 	detail: `Roles (default: all three):
   api        the HTTP API (and the payout resumer and the scheduler that
-             acts on escrows' deadlines: auto-release, unpaid expiry)
+             acts on escrows' deadlines: auto-release, unpaid expiry,
+             the window-ending reminder)
   projector  keeps the read models current
   webhooks   the webhook subscriber (fills the outbox) and a dispatcher
 SIGINT or SIGTERM stops it: it logs the signal, stops taking requests, lets
