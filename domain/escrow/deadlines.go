@@ -163,6 +163,21 @@ func (s State) NextDeadline() (DeadlineKind, time.Time, bool) {
 	return "", time.Time{}, false
 }
 
+// Awaits reports whether the escrow still awaits deadline kind: a
+// refusal to act on one it no longer awaits (confirmed, disputed, paid,
+// deleted, reminded) is final; any other is a fault to retry.
+func (s State) Awaits(kind DeadlineKind) bool {
+	switch kind {
+	case AutoReleaseDeadline:
+		return s.Exists() && s.Status == Ongoing && !s.ReleaseAt.IsZero()
+	case ExpiryDeadline:
+		return s.Exists() && s.Status == Pending && !s.ExpiresAt.IsZero()
+	case WindowEndingDeadline:
+		return s.Exists() && s.Status == Ongoing && !s.RemindAt.IsZero() && !s.Reminded
+	}
+	return false
+}
+
 // AutoRelease decides the service's release of an auto-release escrow
 // whose delivery window has elapsed: the same settlement as the buyer's
 // confirmation (COMPLETED). A disputed or settled escrow is refused.

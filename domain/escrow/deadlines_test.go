@@ -329,3 +329,30 @@ func TestRemindWindowEnding(t *testing.T) {
 		t.Fatalf("extension after the reminder: %+v", ext)
 	}
 }
+
+// Awaits tells a deadline the escrow has moved past (its refusal is final)
+// from one it still awaits (a refusal is a fault, retried).
+func TestAwaits(t *testing.T) {
+	exp := t0.Add(time.Hour)
+	remind := Reminded{Reminder: WindowEndingDeadline, At: now}
+	for _, tc := range []struct {
+		name  string
+		given []domain.Event
+		want  map[DeadlineKind]bool
+	}{
+		{"unpaid, expiring", []domain.Event{link(expiring(exp))}, map[DeadlineKind]bool{ExpiryDeadline: true}},
+		{"unpaid, no expiry", []domain.Event{link()}, map[DeadlineKind]bool{}},
+		{"deleted", []domain.Event{link(expiring(exp)), Deleted{At: now}}, map[DeadlineKind]bool{}},
+		{"paid, auto-release", paid(t, autoRelease, expiring(exp)),
+			map[DeadlineKind]bool{AutoReleaseDeadline: true, WindowEndingDeadline: true}},
+		{"paid, reminded", append(paid(t), remind), map[DeadlineKind]bool{}},
+		{"disputed", append(paid(t, autoRelease), opened("b1")), map[DeadlineKind]bool{}},
+	} {
+		s := fold(tc.given...)
+		for _, k := range []DeadlineKind{AutoReleaseDeadline, ExpiryDeadline, WindowEndingDeadline} {
+			if got := s.Awaits(k); got != tc.want[k] {
+				t.Errorf("%s: Awaits(%s) = %v, want %v", tc.name, k, got, tc.want[k])
+			}
+		}
+	}
+}

@@ -159,7 +159,7 @@ func (c *DeadlineScheduler) act(ctx context.Context, d Deadline) bool {
 		// until then.
 		log.Debug("deadlines: not due yet", zap.Error(err))
 		return false
-	case refusedByEscrow(err):
+	case refusedByEscrow(err) && !c.Service.awaits(ctx, d):
 		// The escrow moved on before the deadline acted (a confirmation,
 		// a dispute, a payment): nothing to do, now or later.
 		log.Debug("deadlines: escrow moved on", zap.Error(err))
@@ -171,6 +171,13 @@ func (c *DeadlineScheduler) act(ctx context.Context, d Deadline) bool {
 		log.Warn("deadlines: cannot forget a deadline", zap.Error(ferr))
 	}
 	return err == nil
+}
+
+// awaits reports whether d's escrow, as stored, still awaits d (true when
+// it cannot be read: the deadline is kept for a later round).
+func (s *Service) awaits(ctx context.Context, d Deadline) bool {
+	e, _, err := Load(ctx, s.Engine, EscrowKind, d.EscrowID)
+	return err != nil || e.Awaits(d.Kind)
 }
 
 // refusedByEscrow reports whether err is the domain refusing the
