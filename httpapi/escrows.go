@@ -26,6 +26,7 @@ func (s *Server) escrowRoutes() {
 	s.handle(http.MethodGet, "/v1/escrow/verify/:paymentToken", optional, s.verifyEscrow)
 	s.handle(http.MethodGet, "/v1/escrow/claim-funds/:paymentToken", optional, s.claimEscrow)
 	s.handle(http.MethodPost, "/v1/escrow/confirm-payment/:escrowId", Policy{CID: CIDRequired}, s.confirmEscrow)
+	s.handle(http.MethodPost, "/v1/escrow/extend-window/:paymentToken", Policy{CID: CIDRequired}, s.extendWindow)
 	s.handle(http.MethodGet, "/v1/escrow/transactions", optional, s.escrowTransactions)
 	s.handle(http.MethodGet, "/v1/escrow/feeds", Policy{CID: CIDForbidden}, s.escrowFeeds)
 	s.handle(http.MethodPut, "/v1/escrow/additional-fee/:paymentToken", Policy{CID: CIDForbidden, SuperAdmin: true}, s.setAdditionalFee)
@@ -158,6 +159,9 @@ func escrowPatch(f map[string]json.RawMessage) (escrow.Patch, error) {
 	if p.TotalQuantity, err = fieldInt(f, "totalQuantity", escrow.ErrQuantity.Message); err != nil {
 		return p, err
 	}
+	if p.AutoRelease, err = fieldBool(f, "autoRelease"); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
@@ -198,9 +202,13 @@ func newEscrowDraft(c echo.Context, whoPaysDefault bool) (map[string]json.RawMes
 	case p.WhoPays == nil && !whoPaysDefault:
 		return nil, escrow.Draft{}, "", domain.Invalidf("whoPays is required")
 	}
+	expires, err := fieldInt(f, "expiresInHours", "expiresInHours must be an integer between 1 and 720")
+	if err != nil {
+		return nil, escrow.Draft{}, "", err
+	}
 	return f, escrow.Draft{Amount: *p.Amount, Purpose: deref(p.Purpose), Description: deref(p.Description), WhoPays: deref(p.WhoPays),
 		MaxDelivery: p.MaxDelivery, DeliveryTimeline: deref(p.DeliveryTimeline), TotalQuantity: p.TotalQuantity,
-		CategoryID: deref(p.CategoryID)}, sellerOf(c), nil
+		CategoryID: deref(p.CategoryID), AutoRelease: p.AutoRelease, ExpiresInHours: expires}, sellerOf(c), nil
 }
 
 func (s *Server) createEscrow(c echo.Context) error {

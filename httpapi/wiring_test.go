@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -22,6 +23,7 @@ type Wiring struct {
 	Subscriber       func(store eventstore.Store, pool *pgxpool.Pool) *webhooks.Subscriber
 	SubscriberRunner func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, sub *webhooks.Subscriber) (*projections.Runner, error)
 	Endpoints        func(store eventstore.Store) webhooks.Endpoints
+	Deadlines        func(svc *app.Service, q *projections.Queries, log *zap.Logger) *app.DeadlineScheduler
 }
 
 var wired Wiring

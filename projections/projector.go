@@ -54,5 +54,5 @@ const (
 
 // All lists every read model the service builds: add new projectors here.
 func All() []Projector {
-	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, NewEscrows(), AuditTrail{}}
+	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, NewEscrows(), AuditTrail{}, Deadlines{}}
 }

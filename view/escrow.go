@@ -26,7 +26,7 @@ type Escrow struct {
 	State                   escrow.Phase       `json:"state"`
 	Channel                 string             `json:"channel"`
 	IsSeller                bool               `json:"isSeller"`
-	Dispute                 []Dispute      `json:"dispute"`
+	Dispute                 []Dispute          `json:"dispute"`
 	Category                *Category          `json:"category"`
 	CategoryID              *string            `json:"categoryId"`
 	CompletedAt             *time.Time         `json:"completedAt"`
@@ -34,8 +34,8 @@ type Escrow struct {
 	DeliveryTimeline        string             `json:"deliveryTimeline"`
 	TotalQuantity           int                `json:"totalQuantity"`
 	SettlementType          string             `json:"settlementType"`
-	Milestones              []Milestone    `json:"milestones"`
-	Participants            []Participant  `json:"participants"`
+	Milestones              []Milestone        `json:"milestones"`
+	Participants            []Participant      `json:"participants"`
 	WinnerID                *string            `json:"winnerId"`
 	CreatedAt               time.Time          `json:"createdAt"`
 	UpdatedAt               time.Time          `json:"updatedAt"`
@@ -50,7 +50,19 @@ type Escrow struct {
 	Environment             domain.Environment `json:"environment"`
 	IsMerchant              bool               `json:"isMerchant"`
 	ParentID                *string            `json:"parentId,omitempty"`
-	Split                   *Split         `json:"split,omitempty"`
+	Split                   *Split             `json:"split,omitempty"`
+	// AutoRelease: the service releases the escrow when its delivery
+	// window elapses; NextDeadline is when the service next acts on it by
+	// itself (null: never).
+	AutoRelease  bool      `json:"autoRelease"`
+	NextDeadline *Deadline `json:"nextDeadline"`
+}
+
+// Deadline is when the service acts on an escrow by itself, and what it
+// does then: auto_release or unpaid_expiry.
+type Deadline struct {
+	Type string    `json:"type"`
+	At   time.Time `json:"at"`
 }
 
 // Dispute is the spec's dispute entry.
@@ -153,6 +165,10 @@ func RenderEscrow(e escrow.State, cat *Category, viewerID string) Escrow {
 	}
 	if e.Status == escrow.Claimed {
 		v.ApprovedClaimBy = nonEmpty(e.SellerID)
+	}
+	v.AutoRelease = e.Terms.AutoRelease && e.Type() == escrow.StandardSettlement
+	if kind, at, ok := e.NextDeadline(); ok {
+		v.NextDeadline = &Deadline{Type: string(kind), At: at}
 	}
 	return v
 }

@@ -118,13 +118,15 @@ func EscrowMessages(eventID uuid.UUID, ev domain.Event, before, after escrow.Sta
 // EscrowEvents names the webhook events an escrow event announces (none for
 // most: edits, fee changes, units sold).
 func EscrowEvents(ev domain.Event, before, after escrow.State) []string {
-	switch ev.(type) {
+	switch e := ev.(type) {
 	case escrow.Created:
 		return []string{EventEscrowCreated}
 	case escrow.VaultCreated: // created funded: it is ongoing at once
 		return []string{EventEscrowCreated, EscrowStatusEvent(after.Status)}
 	case escrow.Deleted:
 		return []string{EventEscrowDeleted}
+	case escrow.Reminded: // escrow.window_ending
+		return []string{"escrow." + string(e.Reminder)}
 	}
 	if before.ID != "" && after.Status != before.Status {
 		return []string{EscrowStatusEvent(after.Status)}

@@ -79,7 +79,7 @@ var groups = map[string]string{
 
 func init() {
 	commands = []*command{serveCommand, migrateCommand,
-		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantRotateSecretCommand,
+		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantSetDefaultsCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/term"
@@ -282,6 +283,44 @@ var merchantSetFeesCommand = &command{
 			})
 		}
 	},
+}
+
+var merchantSetDefaultsCommand = &command{
+	name: "merchant set-defaults", args: "--merchant M [--auto-release=true|false]",
+	summary: "what the merchant's new escrows take when a request leaves it out; flags not given keep their value",
+	detail: `--auto-release: a new standard escrow is released to the seller by the
+service when its delivery window elapses while it is ONGOING and undisputed
+(a request's autoRelease overrides it). Escrows already created keep theirs.`,
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		var autoRelease optionalBool
+		fs.Var(&autoRelease, "auto-release", "release new standard escrows when their delivery window elapses")
+		return func(ctx context.Context, inv *invocation) error {
+			return operatorUpdate(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
+				d := m.EscrowDefaults
+				if autoRelease.set {
+					d.AutoRelease = autoRelease.v
+				}
+				return []domain.Event{merchant.EscrowDefaultsSet{Defaults: d}}, nil
+			})
+		}
+	},
+}
+
+// optionalBool is a boolean flag that knows whether it was given.
+type optionalBool struct{ v, set bool }
+
+func (b *optionalBool) String() string   { return strconv.FormatBool(b.v) }
+func (b *optionalBool) IsBoolFlag() bool { return true }
+func (b *optionalBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	b.v, b.set = v, true
+	return nil
 }
 
 // operatorUpdate applies a merchant change and prints "ok".

@@ -69,7 +69,9 @@ var serveCommand = &command{
 	name: "serve", args: "[--role api,projector,webhooks] [--addr :8080]",
 	summary: "run the HTTP API, the projectors and the webhook subscriber and dispatcher",
 	detail: `Roles (default: all three):
-  api        the HTTP API (and the payout resumer)
+  api        the HTTP API (and the payout resumer and the scheduler that
+             acts on escrows' deadlines: auto-release, unpaid expiry,
+             the window-ending reminder)
   projector  keeps the read models current
   webhooks   the webhook subscriber (fills the outbox) and a dispatcher
 SIGINT or SIGTERM stops it: it logs the signal, stops taking requests, lets
@@ -142,6 +144,10 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		// from asking the provider twice at once).
 		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
+		// Escrows' deadlines (auto-release, unpaid expiry, reminders) are
+		// acted on by every API process too.
+		deadlines := wiring.DeadlineScheduler(api.App(), projections.NewQueries(env.Pool), env.Log)
+		g.Go(func() error { return ignoreCanceled(deadlines.Run(ctx)) })
 		// Providers' events kept by any API process are processed by
 		// every one (each event by one at a time).
 		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })

@@ -56,6 +56,11 @@ type Draft struct {
 	TotalQuantity    *int
 	CategoryID       string
 	ImageURLs        []string
+	// AutoRelease nil takes the merchant's default (the application's).
+	AutoRelease *bool
+	// ExpiresInHours deletes the link if still unpaid that long after its
+	// creation (nil: never).
+	ExpiresInHours *int
 }
 
 // ErrQuantity refuses a listing's unit count outside 1 to MaxQuantity.
@@ -87,7 +92,7 @@ func checkTerms(t Terms, quantity int) error {
 // as itself (the caller has checked it may).
 func Create(id, token, merchantID string, env domain.Environment, sellerID string, fees FeeTerms, d Draft, at time.Time) (Created, error) {
 	t := Terms{Amount: d.Amount, Purpose: strings.TrimSpace(d.Purpose), Description: d.Description, WhoPays: WhoPays(d.WhoPays),
-		MaxDelivery: defaultMaxDelivery, DeliveryTimeline: defaultTimeline, CategoryID: d.CategoryID}
+		MaxDelivery: defaultMaxDelivery, DeliveryTimeline: defaultTimeline, CategoryID: d.CategoryID, AutoRelease: d.AutoRelease != nil && *d.AutoRelease}
 	if d.MaxDelivery != nil {
 		t.MaxDelivery = *d.MaxDelivery
 	}
@@ -107,7 +112,11 @@ func Create(id, token, merchantID string, env domain.Environment, sellerID strin
 	if len(d.ImageURLs) > MaxImagesAtCreation {
 		return Created{}, domain.Invalidf("imageUrl accepts at most %d images", MaxImagesAtCreation)
 	}
-	return Created{ID: id, PaymentToken: token, MerchantID: merchantID, Environment: env, SellerID: sellerID, Terms: t,
+	expires, err := expiryOf(d.ExpiresInHours, at)
+	if err != nil {
+		return Created{}, err
+	}
+	return Created{ExpiresAt: expires, ID: id, PaymentToken: token, MerchantID: merchantID, Environment: env, SellerID: sellerID, Terms: t,
 		FeeTerms: fees, Fee: Fee(t.Amount, fees.EscrowFeeBps), AdditionalFeeRefundable: true,
 		ImageURLs: append([]string{}, d.ImageURLs...), TotalQuantity: qty, Channel: "api", At: at}, nil
 }
@@ -122,6 +131,7 @@ type Patch struct {
 	DeliveryTimeline *string
 	TotalQuantity    *int
 	CategoryID       *string
+	AutoRelease      *bool
 	AddImages        []string
 }
 
@@ -149,6 +159,9 @@ func Edit(s State, seller string, p Patch, at time.Time) (Edited, error) {
 	}
 	set(&t.DeliveryTimeline, p.DeliveryTimeline)
 	set(&t.CategoryID, p.CategoryID)
+	if p.AutoRelease != nil {
+		t.AutoRelease = *p.AutoRelease
+	}
 	if p.TotalQuantity != nil {
 		qty = *p.TotalQuantity
 	}
@@ -229,7 +242,8 @@ func Buy(s State, buyerID, paymentID, cloneID, cloneToken string, at time.Time) 
 	if err := CheckCheckout(s, buyerID); err != nil {
 		return Purchase{}, err
 	}
-	funded := Funded{BuyerID: buyerID, PaymentID: paymentID, Paid: s.Due(), At: at}
+	funded := Funded{BuyerID: buyerID, PaymentID: paymentID, Paid: s.Due(), ReleaseAt: s.releaseAt(at),
+		RemindAt: s.remindAt(at, s.Window()), At: at}
 	if !s.MultiUnit {
 		return Purchase{Funded: Apply(s, funded), Link: []domain.Event{funded}}, nil
 	}

@@ -73,6 +73,9 @@ type Terms struct {
 	MaxDelivery      int          `json:"maxDelivery"`
 	DeliveryTimeline string       `json:"deliveryTimeline"`
 	CategoryID       string       `json:"categoryId,omitempty"`
+	// AutoRelease: the service releases the escrow when its delivery
+	// window elapses (deadlines.go).
+	AutoRelease bool `json:"autoRelease,omitempty"`
 }
 
 // FeeTerms freeze the merchant's fee policy at creation (an edit
@@ -117,6 +120,18 @@ type State struct {
 	Milestones     []Milestone    `json:"milestones,omitempty"`
 	Participants   []Participant  `json:"participants,omitempty"`
 	WinnerID       string         `json:"winnerId,omitempty"`
+	// ExpiresAt is when an unpaid link is deleted; ReleaseAt when a funded
+	// auto-release escrow is released (zero: never; deadlines.go).
+	ExpiresAt time.Time `json:"expiresAt,omitempty"`
+	ReleaseAt time.Time `json:"releaseAt,omitempty"`
+	// Extensions and ExtendedBy count the buyer's window extensions and
+	// what they added, in deliveryTimeline units (deadlines.go).
+	Extensions int `json:"extensions,omitempty"`
+	ExtendedBy int `json:"extendedBy,omitempty"`
+	// RemindAt is when the window-ending reminder is due; Reminded that it
+	// was sent.
+	RemindAt time.Time `json:"remindAt,omitempty"`
+	Reminded bool      `json:"reminded,omitempty"`
 }
 
 // Type is the escrow's settlement type.
@@ -171,10 +186,10 @@ func (s State) Held() money.Amount { return s.Terms.Amount + s.BuyerFee() }
 // BuyerFee is the buyer's share of the escrow fee.
 func (s State) BuyerFee() money.Amount { return FeeShares(s.Fee, s.Terms.WhoPays).Buyer }
 
-// ClaimableAt is when the seller may claim: maxDelivery × deliveryTimeline
-// after payment.
+// ClaimableAt is when the seller may claim: the delivery window (as the
+// buyer's extensions left it) after payment.
 func (s State) ClaimableAt() time.Time {
-	return s.PaidAt.Add(time.Duration(s.Terms.MaxDelivery) * timelineUnits[s.Terms.DeliveryTimeline])
+	return s.PaidAt.Add(s.Window())
 }
 
 // Events.
@@ -196,7 +211,9 @@ type (
 		Channel                 string             `json:"channel"`
 		SettlementType          SettlementType     `json:"settlementType,omitempty"`
 		Milestones              []Milestone        `json:"milestones,omitempty"`
-		At                      time.Time          `json:"at"`
+		// ExpiresAt: an unpaid link is deleted then (zero: never).
+		ExpiresAt time.Time `json:"expiresAt,omitempty"`
+		At        time.Time `json:"at"`
 	}
 	Edited struct {
 		Terms     Terms        `json:"terms"`
@@ -225,7 +242,13 @@ type (
 		BuyerID   string       `json:"buyerId"`
 		PaymentID string       `json:"paymentId"`
 		Paid      money.Amount `json:"paid"`
-		At        time.Time    `json:"at"`
+		// ReleaseAt is when the service releases an auto-release escrow:
+		// the delivery window by the terms at payment (zero: never).
+		ReleaseAt time.Time `json:"releaseAt,omitempty"`
+		// RemindAt is when the buyer and seller are reminded that the
+		// window is ending (zero: never; deadlines.go).
+		RemindAt time.Time `json:"remindAt,omitempty"`
+		At       time.Time `json:"at"`
 	}
 	// Released settles the escrow to the seller (COMPLETED on the buyer's
 	// confirmation, CLAIMED on the seller's claim).
@@ -269,6 +292,8 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &DisputeResolved{} },
 	func() domain.Event { return &MilestonesSet{} },
 	func() domain.Event { return &MilestoneConfirmed{} },
+	func() domain.Event { return &WindowExtended{} },
+	func() domain.Event { return &Reminded{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.
@@ -279,6 +304,9 @@ func Apply(s State, ev domain.Event) State {
 	if s, ok := applyVault(s, ev); ok {
 		return s
 	}
+	if s, ok := applyDeadlines(s, ev); ok {
+		return s
+	}
 	switch e := ev.(type) {
 	case Created:
 		s = State{ID: e.ID, PaymentToken: e.PaymentToken, MerchantID: e.MerchantID, Environment: e.Environment,
@@ -286,7 +314,7 @@ func Apply(s State, ev domain.Event) State {
 			AdditionalFeeRefundable: e.AdditionalFeeRefundable, ImageURLs: append([]string{}, e.ImageURLs...),
 			TotalQuantity: e.TotalQuantity, MultiUnit: e.ParentID == "" && e.TotalQuantity > 1, ParentID: e.ParentID,
 			Channel: e.Channel, Status: Pending, Logs: []string{string(Pending)},
-			CreatedAt: e.At, UpdatedAt: e.At, SettlementType: e.SettlementType, Milestones: e.Milestones}
+			CreatedAt: e.At, UpdatedAt: e.At, SettlementType: e.SettlementType, Milestones: e.Milestones, ExpiresAt: e.ExpiresAt}
 		if s.SettlementType == "" {
 			s.SettlementType = StandardSettlement
 		}
@@ -305,6 +333,7 @@ func Apply(s State, ev domain.Event) State {
 		s.TotalQuantity, s.UpdatedAt = e.Remaining, e.At
 	case Funded:
 		s.BuyerID, s.PaymentID, s.PaidAt, s.UpdatedAt = e.BuyerID, e.PaymentID, e.At, e.At
+		s.ReleaseAt, s.RemindAt = e.ReleaseAt, e.RemindAt
 		s.Status = Ongoing
 		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
 	case Released:

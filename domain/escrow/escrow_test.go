@@ -644,12 +644,13 @@ func TestBuySingleUnit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := Funded{BuyerID: "b1", PaymentID: "p1", Paid: tt.due, At: now}
+			f := Funded{BuyerID: "b1", PaymentID: "p1", Paid: tt.due, RemindAt: now.Add(6 * 24 * time.Hour), At: now}
 			if got.Clone != nil || got.Events != nil || !reflect.DeepEqual(got.Link, []domain.Event{f}) {
 				t.Fatalf("a single link is funded itself: %+v", got)
 			}
 			want := s
 			want.BuyerID, want.PaymentID, want.PaidAt, want.UpdatedAt = "b1", "p1", now, now
+			want.RemindAt = f.RemindAt
 			want.Status, want.Logs = Ongoing, []string{"PENDING", "ONGOING"}
 			if got.Funded.Status.Phase() != Opened {
 				t.Fatalf("funded state is %s, want OPENED", got.Funded.Status.Phase())
@@ -677,7 +678,7 @@ func TestBuyMultiUnit(t *testing.T) {
 		Terms: l.Terms, FeeTerms: fees, Fee: money.Naira(250), AdditionalFee: money.Naira(400), AdditionalFeeRefundable: false,
 		ImageURLs: images(0, 3), TotalQuantity: 1, ParentID: "e1", Channel: "api", SettlementType: StandardSettlement, At: now}
 	due := money.Naira(10000 + 125 + 400)
-	wantFunded := Funded{BuyerID: "b1", PaymentID: "p1", Paid: due, At: now}
+	wantFunded := Funded{BuyerID: "b1", PaymentID: "p1", Paid: due, RemindAt: now.Add(6 * 24 * time.Hour), At: now}
 	if got.Clone == nil || !reflect.DeepEqual(*got.Clone, wantClone) {
 		t.Fatalf("clone\n got  %+v\n want %+v", got.Clone, wantClone)
 	}

@@ -140,6 +140,9 @@ func CreateMilestones(id, token, merchantID string, env domain.Environment, sell
 	if d.TotalQuantity != nil && *d.TotalQuantity != 1 {
 		return Created{}, domain.Invalidf("totalQuantity must be 1 for a milestone escrow")
 	}
+	if d.AutoRelease != nil && *d.AutoRelease {
+		return Created{}, domain.Invalidf("autoRelease applies to standard escrows only")
+	}
 	c, err := Create(id, token, merchantID, env, sellerID, fees, d, at)
 	if err != nil {
 		return Created{}, err

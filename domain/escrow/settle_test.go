@@ -355,7 +355,9 @@ func TestRegistryRoundTrip(t *testing.T) {
 		AdditionalFeeSet{AdditionalFee: 0, Refundable: true, At: now},
 		Deleted{At: now},
 		UnitSold{CloneID: "e2", Remaining: 0, At: now},
-		Funded{BuyerID: "b1", PaymentID: "p1", Paid: money.Naira(10125) + 50, At: now},
+		Funded{BuyerID: "b1", PaymentID: "p1", Paid: money.Naira(10125) + 50, ReleaseAt: now.Add(time.Hour), RemindAt: now, At: now},
+		WindowExtended{By: 2, ReleaseAt: now.Add(3 * time.Hour), RemindAt: now.Add(2 * time.Hour), At: now},
+		Reminded{Reminder: WindowEndingDeadline, At: now},
 		rel,
 		Released{Status: Claimed, Movement: movement(post(buyerEscrow, sellerMain, 1)), Records: []ledger.Record{record("release", ledger.EscrowRelease, "s1", 1, 0)}, At: now},
 		DisputeSubmitted{Entry: DisputeEntry{UserID: "b1", Name: "Ada Obi", Message: "never came", ProofURL: "http://x/f/1",
@@ -376,8 +378,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 			t.Fatalf("%s: decoded event folds differently", back.EventType())
 		}
 	}
-	if len(Registry) != 13 {
-		t.Errorf("registry has %d types, want 13", len(Registry))
+	if len(Registry) != 15 {
+		t.Errorf("registry has %d types, want 15", len(Registry))
 	}
 }
 

@@ -20,11 +20,12 @@ const (
 	ActResolve          Action = "resolve dispute"
 	ActDeclareWinner    Action = "declare winner"
 	ActCancelVault      Action = "cancel vault"
+	ActExtendWindow     Action = "extend window"
 )
 
 // Actions lists every action, for tables that must cover them all.
 var Actions = []Action{ActEdit, ActEditMilestones, ActConvert, ActDelete, ActSetAdditionalFee, ActPay, ActConfirm,
-	ActClaim, ActReleaseMilestone, ActOpenDispute, ActAnswerDispute, ActResolve, ActDeclareWinner, ActCancelVault}
+	ActClaim, ActReleaseMilestone, ActOpenDispute, ActAnswerDispute, ActResolve, ActDeclareWinner, ActCancelVault, ActExtendWindow}
 
 // transitions is the one table of which action each kind of escrow allows
 // in each status; everything not listed is refused. Who may ask (buyer,
@@ -33,7 +34,7 @@ var Actions = []Action{ActEdit, ActEditMilestones, ActConvert, ActDelete, ActSet
 var transitions = map[SettlementType]map[Status][]Action{
 	StandardSettlement: {
 		Pending:       {ActEdit, ActConvert, ActDelete, ActSetAdditionalFee, ActPay},
-		Ongoing:       {ActConfirm, ActClaim, ActOpenDispute},
+		Ongoing:       {ActConfirm, ActClaim, ActOpenDispute, ActExtendWindow},
 		Disputed:      {ActAnswerDispute, ActResolve},
 		Investigating: {ActResolve},
 	},
@@ -95,7 +96,7 @@ func refusal(s State, a Action) error {
 		case s.Type() == MilestoneSettlement && s.Status.Phase() == Closed && s.allMilestonesReleased():
 			return ErrAllMilestonesReleased
 		}
-	case ActConfirm, ActClaim, ActReleaseMilestone:
+	case ActConfirm, ActClaim, ActReleaseMilestone, ActExtendWindow:
 		if s.UnderDispute() {
 			return ErrUnderDispute
 		}

@@ -20,7 +20,7 @@ func TestTransitionTable(t *testing.T) {
 	}
 	allowed := map[key]map[Action]bool{
 		{std, Pending}:       {ActEdit: true, ActConvert: true, ActDelete: true, ActSetAdditionalFee: true, ActPay: true},
-		{std, Ongoing}:       {ActConfirm: true, ActClaim: true, ActOpenDispute: true},
+		{std, Ongoing}:       {ActConfirm: true, ActClaim: true, ActOpenDispute: true, ActExtendWindow: true},
 		{std, Disputed}:      {ActAnswerDispute: true, ActResolve: true},
 		{std, Investigating}: {ActResolve: true},
 		{ms, Pending}:        {ActEditMilestones: true, ActDelete: true, ActPay: true},
@@ -57,7 +57,7 @@ func TestTransitionTable(t *testing.T) {
 					wantErr = ErrNotUnderDispute
 				case (a == ActOpenDispute || a == ActAnswerDispute) && typ == vlt:
 					wantErr = ErrVaultNotDisputable
-				case (a == ActConfirm || a == ActClaim || a == ActReleaseMilestone) && (st == Disputed || st == Investigating):
+				case (a == ActConfirm || a == ActClaim || a == ActReleaseMilestone || a == ActExtendWindow) && (st == Disputed || st == Investigating):
 					wantErr = ErrUnderDispute
 				case (a == ActDeclareWinner || a == ActCancelVault) && typ == vlt && st.Terminal():
 					wantErr = ErrVaultSettled

@@ -60,8 +60,10 @@ type State struct {
 	Allowlist      []string
 	// Compat is the compatibility profile ("" until one is set: see
 	// Profile).
-	Compat    Profile
-	CreatedAt time.Time
+	Compat Profile
+	// EscrowDefaults fill what an escrow request leaves out (defaults.go).
+	EscrowDefaults EscrowDefaults
+	CreatedAt      time.Time
 }
 
 // Exists reports whether the merchant was created.
@@ -120,6 +122,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &AllowlistSet{} },
 	func() domain.Event { return &FeesSet{} },
 	func() domain.Event { return &CompatSet{} },
+	func() domain.Event { return &EscrowDefaultsSet{} },
 )
 
 // Apply folds one event (copy-on-write: cached states are shared).
@@ -149,6 +152,8 @@ func Apply(s State, ev domain.Event) State {
 		s.Fees = e.Fees
 	case CompatSet:
 		s = applyCompat(s, e)
+	case EscrowDefaultsSet:
+		s.EscrowDefaults = e.Defaults
 	}
 	return s
 }

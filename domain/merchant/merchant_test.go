@@ -37,6 +37,7 @@ func TestRegistryRoundTrip(t *testing.T) {
 		FeesSet{Fees: FeePolicy{EscrowFeeBps: 300}},
 		CompatSet{Profile: ProfilePayluk, SigningSecrets: map[domain.Environment]string{domain.Test: "sk_t", domain.Live: "sk_l"}},
 		CompatSet{Profile: ProfileNone},
+		EscrowDefaultsSet{Defaults: EscrowDefaults{AutoRelease: true}},
 	}
 	decoded := domaintest.RoundTrip(t, Registry, evs...)
 	want, got := fold(evs...), fold(decoded...)

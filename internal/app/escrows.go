@@ -33,7 +33,14 @@ type EscrowResult struct {
 // CreateEscrow creates a payment link sold by sellerID ("" = the merchant
 // itself, allowed for business merchants only).
 func (s *Service) CreateEscrow(ctx context.Context, a Actor, sellerID string, d escrow.Draft) (EscrowResult, error) {
-	return s.createEscrow(ctx, a, sellerID, d.CategoryID, func(_ *Tx, id, token string, fees escrow.FeeTerms) (escrow.Created, error) {
+	return s.createEscrow(ctx, a, sellerID, d.CategoryID, func(tx *Tx, id, token string, fees escrow.FeeTerms) (escrow.Created, error) {
+		if d.AutoRelease == nil { // the merchant's default, as it is now
+			m, err := ReadLatest(tx, MerchantKind, a.MerchantID)
+			if err != nil {
+				return escrow.Created{}, err
+			}
+			d.AutoRelease = &m.EscrowDefaults.AutoRelease
+		}
 		return escrow.Create(id, token, a.MerchantID, a.Environment, sellerID, fees, d, s.Engine.Now())
 	})
 }

@@ -1,0 +1,183 @@
+package projections
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/eventstore"
+)
+
+// DeadlinesName is the deadlines read model's stored name.
+const DeadlinesName = "deadlines"
+
+// Deadlines keeps the table of escrows' pending deadlines: one row per
+// deadline an event started (an expiring link's creation, an auto-release
+// escrow's payment and any payment's window-ending reminder, moved by the
+// buyer's window extension), removed by the event that ends it (the payment of an
+// expiring link, any settlement, a dispute, a deletion). The scheduler
+// reads only the rows due, by the index on due_at, so acting on deadlines
+// costs what is due, never a pass over the escrows.
+//
+// leased_until is the scheduler's: a row it has taken is not taken again
+// before then, by it or by another process (ClaimDueDeadlines). A row the
+// projector writes again starts without a lease.
+type Deadlines struct{}
+
+func (Deadlines) StreamPrefixes() []string { return []string{"escrow-"} }
+func (Deadlines) Name() string             { return DeadlinesName }
+func (Deadlines) Tables() []string         { return []string{"rm_escrow_deadlines"} }
+func (Deadlines) Schema() string {
+	return `
+CREATE TABLE IF NOT EXISTS rm_escrow_deadlines (
+    escrow_id    text NOT NULL,
+    kind         text NOT NULL,
+    merchant_id  text NOT NULL,
+    environment  text NOT NULL,
+    due_at       timestamptz NOT NULL,
+    leased_until timestamptz,
+    attempts     int NOT NULL DEFAULT 0,
+    PRIMARY KEY (escrow_id, kind)
+);
+CREATE INDEX IF NOT EXISTS rm_escrow_deadlines_due ON rm_escrow_deadlines (due_at);`
+}
+
+// upsertDeadline (re)starts a deadline of an escrow.
+const upsertDeadline = `INSERT INTO rm_escrow_deadlines (escrow_id, kind, merchant_id, environment, due_at)
+	VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (escrow_id, kind) DO UPDATE SET merchant_id = excluded.merchant_id, environment = excluded.environment,
+	due_at = excluded.due_at, leased_until = NULL, attempts = 0`
+
+func (Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	for _, re := range events {
+		if !strings.HasPrefix(re.Stream, "escrow-") {
+			continue
+		}
+		id := strings.TrimPrefix(re.Stream, "escrow-")
+		var err error
+		switch re.Type {
+		case escrow.Created{}.EventType():
+			var ev domain.Event
+			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
+				return err
+			}
+			if c := ev.(escrow.Created); !c.ExpiresAt.IsZero() {
+				_, err = tx.Exec(ctx, upsertDeadline, id, string(escrow.ExpiryDeadline), c.MerchantID, string(c.Environment), c.ExpiresAt)
+			}
+		case escrow.Funded{}.EventType():
+			var ev domain.Event
+			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
+				return err
+			}
+			if _, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
+				id, string(escrow.ExpiryDeadline)); err != nil {
+				return err
+			}
+			// The escrow's merchant and environment come with the
+			// metadata every escrow event carries.
+			f := ev.(escrow.Funded)
+			if !f.ReleaseAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, f.ReleaseAt)
+			}
+			if err == nil && !f.RemindAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, f.RemindAt)
+			}
+		case escrow.WindowExtended{}.EventType():
+			var ev domain.Event
+			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
+				return err
+			}
+			w := ev.(escrow.WindowExtended)
+			if !w.ReleaseAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, w.ReleaseAt)
+			}
+			if err == nil && !w.RemindAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, w.RemindAt)
+			}
+		case escrow.Reminded{}.EventType():
+			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
+				id, string(escrow.WindowEndingDeadline))
+		case escrow.Released{}.EventType(), escrow.Deleted{}.EventType(), escrow.DisputeSubmitted{}.EventType(),
+			escrow.DisputeResolved{}.EventType(), escrow.MilestoneConfirmed{}.EventType(), escrow.VaultSettled{}.EventType():
+			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1`, id)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upsertFromMeta starts a deadline of an escrow whose event does not name
+// its merchant: the metadata of the event does.
+func upsertFromMeta(ctx context.Context, tx pgx.Tx, re eventstore.RecordedEvent, id string, kind escrow.DeadlineKind, at time.Time) error {
+	m, env, ok := eventstore.TenantOf(re.Metadata)
+	if !ok {
+		return fmt.Errorf("deadlines: %s of escrow %s names no merchant in its metadata", re.Type, id)
+	}
+	_, err := tx.Exec(ctx, upsertDeadline, id, string(kind), m, env, at)
+	return err
+}
+
+// Deadline is a pending deadline the scheduler has taken.
+type Deadline struct {
+	EscrowID    string
+	Kind        escrow.DeadlineKind
+	MerchantID  string
+	Environment domain.Environment
+	DueAt       time.Time
+	Attempts    int
+}
+
+// ClaimDueDeadlines takes up to limit deadlines due at now that no one
+// holds, earliest first, and leases them until now + lease: another process
+// asking meanwhile skips them (FOR UPDATE SKIP LOCKED, then the lease), so
+// instances share the work instead of doing it twice. The lease only
+// spares work: what makes a deadline act once is the command's expected
+// revision on the escrow's stream.
+func (q *Queries) ClaimDueDeadlines(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Deadline, error) {
+	// RETURNING keeps no order: the deadlines are acted on in the order
+	// they fell due (a late process reminds before it releases).
+	rows, err := q.pool.Query(ctx, `WITH taken AS (
+		UPDATE rm_escrow_deadlines d SET leased_until = $2, attempts = d.attempts + 1
+		FROM (SELECT escrow_id, kind FROM rm_escrow_deadlines
+		      WHERE due_at <= $1 AND (leased_until IS NULL OR leased_until <= $1)
+		      ORDER BY due_at LIMIT $3 FOR UPDATE SKIP LOCKED) due
+		WHERE d.escrow_id = due.escrow_id AND d.kind = due.kind
+		RETURNING d.escrow_id, d.kind, d.merchant_id, d.environment, d.due_at, d.attempts)
+		SELECT * FROM taken ORDER BY due_at, escrow_id, kind`,
+		now, now.Add(lease), limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Deadline, error) {
+		var d Deadline
+		var kind, env string
+		err := r.Scan(&d.EscrowID, &kind, &d.MerchantID, &env, &d.DueAt, &d.Attempts)
+		d.Kind, d.Environment = escrow.DeadlineKind(kind), domain.Environment(env)
+		return d, err
+	})
+}
+
+// ForgetDeadline removes a deadline the scheduler has acted on (or found
+// the escrow past), unless the projector has since moved it.
+func (q *Queries) ForgetDeadline(ctx context.Context, d Deadline) error {
+	_, err := q.pool.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2 AND due_at = $3`,
+		d.EscrowID, string(d.Kind), d.DueAt)
+	return err
+}
+
+// NextDeadlineAt is when the earliest pending deadline is due (ok false
+// when none is).
+func (q *Queries) NextDeadlineAt(ctx context.Context) (time.Time, bool, error) {
+	var at *time.Time
+	if err := q.pool.QueryRow(ctx, `SELECT min(due_at) FROM rm_escrow_deadlines`).Scan(&at); err != nil || at == nil {
+		return time.Time{}, false, err
+	}
+	return *at, true, nil
+}

@@ -1,0 +1,25 @@
+package webhooks
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain/escrow"
+)
+
+// The service's window-ending reminder is announced as
+// escrow.window_ending; it changes no status, so announces nothing else.
+func TestReminderAnnouncesWindowEnding(t *testing.T) {
+	before := escrow.State{ID: "e1", MerchantID: "m1", Status: escrow.Ongoing}
+	ev := escrow.Reminded{Reminder: escrow.WindowEndingDeadline, At: time.Unix(1, 0)}
+	after := escrow.Apply(before, ev)
+	if got := EscrowEvents(ev, before, after); !reflect.DeepEqual(got, []string{"escrow.window_ending"}) {
+		t.Fatalf("EscrowEvents = %v", got)
+	}
+	// An extension announces nothing.
+	ext := escrow.WindowExtended{By: 1, At: time.Unix(2, 0)}
+	if got := EscrowEvents(ext, after, escrow.Apply(after, ext)); got != nil {
+		t.Fatalf("extension announces %v", got)
+	}
+}
