@@ -79,6 +79,17 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 					return nil, domain.Invalidf("Address is not whitelisted")
 				}
 			}
+			if wd := p.Record.WalletDetails; wd != nil && p.Phase == payment.Staged {
+				// The receiver may have been blocked since staging; the
+				// append proves they are not when the money moves.
+				to, err := Guard(tx, CustomerKind, wd.CustomerID)
+				if err != nil {
+					return nil, err
+				}
+				if to.Blocked {
+					return nil, ErrReceiverBlocked
+				}
+			}
 			ev, err := payment.Execute(p, deposit, receiverID, "WT-"+receiverID, s.Engine.Now())
 			if started, ok := ev.(payment.PayoutStarted); ok {
 				// The debit takes the payout lease with it, and links the
@@ -126,3 +137,7 @@ func (s *Service) advanceIntent(ctx context.Context, a Actor, stream string, st 
 		return nil
 	})
 }
+
+// ErrReceiverBlocked refuses a wallet transfer to a customer blocked since
+// it was staged (as staging refuses one to a blocked customer).
+var ErrReceiverBlocked = domain.Invalidf("The recipient's account is disabled")

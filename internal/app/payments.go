@@ -254,7 +254,7 @@ func (s *Service) findReceiver(tx *Tx, a Actor, merchantCountry, phone string) (
 			return c, err
 		}
 		if c.Blocked {
-			return c, domain.Invalidf("The recipient's account is disabled")
+			return c, ErrReceiverBlocked
 		}
 		return c, nil
 	}
