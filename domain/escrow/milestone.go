@@ -235,6 +235,9 @@ func (s State) setMilestones(p Patch, drafts []MilestoneDraft, converted bool, a
 	if err := checkTerms(t, 1); err != nil {
 		return MilestonesSet{}, err
 	}
+	if err := checkPayable(t, s.FeeTerms, s.AdditionalFee); err != nil {
+		return MilestonesSet{}, err
+	}
 	var ms []Milestone
 	var err error
 	if drafts != nil {
