@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -155,4 +156,23 @@ func TestTestDepositsAreBounded(t *testing.T) {
 	h.intent(cid, map[string]any{"reference": "max-1", "amount": 100000, "transactionType": "deposit"}).expect(t, 201, "")
 	h.verify(cid, "max-1").expect(t, 200, "")
 	h.expectWallet(cid, 100000, 0)
+}
+
+// TestTestDepositsAreBoundedADay: the built-in test gateway's deposits
+// credit a customer at most 1,000,000 a day: the deposit that would pass it
+// is refused at verify, 400, and moves nothing; it stays staged.
+func TestTestDepositsAreBoundedADay(t *testing.T) {
+	h := newHarness(t)
+	cid := h.createCustomer(h.sa(), "day@example.com", "08030000002")
+	for i := range 10 {
+		ref, amount := fmt.Sprintf("day-%d", i), 100000
+		if i == 9 {
+			amount = 99950
+		}
+		h.intent(cid, map[string]any{"reference": ref, "amount": amount, "transactionType": "deposit"}).expect(t, 201, "")
+		h.verify(cid, ref).expect(t, 200, "")
+	}
+	h.intent(cid, map[string]any{"reference": "day-over", "amount": 100, "transactionType": "deposit"}).expect(t, 201, "")
+	h.verify(cid, "day-over").expect(t, 400, "Test deposits are limited to 1000000 a day")
+	h.expectWallet(cid, 999950, 0)
 }

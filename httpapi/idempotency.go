@@ -39,9 +39,9 @@ const (
 	// idempotencyHeartbeat is how often a running request renews its
 	// reservation, so one that works longer than idempotencyAbandonAfter is
 	// not taken for abandoned while it runs.
-	idempotencyHeartbeat = idempotencyAbandonAfter / 4
-	idempotencySweepEvery   = time.Minute
-	idempotencySweepBatch   = 500
+	idempotencyHeartbeat  = idempotencyAbandonAfter / 4
+	idempotencySweepEvery = time.Minute
+	idempotencySweepBatch = 500
 	// idempotencySweepRounds bounds the batches one sweep deletes; a sweep
 	// that used them all left expired rows behind, and the next request
 	// sweeps again at once instead of a minute later, so removal keeps pace

@@ -59,8 +59,8 @@ var tenancyMatrix = map[string]matrixRow{
 	"GET /healthz":      {public: "liveness probe: no data"},
 	"GET /readyz":       {public: "readiness probe: lags and positions, no tenant data"},
 	"GET /metrics":      {public: "operators' scrape target: must carry no tenant data"},
-	"GET /files/:name":  {public: "uploaded images by unguessable name (api-decisions §3)"},
-	"HEAD /files/:name": {public: "uploaded images by unguessable name (api-decisions §3)"},
+	"GET /files/:name":  {public: "uploaded images by unguessable name"},
+	"HEAD /files/:name": {public: "uploaded images by unguessable name"},
 	"GET /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",
 		params: map[string]string{"owner": "fileOwner"}},
 	"HEAD /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",
@@ -166,7 +166,7 @@ var tenancyMatrix = map[string]matrixRow{
 	"GET /openapi.json":                 {public: "the API reference (api-decisions §8)"},
 	"POST /hooks/paystack/:env": {public: "the provider's signed events: the signature is the capability, and money moves only on the provider's own answer",
 		params: map[string]string{"env": "environment"}, bodies: []string{`{"event":"transfer.success","data":{"id":1,"reference":"{{reference}}"}}`}},
-	"GET /docs":                     {public: "the API reference, rendered (api-decisions §8)"},
+	"GET /docs":                     {public: "the API reference, rendered"},
 	"GET /docs/redoc.standalone.js": {public: "the API reference's renderer, served from the binary"},
 }
 

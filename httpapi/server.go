@@ -8,9 +8,9 @@ import (
 	"context"
 	"errors"
 	"net"
-	"slices"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 

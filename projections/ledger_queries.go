@@ -80,4 +80,3 @@ type TransactionFilter struct {
 	Reference   string
 	From, To    *time.Time // To is exclusive
 }
-

@@ -84,7 +84,9 @@ func (d *dailyReconciler) runOnce(ctx context.Context) {
 	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock(hashtext('escrowd:reconcile'))`); err != nil {
 		return
 	}
-	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('escrowd:reconcile'))`) }()
+	defer func() {
+		_, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtext('escrowd:reconcile'))`)
+	}()
 	today := d.now().UTC().Truncate(24 * time.Hour)
 	from := today.AddDate(0, 0, -1)
 	for _, env := range []domain.Environment{domain.Test, domain.Live} {

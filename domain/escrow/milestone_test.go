@@ -269,7 +269,7 @@ func TestEditAndConvertMilestones(t *testing.T) {
 	}{
 		{name: "amount without a new set", s: ms, seller: "s1", p: Patch{Amount: ptr(money.Naira(12000))}, wantErr: ErrMilestoneSum},
 		{name: "an amount due no payment may reach", s: ms, seller: "s1", p: Patch{Amount: ptr(money.Max)},
-			ds: []MilestoneDraft{{ID: "n1", Title: "Half", Amount: money.Max / 2}, {ID: "n2", Title: "Rest", Amount: money.Max - money.Max/2}},
+			ds:      []MilestoneDraft{{ID: "n1", Title: "Half", Amount: money.Max / 2}, {ID: "n2", Title: "Rest", Amount: money.Max - money.Max/2}},
 			wantErr: ErrDueTooLarge},
 		{name: "whoPays seller", s: ms, seller: "s1", p: Patch{WhoPays: ptr("seller")}, wantErr: ErrMilestoneWhoPays},
 		{name: "not the seller", s: ms, seller: "x", ds: newSet, wantErr: ErrActionNotAllowed},

@@ -23,6 +23,11 @@ func fold(events ...domain.Event) State {
 	return s
 }
 
+// deposited is a wallet credited amount by test deposits at at.
+func deposited(amount money.Amount, at time.Time) []domain.Event {
+	return []domain.Event{Posted{TransactionID: "t0", Reference: "r0", Main: amount, TestDeposit: true, At: at}}
+}
+
 // funded is a wallet holding main and escrow, never topped up.
 func funded(main, escrow money.Amount) []domain.Event {
 	return []domain.Event{Posted{TransactionID: "t0", Reference: "r0", Main: main, Escrow: escrow, At: now.Add(-48 * time.Hour)}}
@@ -37,14 +42,15 @@ func move(postings ...ledger.Posting) ledger.Movement {
 }
 
 var (
-	main1     = ledger.CustomerMain("c1")
-	escrow1   = ledger.CustomerEscrow("c1")
-	main2     = ledger.CustomerMain("c2")
-	clearing  = ledger.ExternalClearing("m1")
-	revenue   = ledger.PlatformRevenue("m1")
-	merchant  = ledger.MerchantMain("m1")
-	posting   = Posting{TransactionID: "t1", Reference: "r1", At: now}
-	topUpPost = Posting{TransactionID: "t1", Reference: "r1", TopUp: true, At: now}
+	main1       = ledger.CustomerMain("c1")
+	escrow1     = ledger.CustomerEscrow("c1")
+	main2       = ledger.CustomerMain("c2")
+	clearing    = ledger.ExternalClearing("m1")
+	revenue     = ledger.PlatformRevenue("m1")
+	merchant    = ledger.MerchantMain("m1")
+	posting     = Posting{TransactionID: "t1", Reference: "r1", At: now}
+	topUpPost   = Posting{TransactionID: "t1", Reference: "r1", TopUp: true, At: now}
+	testDeposit = Posting{TransactionID: "t1", Reference: "r1", TestDeposit: true, At: now}
 )
 
 func TestPost(t *testing.T) {
@@ -59,6 +65,17 @@ func TestPost(t *testing.T) {
 	}{
 		{name: "credit an empty wallet", m: move(ledger.Posting{From: clearing, To: main1, Amount: n(500)}), p: posting,
 			want: &Posted{TransactionID: "t1", Reference: "r1", Main: n(500), At: now}},
+		{name: "a test deposit up to the day's bound", given: deposited(n(900_000), now.Add(-time.Hour)),
+			m: move(ledger.Posting{From: clearing, To: main1, Amount: n(100_000)}), p: testDeposit,
+			want: &Posted{TransactionID: "t1", Reference: "r1", Main: n(100_000), TestDeposit: true, At: now}},
+		{name: "a test deposit past the day's bound by one kobo", given: deposited(n(900_000), now.Add(-time.Hour)),
+			m: move(ledger.Posting{From: clearing, To: main1, Amount: n(100_000) + 1}), p: testDeposit, wantErr: ErrTestDepositsDailyLimit},
+		{name: "yesterday's test deposits count nothing today", given: deposited(n(1_000_000), now.Add(-13*time.Hour)),
+			m: move(ledger.Posting{From: clearing, To: main1, Amount: n(100_000)}), p: testDeposit,
+			want: &Posted{TransactionID: "t1", Reference: "r1", Main: n(100_000), TestDeposit: true, At: now}},
+		{name: "other credits count nothing toward the bound", given: funded(n(5_000_000), 0),
+			m: move(ledger.Posting{From: clearing, To: main1, Amount: n(1_000_000)}), p: testDeposit,
+			want: &Posted{TransactionID: "t1", Reference: "r1", Main: n(1_000_000), TestDeposit: true, At: now}},
 		{name: "debit within balance", given: funded(n(1000), 0),
 			m: move(ledger.Posting{From: main1, To: clearing, Amount: n(400)}, ledger.Posting{From: main1, To: revenue, Amount: n(50)}), p: posting,
 			want: &Posted{TransactionID: "t1", Reference: "r1", Main: -n(450), At: now}},

@@ -9,7 +9,9 @@ import (
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/domain/wallet"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/gateway"
 )
 
 // Verify executes the acting customer's intent exactly once and returns its
@@ -67,7 +69,11 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 			}
 		}
 		receiverID := s.newRecordID()
-		res, err := s.advanceIntent(ctx, a, stream, &st, func(tx *Tx, p payment.State) (domain.Event, error) {
+		// Deposits of the built-in test gateway have no money behind
+		// them: their credits are bounded a day.
+		_, testDeposit := set.Collection.(gateway.TestCollection)
+		rules := wallet.Posting{TestDeposit: typ == ledger.Deposit && testDeposit}
+		res, err := s.advanceIntentUnder(ctx, a, stream, &st, rules, func(tx *Tx, p payment.State) (domain.Event, error) {
 			if bc := p.Record.BlockchainDetails; bc != nil && p.Phase == payment.Staged {
 				// The address may have been removed since staging; the append
 				// proves it is still whitelisted when the money leaves.
@@ -117,6 +123,12 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 // posted to the wallets in the same append. st is left at the intent as it
 // now stands.
 func (s *Service) advanceIntent(ctx context.Context, a Actor, stream string, st *payment.State, decide func(*Tx, payment.State) (domain.Event, error)) (eventstore.AppendResult, error) {
+	return s.advanceIntentUnder(ctx, a, stream, st, wallet.Posting{}, decide)
+}
+
+// advanceIntentUnder is advanceIntent with the wallet rules of rules on
+// the step's credits.
+func (s *Service) advanceIntentUnder(ctx context.Context, a Actor, stream string, st *payment.State, rules wallet.Posting, decide func(*Tx, payment.State) (domain.Event, error)) (eventstore.AppendResult, error) {
 	return s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
 		p, err := Read(tx, PaymentKind, stream)
 		if err != nil {
@@ -130,7 +142,7 @@ func (s *Service) advanceIntent(ctx context.Context, a Actor, stream string, st 
 			*st = p
 			return ErrNothingToDo
 		}
-		if err := recordEntry(s, tx, PaymentKind, stream, ev); err != nil {
+		if err := recordEntryUnder(s, tx, PaymentKind, stream, ev, rules); err != nil {
 			return err
 		}
 		*st = payment.Apply(p, ev)

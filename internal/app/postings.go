@@ -14,8 +14,14 @@ import (
 // entry, posts its movement to the wallets it touches (postEffect): an
 // event that moves money never goes into an append without its postings.
 func recordEntry[S any](s *Service, tx *Tx, k Kind[S], id string, ev domain.Event) error {
+	return recordEntryUnder(s, tx, k, id, ev, wallet.Posting{})
+}
+
+// recordEntryUnder is recordEntry with the wallet rules of rules (TopUp,
+// TestDeposit) applied to the credits.
+func recordEntryUnder[S any](s *Service, tx *Tx, k Kind[S], id string, ev domain.Event, rules wallet.Posting) error {
 	if entry, ok := ev.(ledger.Entry); ok {
-		if err := s.postEffect(tx, entry, false); err != nil {
+		if err := s.postEffect(tx, entry, rules); err != nil {
 			return err
 		}
 	}
@@ -39,8 +45,9 @@ func refusedOnMovedWallet(tx *Tx, err error) error {
 // postEffect mirrors an entry's movement into every customer wallet it
 // touches, in the same append: a debit is checked against the wallet's
 // revision-proven balance; a pure credit is appended unchecked, so payments
-// into a popular wallet never conflict with each other.
-func (s *Service) postEffect(tx *Tx, e ledger.Entry, topUp bool) error {
+// into a popular wallet never conflict with each other, unless rules (a
+// top-up, a test deposit) give it a rule on the wallet's state.
+func (s *Service) postEffect(tx *Tx, e ledger.Entry, rules wallet.Posting) error {
 	eff := e.Ledger()
 	if eff.Movement == nil {
 		return nil
@@ -49,15 +56,17 @@ func (s *Service) postEffect(tx *Tx, e ledger.Entry, topUp bool) error {
 	if err := m.Validate(); err != nil {
 		return err
 	}
-	p := wallet.Posting{TopUp: topUp, At: s.Engine.Now()}
+	p := wallet.Posting{TopUp: rules.TopUp, TestDeposit: rules.TestDeposit, At: s.Engine.Now()}
+	checked := rules.TopUp || rules.TestDeposit
 	if len(eff.Records) > 0 {
 		p.TransactionID, p.Reference = eff.Records[0].ID, eff.Records[0].Reference
 	}
 	d := m.Deltas()
 	for _, cid := range m.Customers() {
-		// A top-up is a credit with a rule (once a day) on the wallet's
-		// state, so it is checked like a debit.
-		credit := d[ledger.CustomerMain(cid)] >= 0 && d[ledger.CustomerEscrow(cid)] >= 0 && !topUp
+		// A top-up or a test deposit is a credit with a rule (once a day,
+		// so much a day) on the wallet's state, so it is checked like a
+		// debit.
+		credit := d[ledger.CustomerMain(cid)] >= 0 && d[ledger.CustomerEscrow(cid)] >= 0 && !checked
 		var w wallet.State
 		if !credit {
 			var err error

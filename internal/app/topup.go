@@ -9,6 +9,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/domain/wallet"
 	"github.com/escrowd/escrowd/eventstore"
 )
 
@@ -53,7 +54,7 @@ func (s *Service) TopUpWallet(ctx context.Context, a Actor, customerID string, a
 		if err != nil {
 			return err
 		}
-		if err := s.postEffect(tx, settled, true); err != nil {
+		if err := s.postEffect(tx, settled, wallet.Posting{TopUp: true}); err != nil {
 			return err
 		}
 		balance = w.Main + amount

@@ -35,11 +35,11 @@ var (
 	ErrNotEvidence  = &domain.Error{Code: domain.Invalid, Message: "file must be a PNG, JPEG, WebP or GIF image or a PDF"}
 	ErrEvidenceSize = &domain.Error{Code: domain.TooLarge, Message: "file must be at most 5 MB"}
 	// evidenceExt is what dispute evidence may be: an image or a PDF.
-	evidenceExt   = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif", "application/pdf": "pdf"}
-	extType       = map[string]string{"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "gif": "image/gif", "pdf": "application/pdf"}
-	storedName    = regexp.MustCompile(`^[0-9a-f]{32}\.(png|jpg|webp|gif|pdf)$`)
+	evidenceExt = map[string]string{"image/png": "png", "image/jpeg": "jpg", "image/webp": "webp", "image/gif": "gif", "application/pdf": "pdf"}
+	extType     = map[string]string{"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp", "gif": "image/gif", "pdf": "application/pdf"}
+	storedName  = regexp.MustCompile(`^[0-9a-f]{32}\.(png|jpg|webp|gif|pdf)$`)
 	// ErrQuota refuses a file past its owner's storage quota.
-	ErrQuota = &domain.Error{Code: domain.TooLarge, Message: "Storage quota exceeded"}
+	ErrQuota      = &domain.Error{Code: domain.TooLarge, Message: "Storage quota exceeded"}
 	errReadFailed = errors.New("files: reading the upload failed")
 )
 
