@@ -46,7 +46,7 @@ func TestAuthTable(t *testing.T) {
 		{"customer of another merchant", req{path: "/v1/probe/optional", key: h.std(), cid: otherCust}, 403, "Customer does not belong to the merchant"},
 		{"customer of the other environment", req{path: "/v1/probe/optional", key: h.std(), cid: liveCust}, 403, "Customer does not belong to the merchant"},
 		{"own customer", req{path: "/v1/probe/required", key: h.std(), cid: cust}, 200, "ok"},
-		{"unknown route", req{path: "/v1/nothing-here", key: h.std()}, 404, "Route not found"},
+		{"unknown route", req{path: "/v1/nothing-here", key: h.std()}, 404, "Route not found; the API reference is at /docs"},
 		{"wrong method", req{method: "DELETE", path: "/v1/customers", key: h.std()}, 405, "Method not allowed"},
 	}
 	for _, c := range cases {

@@ -2,8 +2,10 @@ package httpapi
 
 import (
 	"errors"
+	"net"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
 	"github.com/escrowd/escrowd/domain"
@@ -63,11 +65,16 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	switch {
 	case errors.As(err, &de):
 		status, message = statusOf(de.Code), de.Message
+	case databaseUnreachable(err):
+		// Nothing the request did: the service cannot reach its database
+		// now, and a retry may succeed.
+		status, message = http.StatusServiceUnavailable, "The service is unavailable; retry shortly"
+		s.log.Warn("request failed: the database is unreachable", errField(err), reqField(c))
 	case errors.As(err, &he):
 		status = he.Code
 		switch he.Code {
 		case http.StatusNotFound:
-			message = "Route not found"
+			message = "Route not found; the API reference is at /docs"
 		case http.StatusMethodNotAllowed:
 			message = "Method not allowed"
 		case http.StatusRequestEntityTooLarge:
@@ -92,4 +99,15 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	_ = c.JSON(status, Envelope{Status: status, Message: message, Data: emptyObject})
+}
+
+// databaseUnreachable reports errors of reaching PostgreSQL (a refused or
+// lost connection, a connect or acquire timeout) rather than of the
+// request.
+func databaseUnreachable(err error) bool {
+	var (
+		connErr *pgconn.ConnectError
+		netErr  net.Error
+	)
+	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err)
 }
