@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
@@ -101,19 +100,10 @@ func (r *DeadlineScheduler) settings() DeadlineScheduler {
 // Run acts on deadlines about every Interval until ctx ends.
 func (r *DeadlineScheduler) Run(ctx context.Context) error {
 	c := r.settings()
-	t := time.NewTimer(jittered(c.Interval, rand.Float64()))
-	defer t.Stop()
-	for {
-		if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
-			c.Log.Warn("deadlines: round failed", zap.Error(err))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			t.Reset(jittered(c.Interval, rand.Float64()))
-		}
-	}
+	return runRounds(ctx, c.Interval, c.Log, "deadlines: round failed", func(ctx context.Context) error {
+		_, err := r.Round(ctx)
+		return err
+	})
 }
 
 // Acted counts the deadlines a round acted on, by kind.

@@ -77,17 +77,26 @@ func (r *PayoutResumer) settings() PayoutResumer {
 // the read model and the same withdrawals' streams at the same moments.
 func (r *PayoutResumer) Run(ctx context.Context) error {
 	c := r.settings()
-	t := time.NewTimer(jittered(c.Interval, rand.Float64()))
+	return runRounds(ctx, c.Interval, c.Log, "payouts: resume round failed", func(ctx context.Context) error {
+		_, err := r.Round(ctx)
+		return err
+	})
+}
+
+// runRounds runs round at once and then about every interval (jittered)
+// until ctx ends, logging a failed round as failed.
+func runRounds(ctx context.Context, interval time.Duration, log *zap.Logger, failed string, round func(context.Context) error) error {
+	t := time.NewTimer(jittered(interval, rand.Float64()))
 	defer t.Stop()
 	for {
-		if _, err := r.Round(ctx); err != nil && ctx.Err() == nil {
-			c.Log.Warn("payouts: resume round failed", zap.Error(err))
+		if err := round(ctx); err != nil && ctx.Err() == nil {
+			log.Warn(failed, zap.Error(err))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			t.Reset(jittered(c.Interval, rand.Float64()))
+			t.Reset(jittered(interval, rand.Float64()))
 		}
 	}
 }
