@@ -102,12 +102,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 }
 
 // databaseUnreachable reports errors of reaching PostgreSQL (a refused or
-// lost connection, a connect or acquire timeout) rather than of the
-// request.
+// lost connection, a connect timeout) rather than of the request. A bare
+// deadline is not one: the request's own time ran out.
 func databaseUnreachable(err error) bool {
 	var (
 		connErr *pgconn.ConnectError
-		netErr  net.Error
+		opErr   *net.OpError // a connection refused, reset or cut
 	)
-	return errors.As(err, &connErr) || errors.As(err, &netErr) || pgconn.Timeout(err)
+	return errors.As(err, &connErr) || errors.As(err, &opErr)
 }
