@@ -35,7 +35,7 @@ func (c *inboxCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *inboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	pending, failing, oldest, err := c.store.Backlog(ctx, time.Now())
+	pending, failing, oldest, err := c.store.Backlog(ctx)
 	if err != nil {
 		return // nothing rather than a stale value
 	}

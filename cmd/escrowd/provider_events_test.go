@@ -27,11 +27,11 @@ func TestProjectionsStatusShowsFailingProviderEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	items, err := st.Claim(ctx, 1, time.Now(), time.Minute)
+	items, err := st.Claim(ctx, 1, time.Minute)
 	if err != nil || len(items) != 1 {
 		t.Fatalf("claimed %v, %v", items, err)
 	}
-	if err := st.Retry(ctx, items[0], errors.New("the provider did not answer"), time.Now().Add(time.Hour)); err != nil {
+	if _, err := st.Retry(ctx, items[0], errors.New("the provider did not answer"), time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	out, err := cli(t, db, "projections", "status")
@@ -46,7 +46,7 @@ func TestProjectionsStatusShowsFailingProviderEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, failing, oldest, err := st.Backlog(ctx, time.Now())
+	pending, failing, oldest, err := st.Backlog(ctx)
 	if err != nil || pending != 2 || failing != 1 || oldest < 0 {
 		t.Fatalf("backlog %d pending, %d failing, oldest %s: %v", pending, failing, oldest, err)
 	}

@@ -5,7 +5,9 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,21 +49,26 @@ RETURNING xmax = 0`, ev.Provider, string(ev.Environment), ev.ID, ev.Name, ev.Bod
 	return inserted, err
 }
 
-// Claim takes up to n events due at now for lease: each becomes due again
-// only when the lease ends, so a process that dies mid-event leaves it to
+// Every time the inbox keeps (when an event is due, when it was
+// processed) is the database's clock, never a process's: processes whose
+// clocks disagree still see one lease end at one moment, so none takes an
+// event another still holds.
+
+// Claim takes up to n due events for lease: each becomes due again only
+// when the lease ends, so a process that dies mid-event leaves it to
 // another. Rows other processes are claiming are skipped, not waited for.
-func (s Store) Claim(ctx context.Context, n int, now time.Time, lease time.Duration) ([]Item, error) {
+func (s Store) Claim(ctx context.Context, n int, lease time.Duration) ([]Item, error) {
 	rows, err := s.Pool.Query(ctx, `
-UPDATE provider_inbox i SET due_at = $2::timestamptz + $3::interval, attempts = i.attempts + 1
+UPDATE provider_inbox i SET due_at = now() + $2::interval, attempts = i.attempts + 1
 FROM (
     SELECT provider, environment, event_id FROM provider_inbox
-    WHERE state = 'pending' AND due_at <= $2
+    WHERE state = 'pending' AND due_at <= now()
     ORDER BY due_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
 ) due
 WHERE i.provider = due.provider AND i.environment = due.environment AND i.event_id = due.event_id
-RETURNING i.provider, i.environment, i.event_id, i.name, i.body, i.attempts`, n, now, lease)
+RETURNING i.provider, i.environment, i.event_id, i.name, i.body, i.attempts`, n, lease)
 	if err != nil {
 		return nil, err
 	}
@@ -75,26 +82,45 @@ RETURNING i.provider, i.environment, i.event_id, i.name, i.body, i.attempts`, n,
 }
 
 // Done records that it was processed, and how (outcome).
-func (s Store) Done(ctx context.Context, it Item, outcome string, now time.Time) error {
+func (s Store) Done(ctx context.Context, it Item, outcome string) error {
 	_, err := s.Pool.Exec(ctx, `
-UPDATE provider_inbox SET state = 'done', outcome = $4, processed_at = $5, last_error = NULL
+UPDATE provider_inbox SET state = 'done', outcome = $4, processed_at = now(), last_error = NULL
 WHERE provider = $1 AND environment = $2 AND event_id = $3 AND state = 'pending'`,
-		it.Provider, string(it.Environment), it.ID, outcome, now)
+		it.Provider, string(it.Environment), it.ID, truncate(outcome))
 	return err
 }
 
 // Retry records that processing it failed with cause, and makes it due
-// again at next.
-func (s Store) Retry(ctx context.Context, it Item, cause error, next time.Time) error {
+// again after wait; it returns when that is.
+func (s Store) Retry(ctx context.Context, it Item, cause error, wait time.Duration) (next time.Time, err error) {
 	msg := "unknown error"
 	if cause != nil {
 		msg = cause.Error()
 	}
-	_, err := s.Pool.Exec(ctx, `
-UPDATE provider_inbox SET due_at = $4, last_error = $5
-WHERE provider = $1 AND environment = $2 AND event_id = $3 AND state = 'pending'`,
-		it.Provider, string(it.Environment), it.ID, next, msg)
-	return err
+	err = s.Pool.QueryRow(ctx, `
+UPDATE provider_inbox SET due_at = now() + $4::interval, last_error = $5
+WHERE provider = $1 AND environment = $2 AND event_id = $3 AND state = 'pending'
+RETURNING due_at`,
+		it.Provider, string(it.Environment), it.ID, wait, truncate(msg)).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = nil // processed meanwhile by a process whose lease had not ended
+	}
+	return next, err
+}
+
+// maxNote bounds the outcome and error text kept per event: a provider's
+// answer may be of any length.
+const maxNote = 1000
+
+func truncate(s string) string {
+	if len(s) <= maxNote {
+		return s
+	}
+	s = s[:maxNote]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
 }
 
 // Summary is the inbox's state, for operators.
@@ -154,22 +180,24 @@ ORDER BY received_at LIMIT 20`)
 // Backlog is what waits in the inbox, read from the pending rows alone
 // (cheap enough for every metrics scrape): how many, how many of them
 // have failed, and how long the oldest has waited (0 when none).
-func (s Store) Backlog(ctx context.Context, now time.Time) (pending, failing int, oldest time.Duration, err error) {
-	var first *time.Time
-	err = s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE last_error IS NOT NULL), min(received_at)
-FROM provider_inbox WHERE state = 'pending'`).Scan(&pending, &failing, &first)
-	if err == nil && first != nil {
-		oldest = max(now.Sub(*first), 0)
+func (s Store) Backlog(ctx context.Context) (pending, failing int, oldest time.Duration, err error) {
+	var waited *time.Duration
+	err = s.Pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE last_error IS NOT NULL),
+       greatest(now() - min(received_at), interval '0')
+FROM provider_inbox WHERE state = 'pending'`).Scan(&pending, &failing, &waited)
+	if err == nil && waited != nil {
+		oldest = *waited
 	}
 	return pending, failing, oldest, err
 }
 
-// Prune deletes the events processed before before, and returns how many.
+// Prune deletes the events processed longer than retention ago, and
+// returns how many.
 // A provider delivering one again after that keeps it afresh and it is
 // processed again, which moves no money twice (the handler's rules are
 // idempotent): pruning only shortens the window in which a repeat is
 // recognised without asking the provider.
-func (s Store) Prune(ctx context.Context, before time.Time) (int64, error) {
-	tag, err := s.Pool.Exec(ctx, `DELETE FROM provider_inbox WHERE state = 'done' AND processed_at < $1`, before)
+func (s Store) Prune(ctx context.Context, retention time.Duration) (int64, error) {
+	tag, err := s.Pool.Exec(ctx, `DELETE FROM provider_inbox WHERE state = 'done' AND processed_at < now() - $1::interval`, retention)
 	return tag.RowsAffected(), err
 }

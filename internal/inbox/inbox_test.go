@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -67,15 +69,24 @@ func TestWorkersShareTheInbox(t *testing.T) {
 	}
 }
 
+// elapse moves the inbox's times back by d, as if the database's clock
+// had run d ahead.
+func elapse(t *testing.T, st Store, d time.Duration) {
+	t.Helper()
+	if _, err := st.Pool.Exec(context.Background(), `UPDATE provider_inbox SET due_at = due_at - $1::interval,
+		received_at = received_at - $1::interval, processed_at = processed_at - $1::interval`, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A failing event is retried after its backoff, not before, and the
 // others are handled meanwhile.
 func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
 	st := Store{Pool: pgtest.NewPool(t)}
 	put(t, st, "bad", "good")
-	now := time.Now()
 	var mu sync.Mutex
 	calls := map[string]int{}
-	w := &Worker{Store: st, Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+	w := &Worker{Store: st,
 		Backoff: func(attempt int) time.Duration { return time.Duration(attempt) * time.Hour },
 		Handle: func(_ context.Context, it Item) (string, error) {
 			mu.Lock()
@@ -97,9 +108,11 @@ func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
 		t.Fatalf("retried before its backoff (%d)", n)
 	}
 	for _, d := range []time.Duration{time.Hour, 2 * time.Hour} {
-		mu.Lock()
-		now = now.Add(d)
-		mu.Unlock()
+		elapse(t, st, d-time.Minute)
+		if n, _ := w.Drain(context.Background()); n != 0 {
+			t.Fatalf("retried a minute before its backoff of %s ended (%d)", d, n)
+		}
+		elapse(t, st, time.Minute)
 		if n, err := w.Drain(context.Background()); err != nil || n != 1 {
 			t.Fatalf("drain after %s: %d, %v", d, n, err)
 		}
@@ -108,13 +121,33 @@ func TestFailingEventIsRetriedWithBackoff(t *testing.T) {
 	if sum.Pending != 0 || sum.Done != 2 || calls["bad"] != 3 || calls["good"] != 1 {
 		t.Fatalf("after the retries: %+v, calls %v", sum, calls)
 	}
-	// Pruning deletes what was processed before the cut, nothing pending.
+	// Pruning deletes what was processed longer ago than the retention
+	// (good, three hours ago; not bad, just now), nothing pending.
 	put(t, st, "later")
-	if n, err := st.Prune(context.Background(), now.Add(-time.Hour)); err != nil || n != 1 {
-		t.Fatalf("pruned %d (%v), want good only (bad was processed at the cut)", n, err)
+	if n, err := st.Prune(context.Background(), time.Hour); err != nil || n != 1 {
+		t.Fatalf("pruned %d (%v), want good only", n, err)
 	}
 	if sum, _ = st.Status(context.Background()); sum.Pending != 1 || sum.Done != 1 {
 		t.Fatalf("after pruning: %+v", sum)
+	}
+}
+
+// A provider's error text of any length is kept bounded, cut on a
+// character boundary.
+func TestRetryKeepsErrorsBounded(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	put(t, st, "e")
+	items, err := st.Claim(context.Background(), 1, time.Minute)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("claimed %v, %v", items, err)
+	}
+	long := strings.Repeat("é", 100_000)
+	if _, err := st.Retry(context.Background(), items[0], errors.New(long), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := st.Status(context.Background())
+	if len(sum.Failing) != 1 || len(sum.Failing[0].LastError) > maxNote+len("…") || !utf8.ValidString(sum.Failing[0].LastError) {
+		t.Fatalf("kept %d bytes: %+v", len(sum.Failing[0].LastError), sum.Failing)
 	}
 }
 

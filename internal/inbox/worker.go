@@ -26,8 +26,6 @@ type Worker struct {
 	Store  Store
 	Handle Handler
 	Log    *zap.Logger
-	// Now is the clock (default time.Now).
-	Now func() time.Time
 	// Interval is how often an idle worker looks for due events (default
 	// 1 s); Notify wakes it at once.
 	Interval time.Duration
@@ -61,9 +59,6 @@ func Backoff(attempt int) time.Duration {
 func (w *Worker) defaults() {
 	if w.Log == nil {
 		w.Log = zap.NewNop()
-	}
-	if w.Now == nil {
-		w.Now = time.Now
 	}
 	if w.Interval <= 0 {
 		w.Interval = time.Second
@@ -106,9 +101,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		if _, err := w.Drain(ctx); err != nil && ctx.Err() == nil {
 			w.Log.Warn("inbox: claiming provider events failed", zap.Error(err))
 		}
-		if now := w.Now(); now.Sub(pruned) >= time.Hour {
-			pruned = now
-			if _, err := w.Store.Prune(ctx, now.Add(-w.Retention)); err != nil && ctx.Err() == nil {
+		if time.Since(pruned) >= time.Hour {
+			pruned = time.Now()
+			if _, err := w.Store.Prune(ctx, w.Retention); err != nil && ctx.Err() == nil {
 				w.Log.Warn("inbox: pruning processed provider events failed", zap.Error(err))
 			}
 		}
@@ -127,7 +122,7 @@ func (w *Worker) Drain(ctx context.Context) (int, error) {
 	w.defaults()
 	n := 0
 	for {
-		items, err := w.Store.Claim(ctx, w.Batch, w.Now(), w.Lease)
+		items, err := w.Store.Claim(ctx, w.Batch, w.Lease)
 		if err != nil {
 			return n, err
 		}
@@ -156,10 +151,10 @@ func (w *Worker) process(ctx context.Context, it Item) error {
 		zap.String("event_id", it.ID), zap.String("event", it.Name), zap.Int("attempt", it.Attempt))
 	outcome, err := w.Handle(ctx, it)
 	if err != nil {
-		next := w.Now().Add(w.Backoff(it.Attempt))
+		next, rerr := w.Store.Retry(ctx, it, err, w.Backoff(it.Attempt))
 		log.Warn("inbox: provider event failed; retrying", zap.Error(err), zap.Time("next", next))
-		return w.Store.Retry(ctx, it, err, next)
+		return rerr
 	}
 	log.Info("inbox: provider event processed", zap.String("outcome", outcome))
-	return w.Store.Done(ctx, it, outcome, w.Now())
+	return w.Store.Done(ctx, it, outcome)
 }
