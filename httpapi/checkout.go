@@ -23,6 +23,7 @@ func (s *Server) checkoutRoutes() {
 	s.handle(http.MethodPost, "/v1/checkout/sessions", Policy{CID: CIDForbidden}, s.openCheckout)
 	s.handle(http.MethodGet, "/v1/checkout/sessions/:id", Policy{CID: CIDForbidden}, s.getCheckout)
 	s.checkoutPageRoutes()
+	s.paymentLinkRoutes()
 }
 
 // checkoutSessionView is a session as the API shows it.

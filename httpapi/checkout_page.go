@@ -130,6 +130,7 @@ type pageData struct {
 	CancelURL   string
 	Status      checkout.Status
 	ExpiresAt   time.Time
+	Form        linkForm // the payment link's fields as typed
 }
 
 func (s *Server) renderPage(c echo.Context, status int, name string, d pageData) error {

@@ -43,6 +43,7 @@ var (
 	ErrAlreadyOpened   = domain.Errorf(domain.Conflict, "Checkout session already exists")
 	ErrMissingEscrow   = domain.Invalidf("paymentToken is required")
 	ErrMissingCustomer = domain.Invalidf("customerId is required")
+	ErrDepositOnly     = domain.Errorf(domain.Forbidden, "This checkout is paid by a transfer made for it, not from a wallet's balance")
 )
 
 // State is the folded session.
@@ -56,6 +57,11 @@ type State struct {
 	AmountDue    money.Amount       `json:"amountDue"`
 	SuccessURL   string             `json:"successUrl"`
 	CancelURL    string             `json:"cancelUrl"`
+	// DepositOnly sessions pay only with money deposited for them: never
+	// from the balance the buyer's wallet held. A payment link opens such
+	// sessions, since whoever types a customer's email there reaches the
+	// page.
+	DepositOnly bool `json:"depositOnly,omitempty"`
 	// FormToken is the per-session anti-forgery token every form of the
 	// page carries back.
 	FormToken   string    `json:"formToken"`
@@ -98,6 +104,7 @@ type (
 		AmountDue    money.Amount       `json:"amountDue"`
 		SuccessURL   string             `json:"successUrl"`
 		CancelURL    string             `json:"cancelUrl"`
+		DepositOnly  bool               `json:"depositOnly,omitempty"`
 		FormToken    string             `json:"formToken"`
 		At           time.Time          `json:"at"`
 		ExpiresAt    time.Time          `json:"expiresAt"`
@@ -129,7 +136,7 @@ func Apply(s State, ev domain.Event) State {
 	case Opened:
 		s = State{ID: e.ID, MerchantID: e.MerchantID, Environment: e.Environment, EscrowID: e.EscrowID,
 			PaymentToken: e.PaymentToken, CustomerID: e.CustomerID, AmountDue: e.AmountDue, SuccessURL: e.SuccessURL,
-			CancelURL: e.CancelURL, FormToken: e.FormToken, CreatedAt: e.At, ExpiresAt: e.ExpiresAt}
+			CancelURL: e.CancelURL, DepositOnly: e.DepositOnly, FormToken: e.FormToken, CreatedAt: e.At, ExpiresAt: e.ExpiresAt}
 	case Paid:
 		s.Reference, s.PaidAt = e.Reference, e.At
 	case CancelledByBuyer:
@@ -149,6 +156,7 @@ type Draft struct {
 	AmountDue              money.Amount
 	SuccessURL, CancelURL  string
 	ExpiresInMinutes       int
+	DepositOnly            bool
 }
 
 // CheckLifetime validates a requested lifetime (0: the default).
@@ -203,7 +211,8 @@ func OpenSession(s State, d Draft, now time.Time) (Opened, error) {
 	}
 	return Opened{ID: d.ID, MerchantID: d.MerchantID, Environment: d.Environment, EscrowID: d.EscrowID,
 		PaymentToken: d.PaymentToken, CustomerID: d.CustomerID, AmountDue: d.AmountDue, SuccessURL: d.SuccessURL,
-		CancelURL: d.CancelURL, FormToken: d.FormToken, At: now, ExpiresAt: now.Add(time.Duration(minutes) * time.Minute)}, nil
+		CancelURL: d.CancelURL, DepositOnly: d.DepositOnly, FormToken: d.FormToken, At: now,
+		ExpiresAt: now.Add(time.Duration(minutes) * time.Minute)}, nil
 }
 
 // CheckOpen refuses a session that cannot act at now.
@@ -222,11 +231,16 @@ func CheckOpen(s State, now time.Time) error {
 	return nil
 }
 
-// Pay decides the session's payment under its reference: only an open
-// session, before it expires, pays, and only once.
-func Pay(s State, paymentID string, now time.Time) (Paid, error) {
+// Pay decides the session's payment of amount under its reference: only
+// an open session, before it expires, pays, and only once. deposited is
+// what the deposit the session staged brought in, verified (0 when none):
+// a DepositOnly session pays only what that covers.
+func Pay(s State, paymentID string, amount, deposited money.Amount, now time.Time) (Paid, error) {
 	if err := CheckOpen(s, now); err != nil {
 		return Paid{}, err
+	}
+	if s.DepositOnly && deposited < amount {
+		return Paid{}, ErrDepositOnly
 	}
 	return Paid{Reference: Reference(s.ID), PaymentID: paymentID, At: now}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/domaintest"
+	"github.com/escrowd/escrowd/domain/money"
 )
 
 var now = time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
@@ -122,7 +123,7 @@ func TestPayAndCancel(t *testing.T) {
 					t.Fatalf("status %s, want %s", got, tt.status)
 				}
 			}
-			ev, err := Pay(tt.s, "p2", tt.at)
+			ev, err := Pay(tt.s, "p2", 1000, 0, tt.at)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("pay: err = %v, want %v", err, tt.wantErr)
 			}
@@ -142,11 +143,52 @@ func TestPayAndCancel(t *testing.T) {
 				if got := Apply(tt.s, cev).StatusAt(tt.at); got != Cancelled {
 					t.Fatalf("after cancel: %s", got)
 				}
-				if _, err := Pay(Apply(tt.s, cev), "p3", tt.at); !errors.Is(err, ErrCancelled) {
+				if _, err := Pay(Apply(tt.s, cev), "p3", 1000, 0, tt.at); !errors.Is(err, ErrCancelled) {
 					t.Fatalf("pay after cancel: %v", err)
 				}
 			}
 		})
+	}
+}
+
+// A deposit-only session (a payment link's) pays only what the deposit it
+// staged brought in; any other session pays from the wallet as it stands.
+func TestDepositOnlySessionPaysOnlyWhatItsDepositCovers(t *testing.T) {
+	d := draft()
+	d.DepositOnly = true
+	o, err := OpenSession(State{}, d, now)
+	if err != nil || !o.DepositOnly {
+		t.Fatalf("opened %+v, %v", o, err)
+	}
+	linked, plain := Apply(State{}, o), opened(t, 10)
+	at := now.Add(time.Minute)
+	tests := []struct {
+		name              string
+		s                 State
+		at                time.Time
+		amount, deposited money.Amount
+		wantErr           error
+	}{
+		{"link: no deposit", linked, at, 10_250_00, 0, ErrDepositOnly},
+		{"link: deposit short of the amount", linked, at, 10_250_00, 10_249_99, ErrDepositOnly},
+		{"link: deposit of the amount", linked, at, 10_250_00, 10_250_00, nil},
+		{"link: deposit above the amount", linked, at, 10_250_00, 20_000_00, nil},
+		{"plain: from the wallet", plain, at, 10_250_00, 0, nil},
+		{"link: an expired session refuses, deposit or not", linked, now.Add(48 * time.Hour), 10_250_00, 10_250_00, ErrExpired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ev, err := Pay(tt.s, "p", tt.amount, tt.deposited, tt.at)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err == nil && ev.PaymentID != "p" {
+				t.Fatalf("paid %+v", ev)
+			}
+		})
+	}
+	if domain.ErrorCode(ErrDepositOnly) != domain.Forbidden {
+		t.Fatalf("deposit-only refusal: %s", domain.ErrorCode(ErrDepositOnly))
 	}
 }
 

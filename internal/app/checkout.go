@@ -139,30 +139,24 @@ func (s *Service) CheckoutPage(ctx context.Context, id string) (CheckoutView, er
 	if err != nil {
 		return v, err
 	}
+	if v, err = s.PaymentLink(ctx, st.EscrowID); err != nil {
+		return v, err
+	}
 	v.Session = st
-	if v.Escrow, _, err = Load(ctx, s.Engine, EscrowKind, st.EscrowID); err != nil {
-		return v, err
-	}
-	if v.Merchant, _, err = Load(ctx, s.Engine, MerchantKind, st.MerchantID); err != nil {
-		return v, err
-	}
 	buyer, _, err := Load(ctx, s.Engine, CustomerKind, st.CustomerID)
 	if err != nil {
 		return v, err
 	}
 	v.BuyerName = strings.TrimSpace(buyer.Firstname + " " + buyer.Lastname)
-	v.SellerName = v.Merchant.Name
-	if !v.Escrow.IsMerchantSale() {
-		seller, _, err := Load(ctx, s.Engine, CustomerKind, v.Escrow.SellerID)
-		if err != nil {
-			return v, err
-		}
-		v.SellerName = strings.TrimSpace(seller.Firstname + " " + seller.Lastname)
-	}
 	if v.Wallet, _, err = Load(ctx, s.Engine, WalletKind, st.CustomerID); err != nil {
 		return v, err
 	}
-	if due := v.Escrow.Due(); v.Wallet.Main < due {
+	switch due := v.Escrow.Due(); {
+	case st.DepositOnly:
+		// Whoever typed the customer's email reaches this page: it shows
+		// nothing of the customer's and asks for the whole amount.
+		v.Wallet, v.BuyerName, v.Shortfall = wallet.State{}, "", due
+	case v.Wallet.Main < due:
 		v.Shortfall = due - v.Wallet.Main
 	}
 	if st.Reference != "" {
@@ -197,6 +191,12 @@ func (s *Service) buyerOf(ctx context.Context, st checkout.State) (Actor, custom
 // repeat (a double click, a second tab) returns the first payment.
 // amount is the total the page showed: terms changed since refuse it.
 func (s *Service) PayCheckout(ctx context.Context, id string, amount money.Amount) (PaymentResult, error) {
+	return s.payCheckout(ctx, id, amount, "")
+}
+
+// payCheckout is PayCheckout, with the session's own deposit depositRef
+// ("" for none) counted as what was deposited for it.
+func (s *Service) payCheckout(ctx context.Context, id string, amount money.Amount, depositRef string) (PaymentResult, error) {
 	st, err := s.Checkout(ctx, id)
 	if err != nil {
 		return PaymentResult{}, err
@@ -211,7 +211,17 @@ func (s *Service) PayCheckout(ctx context.Context, id string, amount money.Amoun
 		if err != nil {
 			return err
 		}
-		ev, err := checkout.Pay(cur, p.Record.ID, s.Engine.Now())
+		var deposited money.Amount
+		if depositRef != "" {
+			d, err := ReadLatest(tx, PaymentKind, payment.StreamID(st.MerchantID, st.Environment, depositRef))
+			if err != nil {
+				return err
+			}
+			if d.Phase == payment.Done && d.Record.Status == ledger.Success && d.Record.CustomerID == st.CustomerID {
+				deposited = d.Record.Amount - d.Record.Fee
+			}
+		}
+		ev, err := checkout.Pay(cur, p.Record.ID, p.Record.Amount, deposited, s.Engine.Now())
 		if err != nil {
 			return err
 		}
@@ -291,5 +301,5 @@ func (s *Service) PayCheckoutAfterDeposit(ctx context.Context, id, depositRef st
 			return PaymentResult{}, err
 		}
 	}
-	return s.PayCheckout(ctx, id, amount)
+	return s.payCheckout(ctx, id, amount, depositRef)
 }

@@ -21,27 +21,34 @@ const (
 func (s *Service) CreateCustomer(ctx context.Context, a Actor, in customer.NewCustomer) (string, eventstore.Position, error) {
 	id := s.newRecordID()
 	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
-		m, err := Read(tx, MerchantKind, a.MerchantID)
-		if err != nil {
-			return err
-		}
-		if !m.Exists() {
-			return domain.Errorf(domain.NotFound, "Merchant not found")
-		}
-		created, err := customer.Create(id, a.MerchantID, a.Environment, m.Country, in, s.Engine.Now())
-		if err != nil {
-			return err
-		}
-		if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, msgEmailTaken); err != nil {
-			return err
-		}
-		if err := reserveUnique(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, msgPhoneTaken); err != nil {
-			return err
-		}
-		Record(tx, CustomerKind, id, created)
-		return nil
+		_, err := s.createCustomer(tx, a, id, in)
+		return err
 	})
 	return id, res.Position, err
+}
+
+// createCustomer records customer id's creation in tx, with its email and
+// phone reserved.
+func (s *Service) createCustomer(tx *Tx, a Actor, id string, in customer.NewCustomer) (customer.State, error) {
+	m, err := Read(tx, MerchantKind, a.MerchantID)
+	if err != nil {
+		return customer.State{}, err
+	}
+	if !m.Exists() {
+		return customer.State{}, domain.Errorf(domain.NotFound, "Merchant not found")
+	}
+	created, err := customer.Create(id, a.MerchantID, a.Environment, m.Country, in, s.Engine.Now())
+	if err != nil {
+		return customer.State{}, err
+	}
+	if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, msgEmailTaken); err != nil {
+		return customer.State{}, err
+	}
+	if err := reserveUnique(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, msgPhoneTaken); err != nil {
+		return customer.State{}, err
+	}
+	Record(tx, CustomerKind, id, created)
+	return customer.Apply(customer.State{}, created), nil
 }
 
 // reserveUnique reserves a unique value for holder within tx, or fails with taken.
