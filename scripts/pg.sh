@@ -54,16 +54,31 @@ relocated_base() {
 # port_in_use: something answers on 127.0.0.1:$1.
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# free_port picks a port nobody listens on, starting at ESCROW_PG_PORT or
-# at one derived from the checkout's path (so checkouts rarely pick the
-# same port even while one of them is stopped).
+# ephemeral_low is the lowest port the kernel hands out as the local port
+# of outgoing connections. A port there can be taken by any connection (a
+# test's pool to another cluster) without anything listening on it, so
+# clusters are put below it.
+ephemeral_low() {
+  local lo
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+  case "$lo" in '' | *[!0-9]*) lo=32768 ;; esac
+  echo "$lo"
+}
+
+# free_port picks a port nobody listens on, starting at $1, at
+# ESCROW_PG_PORT, or at one derived from the checkout's path (so checkouts
+# rarely pick the same port even while one of them is stopped), within the
+# 10,000 ports below the kernel's outgoing ones.
 free_port() {
-  local p
-  p="${ESCROW_PG_PORT:-$((54329 + $(printf %s "$CHECKOUT" | cksum | cut -d' ' -f1) % 1000))}"
+  local lo first p
+  lo=$(ephemeral_low)
+  first=$((lo > 11000 ? lo - 10000 : 1024))
+  p="${1:-${ESCROW_PG_PORT:-$((first + $(printf %s "$CHECKOUT" | cksum | cut -d' ' -f1) % 1000))}}"
   for _ in $(seq 1 2000); do
     if ! port_in_use "$p"; then echo "$p"; return; fi
     p=$((p + 1))
-    if [ "$p" -gt 65000 ]; then p=54329; fi
+    if [ "$p" -ge "$lo" ] && [ "$p" -lt 61000 ]; then p=$first; fi
+    if [ "$p" -gt 65000 ]; then p=$first; fi
   done
   say "no free port found"
   exit 1
@@ -153,15 +168,28 @@ CONF
       port=$(free_port)
       say "port $taken is taken by another program; this checkout's PostgreSQL now uses $port"
     fi
-    echo "$port" >"$PORTFILE"
     # The port is given at start (not in postgresql.conf), so moving it
-    # needs no edit of the cluster's files.
+    # needs no edit of the cluster's files. A port nothing listens on can
+    # still be bound (the local end of a connection): the server then
+    # cannot bind it, and the next free port is tried.
     # 9>&-: the server must not inherit (and hold forever) the ports lock.
-    if ! as_pg "$BIN/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -o "-p $port" -w -t 60 start >/dev/null 9>&-; then
+    local attempt logged
+    for attempt in 1 2 3 4 5; do
+      echo "$port" >"$PORTFILE"
+      logged=$(stat -c %s "$pgdata/server.log" 2>/dev/null || echo 0)
+      if as_pg "$BIN/pg_ctl" -D "$pgdata" -l "$pgdata/server.log" -o "-p $port" -w -t 60 start >/dev/null 9>&-; then
+        break
+      fi
+      if [ "$attempt" -lt 5 ] && tail -c +$((logged + 1)) "$pgdata/server.log" | grep -q "Address already in use"; then
+        local taken="$port"
+        port=$(free_port $((port + 1)))
+        say "port $taken is bound by another program; this checkout's PostgreSQL now uses $port"
+        continue
+      fi
       say "PostgreSQL did not start on port $port; the end of $pgdata/server.log:"
       tail -n 20 "$pgdata/server.log" >&2
       exit 1
-    fi
+    done
   fi
   url_for "$port"
 }

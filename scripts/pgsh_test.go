@@ -4,12 +4,14 @@ package scripts
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -295,5 +297,49 @@ func TestTwoCheckoutsSideBySide(t *testing.T) {
 	}
 	if again, said := a.start(t); port(t, again) != legacy || said != "" {
 		t.Fatalf("a cluster without pg-port started on %s (said %q), want its configured port %s", again, said, legacy)
+	}
+}
+
+// A cluster's port can be bound without anything listening on it (the
+// local end of some connection): the port looks free, the server cannot
+// bind it, and the script moves to the next free port and says so.
+// Clusters are put below the kernel's ports for outgoing connections, so
+// this is rare.
+func TestPortBoundWithoutListener(t *testing.T) {
+	needPostgres(t)
+	tmp := reachableTemp(t)
+	parent := reachableTemp(t)
+	c := newCheckout(t, filepath.Join(parent, "shop"), tmp)
+	first, _ := c.start(t)
+	raw, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		var lo int
+		if _, err := fmt.Sscan(string(raw), &lo); err == nil && lo > 11000 {
+			if p, _ := strconv.Atoi(port(t, first)); p >= lo || p < lo-10000 {
+				t.Fatalf("cluster on %d, want below the outgoing ports (from %d)", p, lo)
+			}
+		}
+	}
+	if _, stderr, err := c.run("stop"); err != nil {
+		t.Fatalf("stop: %v %s", err, stderr)
+	}
+	p, _ := strconv.Atoi(port(t, first))
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: p, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	moved, said := c.start(t)
+	if port(t, moved) == port(t, first) || !strings.Contains(said, "is bound by another program") {
+		t.Fatalf("with its port bound the cluster started on %s (said %q), was %s", moved, said, first)
+	}
+	if got := dataDirectory(t, moved); got != filepath.Join(c.dir, ".data", "pg") {
+		t.Fatalf("%s serves %s", moved, got)
+	}
+	if u, _, err := c.run("url"); err != nil || u != moved {
+		t.Fatalf("pg.sh url %q %v after the move to %s", u, err, moved)
 	}
 }

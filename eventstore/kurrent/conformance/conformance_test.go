@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,8 +43,18 @@ func moduleDir(t *testing.T) string {
 
 // startDouble serves the double where the official fixtures connect:
 // insecure on localhost:2114, TLS with the module's test node certificate
-// (signed by the CA its fixtures trust) on localhost:2115.
+// (signed by the CA its fixtures trust) on localhost:2115. Those ports are
+// the machine's, not the checkout's: two checkouts' runs take turns, by a
+// lock in the temporary directory held until the test ends.
 func startDouble(t *testing.T, dir string) {
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "escrowd-kurrent-conformance.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("waiting for the conformance ports: %v", err)
+	}
+	t.Cleanup(func() { lock.Close() }) // closing releases the lock
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "certs/node1/node.crt"), filepath.Join(dir, "certs/node1/node.key"))
 	if err != nil {
 		t.Fatalf("the client module's test node certificate: %v", err)
