@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"reflect"
@@ -321,7 +322,11 @@ func TestServeAcceptsSpacedRoles(t *testing.T) {
 	env := testEnv(t, db)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // start and stop at once: only the roles are under test
-	if err := serve(ctx, mustConfig(t, db), env, " api , projector ", "127.0.0.1:0"); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve(ctx, mustConfig(t, db), env, " api , projector ", ln); err != nil {
 		t.Fatalf("serve --role ' api , projector ': %v", err)
 	}
 }
