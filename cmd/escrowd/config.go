@@ -17,7 +17,7 @@ import (
 	"github.com/escrowd/escrowd/webhooks"
 )
 
-// Config is read from environment variables (api-decisions §6).
+// Config is read from environment variables.
 type Config struct {
 	DatabaseURL        string
 	Addr               string
@@ -35,7 +35,7 @@ type Config struct {
 	WebhookAllowPriv bool
 	WebhookRetention time.Duration
 	// WebhookSignatureHeaders each carry a delivery's signature;
-	// WebhookUserAgent is its User-Agent (api-decisions §7).
+	// WebhookUserAgent is its User-Agent.
 	WebhookSignatureHeaders []string
 	WebhookUserAgent        string
 	TrustedProxies          []*net.IPNet
