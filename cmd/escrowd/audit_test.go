@@ -300,8 +300,8 @@ func jsonEqual(a, b []byte) bool {
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
-// serve refuses a role it does not know (a typo used to start nothing and
-// exit 0, which a supervisor takes for a clean stop).
+// serve refuses a role it does not know (a typo that started nothing and
+// exited 0 would read as a clean stop to a supervisor).
 func TestServeRefusesAnUnknownRole(t *testing.T) {
 	db := pgtest.NewURL(t)
 	for roles, unknown := range map[string]string{"projectors": `"projectors"`, "api,webhook": `"webhook"`, "api,": `""`} {

@@ -112,8 +112,8 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 	for _, r := range strings.Split(roles, ",") {
 		r = strings.TrimSpace(r)
 		if r != "api" && r != "projector" && r != "webhooks" {
-			// A typo ("--role projectors") used to start nothing and exit 0,
-			// which a supervisor reads as a clean stop.
+			// A typo ("--role projectors") must not start nothing and exit
+			// 0, which a supervisor reads as a clean stop.
 			return usageError(fmt.Sprintf("serve: unknown role %q (want api, projector, webhooks)", r))
 		}
 		want[r] = true
