@@ -204,7 +204,7 @@ const MinSigningSecretLength = 32
 
 // SetSigningSecret decides making secret the signing secret of env: an
 // operator keeps the secret a merchant's receivers already verify with
-//. The secret is an HMAC key sent in no header, so any
+// . The secret is an HMAC key sent in no header, so any
 // printable characters do; whitespace and control characters are refused
 // because they are lost or changed when pasted or read as a line. Setting
 // the secret in force records nothing.
