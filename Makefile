@@ -10,7 +10,7 @@ DBURL  = $${DATABASE_URL:-$$(scripts/pg.sh start)}
 .PHONY: build run test test-short bench fuzz chaos kurrent-conformance db-start db-stop db-url clean
 
 build:
-	$(GO) build -o $(BIN) ./cmd/escrowd
+	@$(GO) build -o $(BIN) ./cmd/escrowd
 
 # The sandbox (`escrowd serve --help`): it claims ESCROW_ADDR first, so a
 # taken port is reported before anything else, then starts the throwaway

@@ -122,7 +122,7 @@ func overview() string {
 
 Commands that use the database, serve aside, log only warnings and errors;
 add -v to log more.
-Configuration comes from environment variables (see README): DATABASE_URL
+Configuration comes from environment variables (docs/configuration.md): DATABASE_URL
 (for the checkout's throwaway database: export DATABASE_URL=$(scripts/pg.sh url)),
 ESCROW_ADDR, ESCROW_HOSTS, ESCROW_DEFAULT_ENVIRONMENT, ESCROW_RATE_LIMIT_PER_MINUTE, ...
 
