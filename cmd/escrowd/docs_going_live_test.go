@@ -10,11 +10,11 @@ import (
 	"github.com/escrowd/escrowd/domain"
 )
 
-// TestReadmeSimulatorBlockRuns: docs/going-live.md's commands for trying the
+// TestGoingLiveSimulatorBlockRuns: docs/going-live.md's commands for trying the
 // Paystack rails locally are what the commands accept: the simulator's
 // flags parse, and the variables give the test environment the Paystack
 // provider at the simulator's address with its key.
-func TestReadmeSimulatorBlockRuns(t *testing.T) {
+func TestGoingLiveSimulatorBlockRuns(t *testing.T) {
 	raw, err := os.ReadFile("../../docs/going-live.md")
 	if err != nil {
 		t.Fatal(err)
