@@ -4,21 +4,21 @@
 # ./.data/pg, on a port of its own; `scripts/pg.sh url` prints its URL).
 SHELL := /bin/bash
 GO    ?= go
-BIN   := bin/escrowd
+BIN   := ./bin/escrowd
 DBURL  = $${DATABASE_URL:-$$(scripts/pg.sh start)}
 
 .PHONY: build run test test-short bench fuzz chaos kurrent-conformance db-start db-stop db-url clean
 
 build:
-	$(GO) build -o $(BIN) ./cmd/escrowd
+	@$(GO) build -o $(BIN) ./cmd/escrowd
 
-# Local trials deliver webhooks to receivers on this machine, which the
-# service refuses by default (api-decisions §5).
+# The sandbox (`escrowd serve --help`): it claims ESCROW_ADDR first, so a
+# taken port is reported before anything else, then starts the throwaway
+# database unless DATABASE_URL is set, turns the rate limit off unless
+# ESCROW_RATE_LIMIT_PER_MINUTE is set, allows webhooks to receivers on this
+# machine, and prints the demo merchant's keys.
 run: build
-	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
-	  export ESCROW_WEBHOOK_ALLOW_PRIVATE=$${ESCROW_WEBHOOK_ALLOW_PRIVATE:-true} && \
-	  ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) demo && \
-	  exec env ESCROW_LOG_FORMAT=$${ESCROW_LOG_FORMAT:-console} ./$(BIN) serve
+	@exec $(BIN) serve --demo
 
 # The whole suite: vet, unit, conformance, concurrency and end-to-end HTTP
 # tests, all under the race detector, against a real PostgreSQL. The

@@ -19,7 +19,7 @@ import (
 // encoded once per append and decoded by every projector and the webhook
 // subscriber that reads them; decoding is twice as fast on v2 and encoding
 // no faster, so domain.Unmarshal decodes with v2 and encoding stays on the
-// standard library (docs/performance.md, session 11).
+// standard library.
 func BenchmarkEventCodec(b *testing.B) {
 	id := "01a2035c-477e-7a37-bc34-05337931f14c"
 	created, settled, err := payment.TopUp(payment.Intent{ID: id, Reference: "TOPUP-" + id, Amount: money.Naira(5000),

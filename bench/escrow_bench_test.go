@@ -281,7 +281,7 @@ func benchEscrowLifecycleOn(b *testing.B, clients int, bs *benchServer) {
 	b.ReportMetric(ledgerMS(ledgerPercentile(fl, 0.99)), "confirm-p99-ms")
 	// CPU per lifecycle: this process (server, projections and the HTTP
 	// clients) and the local PostgreSQL server; less noisy than throughput
-	// on a shared host (docs/performance.md, session 6).
+	// on a shared host.
 	b.ReportMetric(ledgerMS(cpu.selfPerOp), "go-cpu-ms/lc")
 	if cpu.pgOK {
 		b.ReportMetric(ledgerMS(cpu.pgPerOp), "pg-cpu-ms/lc")

@@ -28,7 +28,7 @@ import (
 // as many webhook deliveries (inserted without positions; the projectors'
 // DDL numbers and counts them, as on an upgrade), and a tenth as many
 // events through the event store, which the audit trail projector counts.
-// The scale benchmark of issue 26 builds its store through the event store
+// BenchmarkScale builds its store through the event store
 // instead; this one is self-contained.
 //
 // Run: BENCH=ListingPages make bench (BENCH_LISTING_ROWS=20000 for a

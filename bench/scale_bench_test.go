@@ -23,7 +23,7 @@ import (
 	"github.com/escrowd/escrowd/projections"
 )
 
-// One merchant at scale (issue 26; docs/performance.md, "One merchant at
+// One merchant at scale (docs/performance.md, "One merchant at
 // scale"): BenchmarkScale builds a store of SCALE_EVENTS events (default
 // 1,000,000) of one merchant, escrow lifecycles decided by the application
 // and written through the event store in large batches (scaleGen), and
@@ -58,7 +58,7 @@ func scaleEvents(tb testing.TB) int64 {
 }
 
 // scaleLongStream is the length of the stream whose cold load is timed
-// (issue 26: about a second at 100,000 events without snapshots).
+// (about a second at 100,000 events without snapshots).
 const scaleLongStream = 100_000
 
 // scaleStore is the benchmark's full store, as a measurement receives it.

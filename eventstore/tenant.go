@@ -14,7 +14,7 @@ import (
 
 // Events name their tenant in their metadata (domain.Meta): the merchant
 // under MetaMerchantKey and the environment under MetaEnvironmentKey. A
-// store may index these keys (PostgreSQL does, migration 0014).
+// store may index these keys (PostgreSQL does: es_events_tenant_idx).
 const (
 	MetaMerchantKey    = "merchantId"
 	MetaEnvironmentKey = "environment"

@@ -111,7 +111,7 @@ func (s *Server) environmentOf(r *http.Request) domain.Environment {
 	return s.cfg.DefaultEnvironment
 }
 
-// authenticate runs the checks of api-decisions §1 in their order.
+// authenticate runs the authentication checks in their fixed order.
 func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {

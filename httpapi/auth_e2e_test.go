@@ -192,7 +192,7 @@ func TestTwoInstancesShareTheRateLimit(t *testing.T) {
 
 // TestAllowlistBeforeRateLimit: a live key from an address outside its
 // allowlist is refused for the address even when its quota is spent, and
-// the refusal spends no quota (api-decisions §1 order).
+// the refusal spends no quota.
 func TestAllowlistBeforeRateLimit(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.RateLimitPerMinute = 2 })
 	h.probe(http.MethodGet, "/v1/probe", Policy{CID: CIDOptional})
@@ -227,7 +227,7 @@ func TestAllowlistBeforeRateLimit(t *testing.T) {
 }
 
 // TestAuthCheckOrder: where a request fails several rows of the auth table
-// of api-decisions §1, the earliest row decides the answer; checked on the
+// of authentication, the earliest row decides the answer; checked on the
 // real routes.
 func TestAuthCheckOrder(t *testing.T) {
 	h := newHarness(t)

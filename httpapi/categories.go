@@ -46,7 +46,7 @@ func (s *Server) ownCategory(c echo.Context, id string) (view.Category, error) {
 
 // categoryInput reads create and edit: multipart (name, description, one
 // image under imageUrl, category_position) or JSON with the same field
-// names (api-decisions §7). Fields not sent are nil; the image's URL is
+// names. Fields not sent are nil; the image's URL is
 // nil when none was uploaded.
 type categoryInput struct {
 	Name, Description, ImageURL *string

@@ -16,7 +16,7 @@ import (
 	"github.com/escrowd/escrowd/projections"
 )
 
-// Hosted checkout (api-decisions §8): the merchant's server opens a
+// Hosted checkout: the merchant's server opens a
 // session through the API; the buyer pays on the page the session's url
 // serves (checkout_page.go).
 func (s *Server) checkoutRoutes() {

@@ -6,7 +6,7 @@ import (
 	"github.com/escrowd/escrowd/domain/reference"
 )
 
-// TestNIPBankCodes (api-decisions §7): clients written for NIP send the
+// TestNIPBankCodes: clients written for NIP send the
 // 6-digit institution code as bankCode. Account resolution and a bank
 // withdrawal by 000013 work as by 058 (the NUBAN check digit is GTBank's),
 // and the records keep the code that was sent.

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestCategoriesMultipartAndPosition (api-decisions §7): a category
+// TestCategoriesMultipartAndPosition: a category
 // created by multipart with an image and a position, moved to position 1
 // with PUT /v1/escrow/category/position/{id}; the others renumber and
 // listings follow the positions.

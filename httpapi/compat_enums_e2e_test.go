@@ -4,7 +4,7 @@ import (
 	"testing"
 )
 
-// TestUpperCaseEnumerations (api-decisions §7): the public API's
+// TestUpperCaseEnumerations: the public API's
 // documentation spells enumerations in upper case; requests match them
 // ignoring case and responses keep this service's spelling.
 func TestUpperCaseEnumerations(t *testing.T) {

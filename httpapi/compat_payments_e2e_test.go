@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestEscrowPaymentDetails (api-decisions §7): the record of a payment that
+// TestEscrowPaymentDetails: the record of a payment that
 // funds one escrow describes it in escrowDetails (paymentToken, purpose,
 // amount, fee, beneficiary = the seller); several escrows: escrows, one
 // object each, beside escrowIds and paymentTokens. The payment history
@@ -78,7 +78,7 @@ func TestEscrowPaymentDetails(t *testing.T) {
 	}
 }
 
-// TestTopUpAnswersMainBalance (api-decisions §7): the balance after the
+// TestTopUpAnswersMainBalance: the balance after the
 // credit, not the amount credited.
 func TestTopUpAnswersMainBalance(t *testing.T) {
 	h := newHarness(t)

@@ -11,7 +11,7 @@ import (
 	"github.com/makiuchi-d/gozxing/qrcode"
 )
 
-// expectMasterExtras checks the fields §7 adds to the master wallet
+// expectMasterExtras checks the fields the public API adds to the master wallet
 // address (walletAddress, a QR code a decoder reads back as the address,
 // instructions) and removes them from r, leaving the spec's fields.
 func expectMasterExtras(t *testing.T, r map[string]any, addr string) {

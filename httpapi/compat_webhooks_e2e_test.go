@@ -14,7 +14,7 @@ import (
 	"github.com/escrowd/escrowd/webhooks"
 )
 
-// TestWebhookTwoSignatureHeaders (api-decisions §7): with two configured
+// TestWebhookTwoSignatureHeaders: with two configured
 // header names a delivery carries the same valid signature under both, and
 // the configured User-Agent, so a receiver written for either name
 // verifies it unchanged.

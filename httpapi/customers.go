@@ -225,7 +225,7 @@ func (s *Server) blockCustomer(block bool) echo.HandlerFunc {
 }
 
 // countryView is a country as listed: with code, the ISO code again, which
-// clients of the public API read (api-decisions §7).
+// clients of the public API read.
 type countryView struct {
 	reference.Country
 	Code string `json:"code"`

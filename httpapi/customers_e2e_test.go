@@ -266,7 +266,7 @@ func TestReferenceData(t *testing.T) {
 				t.Errorf("country %v: %s missing", c, f)
 			}
 		}
-		if c["code"] != c["isoCode"] { // §7: code is the ISO code again
+		if c["code"] != c["isoCode"] { // code is the ISO code again
 			t.Errorf("country %v: code is not the ISO code", c)
 		}
 		if ids[c["id"].(string)] {
@@ -319,7 +319,7 @@ func TestReferenceData(t *testing.T) {
 }
 
 // TestCustomerIDRulePerRoute: every customer and reference-data route
-// treats the customer-id header as api-decisions §3 says: forbidden on the
+// treats the customer-id header as the endpoint catalogue says: forbidden on the
 // customer routes (whatever it names), ignored on verify-phone, countries
 // and bank-list.
 func TestCustomerIDRulePerRoute(t *testing.T) {

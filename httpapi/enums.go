@@ -7,9 +7,9 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 )
 
-// enum is an enumeration a request may send, in the spelling of
-// api-decisions (which responses use). Requests match it ignoring case
-// (§7): integrations written for the public API send "WALLET" or "Buyer".
+// enum is an enumeration a request may send, in the documented spelling
+// (which responses use). Requests match it ignoring case: integrations
+// written for the public API send "WALLET" or "Buyer".
 // This is the one place that rule lives: a route taking another
 // enumeration declares it here and passes the field through canonical.
 type enum []string

@@ -11,7 +11,7 @@ import (
 )
 
 // Settlement tests: exact balances of buyer, seller, merchant and platform
-// after every step of the paths api-decisions §4 describes.
+// after every step of the fee rules' paths.
 
 // platformRevenue is the platform's fee income from the harness merchant,
 // read from the ledger read model (no route shows it).

@@ -143,7 +143,7 @@ func TestEscrowLifecycleBalances(t *testing.T) {
 			h.expectWallet(buyer, 20000-tc.due, 0)
 			h.expectWallet(seller, tc.sellerGets, 0)
 			h.expectMerchant(tc.merchantMain, 0)
-			// api-decisions §4: the platform keeps fee − commission = 250 − 125.
+			// The platform keeps fee − commission = 250 − 125.
 			h.expectPlatform(250 - 125)
 			h.do(req{method: "POST", path: "/v1/escrow/confirm-payment/" + id, key: h.std(), cid: buyer}).expect(t, 400, "Action not allowed")
 			h.expectWallet(seller, tc.sellerGets, 0)

@@ -16,7 +16,7 @@ import (
 	"github.com/escrowd/escrowd/view"
 )
 
-// The audit trail's page sizes (api-decisions §7).
+// The audit trail's page sizes.
 const (
 	eventsDefaultLimit = 100
 	eventsCeiling      = 500

@@ -85,7 +85,7 @@ func (p auditPage) ids() []string {
 	return out
 }
 
-// TestAuditTrailIsolation (api-decisions §7): a super-admin key sees its
+// TestAuditTrailIsolation: a super-admin key sees its
 // merchant's events of its environment only, in commit order, with
 // secrets and key digests redacted; other merchants' and the other
 // environment's never appear.

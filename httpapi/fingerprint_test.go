@@ -24,7 +24,7 @@ func requestFingerprint(req *http.Request, body []byte) []byte {
 	return f.sum()
 }
 
-// fingerprintByDefinition is the fingerprint as api-decisions §2 and the
+// fingerprintByDefinition is the fingerprint as the idempotency rules and the
 // fingerprinter's comment define it, computed the plain way: every
 // "--boundary" of a multipart body replaced by "--", then hashed at once.
 func fingerprintByDefinition(method, path, query, mediaType, boundary string, body []byte) []byte {

@@ -19,7 +19,7 @@ import (
 	"github.com/escrowd/escrowd/internal/app"
 )
 
-// Idempotency-Key handling (api-decisions §2), after Stripe: the first
+// Idempotency-Key handling, after Stripe: the first
 // request with a key reserves it and runs; its response is stored and replayed
 // byte for byte to every repeat with the same request for 24 hours.
 const (

@@ -40,7 +40,7 @@ const docsPage = `<!DOCTYPE html>
 `
 
 // docRoutes serves the API's description and its reference page, without
-// a key (api-decisions §8).
+// a key.
 func (s *Server) docRoutes() {
 	s.e.GET("/openapi.json", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, OpenAPIDocument)

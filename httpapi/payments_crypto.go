@@ -37,7 +37,7 @@ var bscNetworks = map[domain.Environment]struct {
 	domain.Live: {56, "https://bscscan.com/address/"},
 }
 
-// masterWalletInstructions tell a depositor what the address accepts (§7).
+// masterWalletInstructions tell a depositor what the address accepts.
 const masterWalletInstructions = "Send only BEP-20 tokens on BNB Smart Chain (BSC) to this address; " +
 	"tokens sent on any other network are lost. The sending address must first be whitelisted " +
 	"(POST /v1/whitelist-address), or the deposit cannot be credited."

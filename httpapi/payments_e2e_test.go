@@ -631,7 +631,7 @@ func TestCryptoWithdrawal(t *testing.T) {
 		return map[string]any{"reference": ref, "amount": amount, "transactionType": "withdrawal",
 			"blockchainDetails": map[string]any{"toAddress": to, "network": "BSC"}}
 	}
-	// The checks run in the order api-decisions gives: format, whitelist,
+	// The checks run in a fixed order: format, whitelist,
 	// configuration.
 	h.intent(cid, crypto("c-0", "0x123", 1000)).expect(t, 400, "toAddress must be 0x followed by 40 hexadecimal characters")
 	h.intent(cid, crypto("c-1", "0x"+strings.Repeat("1", 40), 1000)).expect(t, 400, "Address is not whitelisted")

@@ -24,7 +24,7 @@ const (
 	sessionStart = "<!-- first-session -->"
 	sessionEnd   = "<!-- /first-session -->"
 	// defaultRateLimit is serve's ESCROW_RATE_LIMIT_PER_MINUTE default
-	// (api-decisions: 10 requests a minute per key), which the session
+	// (10 requests a minute per key), which the session
 	// must live with.
 	defaultRateLimit = 10
 	// spentBeforeSession are the standard key's requests made before the
@@ -292,8 +292,8 @@ func matchValue(at string, want, got any) error {
 }
 
 // The README tells a second terminal how to reach the checkout's
-// throwaway database, which every operator command needs (issue 24: it
-// did not, and they all failed with "DATABASE_URL is not set").
+// throwaway database, which every operator command needs (without it they all fail
+// with "DATABASE_URL is not set").
 func TestReadmeTellsTheSecondTerminalItsDatabase(t *testing.T) {
 	raw, err := os.ReadFile("../README.md")
 	if err != nil {

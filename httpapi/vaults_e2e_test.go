@@ -340,7 +340,7 @@ func TestWebhooksVault(t *testing.T) {
 	h := newWebhookHarness(t)
 	rc, a, b, topUpB, answered := hookedSellerAndBuyer(t, h, "08035558301", "08035558302")
 	top := h.topUp(a, 5000).expect(t, 200, "").obj()
-	delete(top, "mainBalance") // the answer's, not the record's (§7)
+	delete(top, "mainBalance") // the answer's, not the record's
 	answered[top["reference"].(string)] = top
 
 	won := h.createVault(stakesOf(a, 1000, b, 3000)).expect(t, 201, "").obj()

@@ -308,7 +308,7 @@ func TestWebhookURLRules(t *testing.T) {
 	put(h.sa(), "", map[string]any{"url": 5}).expect(t, 400, "url must be a string")
 	put(h.sa(), "", map[string]any{"url": "not a url"}).expect(t, 400, private)
 	put(h.std(), "", map[string]any{"url": "http://localhost:1"}).expect(t, 401, "Access denied")
-	// Test callbacks may be plain http, but not local (api-decisions §5):
+	// Test callbacks may be plain http, but not local:
 	// a test key may not probe the host's network either.
 	for _, u := range []string{"http://localhost:9000/cb", "http://127.0.0.1:5432/", "http://169.254.169.254/latest/meta-data/",
 		"https://[::127.0.0.1]/", "http://[::ffff:10.0.0.1]/", "http://[2002:a9fe:a9fe::]/", "http://[64:ff9b::7f00:1]/",
@@ -348,7 +348,7 @@ func TestWebhookURLRules(t *testing.T) {
 
 // TestWebhookDeliveryLogShowsNextAttempt: after a failed first attempt the
 // delivery log shows the message pending, its attempt and status code, and
-// the next attempt the first pause of §5 (5 s ± 10 %) after it; the retry
+// the next attempt the first retry pause (5 s ± 10 %) after it; the retry
 // then comes no earlier.
 func TestWebhookDeliveryLogShowsNextAttempt(t *testing.T) {
 	if webhooks.DefaultSchedule[0] != 5*time.Second || webhooks.Jitter != 0.10 {
@@ -563,7 +563,7 @@ func TestWebhookPaymentEventsFromRealFlows(t *testing.T) {
 	b := h.createCustomer(h.sa(), "b@x.com", "08031110008")
 	answered := map[string]map[string]any{}
 	top := h.topUp(a, 10000).expect(t, 200, "Wallet topped up successfully").obj()
-	delete(top, "mainBalance") // the answer's, not the record's (§7)
+	delete(top, "mainBalance") // the answer's, not the record's
 	answered[top["reference"].(string)] = top
 	for _, ref := range []string{"dep-ok", "dep-fail-1"} {
 		h.intent(a, map[string]any{"reference": ref, "amount": 700, "transactionType": "deposit"}).expect(t, 201, "")
@@ -647,7 +647,7 @@ func hookedSellerAndBuyer(t *testing.T, h *harness, sellerPhone, buyerPhone stri
 	buyer = h.createCustomer(h.sa(), "b@x.com", buyerPhone)
 	answered = map[string]map[string]any{}
 	top := h.topUp(buyer, 5000).expect(t, 200, "").obj()
-	delete(top, "mainBalance") // the answer's, not the record's (§7)
+	delete(top, "mainBalance") // the answer's, not the record's
 	topUpRef = top["reference"].(string)
 	answered[topUpRef] = top
 	return rc, seller, buyer, topUpRef, answered

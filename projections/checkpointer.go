@@ -91,8 +91,7 @@ func (c *checkpointer) close() {
 // projectors together, in one statement per delay. Under load nearly every
 // batch is skipped by most projectors, and each storing its own took a
 // round trip per projector per delay: in the escrow lifecycle benchmark
-// about one round trip per lifecycle, a tenth of them (docs/performance.md,
-// session 9).
+// about one round trip per lifecycle, a tenth of them.
 type skipFlusher struct {
 	r *Runner
 

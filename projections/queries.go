@@ -54,7 +54,7 @@ type Country struct {
 	ISOCode string `json:"isoCode"`
 }
 
-// Customer is the customer record of api-decisions §3.
+// Customer is the customer record the API answers.
 type Customer struct {
 	CustomerID    string               `json:"customerId"`
 	Firstname     string               `json:"firstname"`

@@ -12,8 +12,8 @@ type Category struct {
 	Name        string `json:"name"`
 	Description string `json:"description"`
 	ImageURL    string `json:"imageUrl"`
-	// Position is the category's 1-based place in listings (api-decisions
-	// §7); 0 (omitted) where it is not known, as in an escrow's copy.
+	// Position is the category's 1-based place in listings; 0 (omitted)
+	// where it is not known, as in an escrow's copy.
 	Position    int       `json:"position,omitempty"`
 	MerchantID  string    `json:"merchantId"`
 	Environment string    `json:"environment"`

@@ -36,7 +36,7 @@ type Dispatcher struct {
 	// one merchant's (default 16).
 	Workers     int
 	PerMerchant int
-	// Timeout bounds one attempt (default 10 s, §5).
+	// Timeout bounds one attempt (default 10 s).
 	Timeout time.Duration
 	// SlowAfter marks a merchant slow when one of its attempts has run this
 	// long (default Timeout/2); a slow or not yet answering merchant gets
@@ -76,7 +76,7 @@ type Dispatcher struct {
 	SweepInterval time.Duration
 	// SignatureHeaders are the header names that each carry the signature
 	// (default SignatureHeader alone; ESCROW_WEBHOOK_SIGNATURE_HEADERS), so
-	// receivers written for another name verify unchanged (§7).
+	// receivers written for another name verify unchanged.
 	// UserAgent is the User-Agent header (default UserAgent;
 	// ESCROW_WEBHOOK_USER_AGENT).
 	SignatureHeaders []string

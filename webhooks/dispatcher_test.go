@@ -802,7 +802,7 @@ func (t senderTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
-// TestDefaultTimeoutIsTenSeconds: §5 counts a delivery as successful only
+// TestDefaultTimeoutIsTenSeconds: the webhook rules count a delivery as successful only
 // with a 2xx within 10 s.
 func TestDefaultTimeoutIsTenSeconds(t *testing.T) {
 	d := &Dispatcher{}

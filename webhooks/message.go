@@ -2,7 +2,7 @@
 // URL: the mapping of domain events to messages (this file), the subscriber
 // that writes them to a PostgreSQL outbox in the same transaction as its
 // checkpoint, the dispatcher that signs and delivers them with retries, and
-// the callback URL rules (api-decisions §5).
+// the callback URL rules.
 package webhooks
 
 import (
@@ -32,7 +32,7 @@ type Message struct {
 	Body     []byte
 }
 
-// Envelope is the body of every webhook (api-decisions §5).
+// Envelope is the body of every webhook.
 type Envelope struct {
 	ID        string `json:"id"`
 	Event     string `json:"event"`
@@ -49,7 +49,7 @@ const TimestampFormat = "2006-01-02T15:04:05.000Z"
 var messageNamespace = uuid.MustParse("8a4f3c1e-5b7d-4e9a-9c2f-1d6b0e7a3f58")
 
 // AnnouncedTypes are the transaction types that announce themselves when
-// they settle (§5). Internal legs (escrow_release, vault_*) do not.
+// they settle. Internal legs (escrow_release, vault_*) do not.
 var AnnouncedTypes = map[ledger.Type]bool{
 	ledger.Deposit: true, ledger.Transfer: true, ledger.Withdrawal: true, ledger.WalletTransfer: true,
 	ledger.EscrowPayment: true, ledger.Commission: true, ledger.Delivery: true,

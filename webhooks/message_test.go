@@ -274,7 +274,7 @@ func TestValidateCallbackURL(t *testing.T) {
 		{"https://93.184.216.34/cb", domain.Live, false, ""},
 		{"http://hooks.example.com/cb", domain.Live, false, private},
 		{"http://hooks.example.com/cb", domain.Live, true, private},
-		// Non-public addresses are refused in both environments (§5).
+		// Non-public addresses are refused in both environments.
 		{"http://localhost:9000/cb", domain.Test, false, private},
 		{"http://localhost:9000/cb", domain.Test, true, ""},
 		{"https://localhost:9000/cb", domain.Live, false, private},

@@ -2,7 +2,7 @@ package webhooks
 
 import "time"
 
-// DefaultSchedule is the pause before each retry (§5): a message is tried
+// DefaultSchedule is the pause before each retry: a message is tried
 // once, then again after each of these (± Jitter), then marked failed.
 var DefaultSchedule = []time.Duration{
 	5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour,

@@ -19,7 +19,7 @@ type Resolver interface {
 
 // ValidateCallbackURL checks a callback URL before it is stored: an absolute
 // http(s) URL, https on live, and (unless allowPrivate) a host that resolves
-// to public addresses only, in both environments (api-decisions §5: a test
+// to public addresses only, in both environments (a test
 // key is no less able to probe the host's network). "" clears the URL and is
 // always valid. The dialer checks the addresses again at every delivery (see
 // guardedControl), since DNS can change after this check.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"reflect"
@@ -299,8 +300,8 @@ func jsonEqual(a, b []byte) bool {
 	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
-// serve refuses a role it does not know (a typo used to start nothing and
-// exit 0, which a supervisor takes for a clean stop).
+// serve refuses a role it does not know (a typo that started nothing and
+// exited 0 would read as a clean stop to a supervisor).
 func TestServeRefusesAnUnknownRole(t *testing.T) {
 	db := pgtest.NewURL(t)
 	for roles, unknown := range map[string]string{"projectors": `"projectors"`, "api,webhook": `"webhook"`, "api,": `""`} {
@@ -321,7 +322,11 @@ func TestServeAcceptsSpacedRoles(t *testing.T) {
 	env := testEnv(t, db)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // start and stop at once: only the roles are under test
-	if err := serve(ctx, mustConfig(t, db), env, " api , projector ", "127.0.0.1:0"); err != nil {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve(ctx, mustConfig(t, db), env, " api , projector ", ln); err != nil {
 		t.Fatalf("serve --role ' api , projector ': %v", err)
 	}
 }

@@ -92,7 +92,7 @@ func TestOperatorCommands(t *testing.T) {
 		!strings.Contains(err.Error(), "url must be a public http(s) address") {
 		t.Fatalf("live loopback callback accepted: %v", err)
 	}
-	// Test callbacks may not be local either (api-decisions §5), unless
+	// Test callbacks may not be local either, unless
 	// the operator allows it.
 	if _, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "test", "--url", "http://127.0.0.1:9000/hook"); err == nil ||
 		!strings.Contains(err.Error(), "url must be a public http(s) address") {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 )
 
@@ -32,6 +33,9 @@ type command struct {
 	positional int
 	// define adds the command's flags to fs and returns what runs it.
 	define func(fs *flag.FlagSet) runFunc
+	// prepare, when set, runs once the command line is understood and
+	// before the database is opened (serve claims its address there).
+	prepare func(fs *flag.FlagSet, inv *invocation) error
 }
 
 // runFunc runs a command whose flags are parsed: inv.env is open when the
@@ -48,6 +52,8 @@ type invocation struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+	// listener is the address a serving command claimed in prepare.
+	listener net.Listener
 }
 
 // usageError is a mistake in the command line (exit code 2): main prints it
@@ -116,7 +122,7 @@ func overview() string {
 
 Commands that use the database, serve aside, log only warnings and errors;
 add -v to log more.
-Configuration comes from environment variables (see README): DATABASE_URL
+Configuration comes from environment variables (docs/configuration.md): DATABASE_URL
 (for the checkout's throwaway database: export DATABASE_URL=$(scripts/pg.sh url)),
 ESCROW_ADDR, ESCROW_HOSTS, ESCROW_DEFAULT_ENVIRONMENT, ESCROW_RATE_LIMIT_PER_MINUTE, ...
 
@@ -247,6 +253,14 @@ func runIO(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 		}
 	}
 	inv := &invocation{args: positional, stdin: stdin, stdout: stdout, stderr: stderr}
+	if c.prepare != nil {
+		if err := c.prepare(fs, inv); err != nil {
+			return err
+		}
+	}
+	if inv.listener != nil {
+		defer inv.listener.Close() // already closed when the server ran
+	}
 	err = c.execute(ctx, inv, runCmd, verbose != nil && *verbose)
 	if ue := usageError(""); errors.As(err, &ue) {
 		return commandUsage{err, c.usage()}

@@ -17,7 +17,7 @@ import (
 	"github.com/escrowd/escrowd/webhooks"
 )
 
-// Config is read from environment variables (api-decisions §6).
+// Config is read from environment variables.
 type Config struct {
 	DatabaseURL        string
 	Addr               string
@@ -35,7 +35,7 @@ type Config struct {
 	WebhookAllowPriv bool
 	WebhookRetention time.Duration
 	// WebhookSignatureHeaders each carry a delivery's signature;
-	// WebhookUserAgent is its User-Agent (api-decisions §7).
+	// WebhookUserAgent is its User-Agent.
 	WebhookSignatureHeaders []string
 	WebhookUserAgent        string
 	TrustedProxies          []*net.IPNet
@@ -137,11 +137,12 @@ func LoadConfig() (Config, error) {
 		KurrentURL:         os.Getenv("KURRENTDB_URL"),
 		Hosts:              map[string]domain.Environment{},
 		DefaultEnvironment: domain.Environment(getenv("ESCROW_DEFAULT_ENVIRONMENT", "test")),
-		PublicURL:          strings.TrimRight(getenv("ESCROW_PUBLIC_URL", "http://localhost:8080"), "/"),
-		DataDir:            getenv("ESCROW_DATA_DIR", "./.data"),
-		BSCMasterTest:      os.Getenv("ESCROW_BSC_MASTER_ADDRESS_TEST"),
-		BSCMasterLive:      os.Getenv("ESCROW_BSC_MASTER_ADDRESS_LIVE"),
-		LogFormat:          getenv("ESCROW_LOG_FORMAT", "json"),
+		// Unset, file and checkout URLs point at this machine's port.
+		PublicURL:     strings.TrimRight(getenv("ESCROW_PUBLIC_URL", "http://"+reachable(getenv("ESCROW_ADDR", ":8080"))), "/"),
+		DataDir:       getenv("ESCROW_DATA_DIR", "./.data"),
+		BSCMasterTest: os.Getenv("ESCROW_BSC_MASTER_ADDRESS_TEST"),
+		BSCMasterLive: os.Getenv("ESCROW_BSC_MASTER_ADDRESS_LIVE"),
+		LogFormat:     getenv("ESCROW_LOG_FORMAT", "json"),
 	}
 	if c.DatabaseURL == "" {
 		return c, fmt.Errorf("DATABASE_URL is not set (in a checkout, for its throwaway database: export DATABASE_URL=$(scripts/pg.sh url))")

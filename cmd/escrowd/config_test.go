@@ -12,7 +12,7 @@ import (
 )
 
 // TestLoadConfigHostEnvironments: ESCROW_HOSTS and ESCROW_DEFAULT_ENVIRONMENT
-// as api-decisions §1 and §6 define them (host names matched without regard
+// as the service defines them (host names matched without regard
 // to case; an unlisted host gets the default, test unless set).
 func TestLoadConfigHostEnvironments(t *testing.T) {
 	type hosts = map[string]domain.Environment

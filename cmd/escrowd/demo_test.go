@@ -62,13 +62,15 @@ func TestDemoShowsWebhookSetupOnce(t *testing.T) {
 	listen := "./bin/escrowd webhooks listen --port 9000 --secret " + secret
 	setWebhook := "(or: ./bin/escrowd merchant set-webhook --merchant " + m.MerchantID + " --env test --url http://127.0.0.1:9000/)"
 	guidance := []string{
-		"Webhooks: run a local receiver in another terminal, then point the demo merchant at it:",
+		"export SA=" + sa,
+		"export API=http://localhost:8080",
+		"Webhooks: run a local receiver in a third terminal:",
 		listen,
-		`curl -s -X PUT http://localhost:8080/v1/merchant/webhook \`,
-		`-H 'Authorization: Bearer ` + sa + `' -H 'Content-Type: application/json' \`,
-		`-d '{"url":"http://127.0.0.1:9000/"}'`,
+		"then point the demo merchant at it, from the second terminal:",
+		`curl -s -X PUT "$API/v1/merchant/webhook" -H "Authorization: Bearer $SA" \`,
+		`-H 'Content-Type: application/json' -d '{"url":"http://127.0.0.1:9000/"}'`,
 		setWebhook,
-		"Deliveries and retries: curl -s http://localhost:8080/v1/merchant/webhook/deliveries -H 'Authorization: Bearer " + sa + "'",
+		`Deliveries and retries: curl -s "$API/v1/merchant/webhook/deliveries" -H "Authorization: Bearer $SA"`,
 	}
 	lines := strings.Split(first, "\n")
 	at := -1

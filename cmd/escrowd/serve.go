@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -66,7 +68,7 @@ func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus
 }
 
 var serveCommand = &command{
-	name: "serve", args: "[--role api,projector,webhooks] [--addr :8080]",
+	name: "serve", args: "[--role api,projector,webhooks] [--addr :8080] [--demo]",
 	summary: "run the HTTP API, the projectors and the webhook subscriber and dispatcher",
 	detail: `Roles (default: all three):
   api        the HTTP API (and the payout resumer and the scheduler that
@@ -74,30 +76,44 @@ var serveCommand = &command{
              the window-ending reminder)
   projector  keeps the read models current
   webhooks   the webhook subscriber (fills the outbox) and a dispatcher
+The address is claimed first: a taken one is reported before anything else.
+--demo is what make run runs: without DATABASE_URL it starts the checkout's
+throwaway database (scripts/pg.sh), and unless they are set it turns the
+rate limit off (ESCROW_RATE_LIMIT_PER_MINUTE=0), allows webhooks to this
+machine (ESCROW_WEBHOOK_ALLOW_PRIVATE=true) and logs for a terminal; then it
+prints the demo merchant's keys and a block for a second terminal.
 SIGINT or SIGTERM stops it: it logs the signal, stops taking requests, lets
 those in flight finish (up to 15 s) and logs when it has stopped.`,
+	prepare:  prepareServe,
 	database: true,
 	define: func(fs *flag.FlagSet) runFunc {
 		roles := fs.String("role", "api,projector,webhooks", "comma-separated roles to run: api, projector, webhooks")
-		addr := fs.String("addr", "", "listen address (default ESCROW_ADDR, or :8080)")
+		fs.String("addr", "", "listen address (default ESCROW_ADDR, or :8080)")
+		demo := fs.Bool("demo", false, "the sandbox make run starts: a demo merchant, its keys and requests to try, no rate limit")
 		return func(ctx context.Context, inv *invocation) error {
-			listen := inv.cfg.Addr
-			if *addr != "" {
-				listen = *addr
+			cfg := inv.cfg
+			if inv.listener != nil && os.Getenv("ESCROW_PUBLIC_URL") == "" {
+				cfg.PublicURL = localURL(inv.listener.Addr()) // the port actually claimed
 			}
-			return serve(ctx, inv.cfg, inv.env, *roles, listen)
+			if *demo && inv.listener != nil {
+				if err := printDemo(ctx, cfg, inv.env, localURL(inv.listener.Addr())); err != nil {
+					return err
+				}
+			}
+			return serve(ctx, cfg, inv.env, *roles, inv.listener)
 		}
 	},
 }
 
-// serve runs the roles until ctx ends (a signal), logging the shutdown.
-func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) error {
+// serve runs the roles until ctx ends (a signal), logging the shutdown; the
+// API serves on ln.
+func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Listener) error {
 	want := map[string]bool{}
 	for _, r := range strings.Split(roles, ",") {
 		r = strings.TrimSpace(r)
 		if r != "api" && r != "projector" && r != "webhooks" {
-			// A typo ("--role projectors") used to start nothing and exit 0,
-			// which a supervisor reads as a clean stop.
+			// A typo ("--role projectors") must not start nothing and exit
+			// 0, which a supervisor reads as a clean stop.
 			return usageError(fmt.Sprintf("serve: unknown role %q (want api, projector, webhooks)", r))
 		}
 		want[r] = true
@@ -134,6 +150,9 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		g.Go(func() error { return runWebhooks(ctx, cfg, env, reg) })
 	}
 	if want["api"] {
+		if ln == nil {
+			return errors.New("serve: the api role has no address to listen on")
+		}
 		api, err := newAPI(cfg, env, runner, reg, want["webhooks"])
 		if err != nil {
 			return err
@@ -156,10 +175,10 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles, addr string) err
 		daily := newDailyReconciler(api.App(), env.Pool, env.Log)
 		reg.MustRegister(daily)
 		g.Go(func() error { return daily.Run(ctx) })
-		srv := api.HTTPServer(addr, httpapi.DefaultLimits)
+		srv := api.HTTPServer(ln.Addr().String(), httpapi.DefaultLimits)
 		g.Go(func() error {
-			env.Log.Info("listening", zap.String("addr", addr))
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			env.Log.Info("listening", zap.String("addr", ln.Addr().String()))
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
 			return nil

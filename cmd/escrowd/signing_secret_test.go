@@ -27,7 +27,7 @@ func cliIn(t *testing.T, dbURL, stdin string, args ...string) (string, string, e
 	return out.String(), errOut.String(), err
 }
 
-// TestSetSigningSecretVerifiesADelivery (api-decisions §7): a merchant's
+// TestSetSigningSecretVerifiesADelivery: a merchant's
 // own secret, piped to `merchant set-signing-secret`, signs the next
 // delivery of `serve --role webhooks`, under every header name of
 // ESCROW_WEBHOOK_SIGNATURE_HEADERS and with ESCROW_WEBHOOK_USER_AGENT. The

@@ -198,7 +198,7 @@ func TestWebhookRetentionConfig(t *testing.T) {
 }
 
 // TestWebhookAllowPrivateConfig: ESCROW_WEBHOOK_ALLOW_PRIVATE (default
-// false, §6) reaches the HTTP layer and the operator commands; anything
+// false) reaches the HTTP layer and the operator commands; anything
 // but a true value keeps private live callbacks refused.
 func TestWebhookAllowPrivateConfig(t *testing.T) {
 	db := pgtest.NewURL(t)

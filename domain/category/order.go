@@ -7,7 +7,7 @@ import (
 )
 
 // Order is the display order of one merchant environment's categories
-// (api-decisions §7: listings are ordered by position; a category can be
+// (listings are ordered by position; a category can be
 // moved and the others renumber). It is one aggregate per merchant and
 // environment: a move changes every later position at once, which only a
 // single list can do atomically. Categories are few and rarely reordered,

@@ -1,4 +1,4 @@
-// Package checkout is the hosted checkout session (api-decisions §8): a
+// Package checkout is the hosted checkout session: a
 // single-use, expiring permission for one buyer to pay one escrow from a
 // page the service serves. The session is an aggregate of its own, so its
 // payment is recorded in the same atomic append as the escrow payment: a
@@ -31,7 +31,7 @@ const (
 )
 
 // Errors. A session that can no longer pay is Gone (410), an unknown one
-// NotFound (404), as §8 says.
+// NotFound (404).
 var (
 	ErrNotFound        = domain.Errorf(domain.NotFound, "Checkout session not found")
 	ErrExpired         = domain.Errorf(domain.Gone, "Checkout session has expired")

@@ -10,7 +10,7 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 )
 
-// Errors with the spec's and api-decisions' messages.
+// Errors with the messages clients of the public API match.
 var (
 	ErrNotFound         = domain.Invalidf("Escrow not found")
 	ErrOtherMerchant    = domain.Invalidf("Escrow does not belong to this merchant")

@@ -79,7 +79,7 @@ func TestSubmitDispute(t *testing.T) {
 }
 
 // expectation computes, independently of Settlement, what each account
-// gains or loses when a funded escrow is resolved (api-decisions §4).
+// gains or loses when a funded escrow is resolved.
 type expectation struct {
 	amount, fee, additional money.Amount
 	who                     WhoPays

@@ -67,7 +67,7 @@ func settleMilestones(ms []Milestone, st Status, at time.Time) []Milestone {
 	return out
 }
 
-// Milestone rules and messages (api-decisions §3).
+// Milestone rules and messages.
 var (
 	ErrMilestoneSum              = domain.Invalidf("The sum of milestone amounts must equal the escrow amount")
 	ErrTooFewMilestones          = domain.Invalidf("A milestone escrow needs at least 2 milestones")

@@ -100,7 +100,7 @@ func TestCreateMilestones(t *testing.T) {
 }
 
 // TestReleaseMilestones releases every milestone in order and checks each
-// movement against the rule of §4: the milestone's amount from the buyer's
+// movement against the fee rule: the milestone's amount from the buyer's
 // escrow balance to its beneficiary; the last also collects the fee.
 func TestReleaseMilestones(t *testing.T) {
 	s := milestoneEscrow(t)

@@ -409,7 +409,7 @@ func TestReleasedIsALedgerEntry(t *testing.T) {
 	}
 }
 
-// Oracles written from api-decisions §4, independent of the package's
+// Oracles written from the fee and settlement rules, independent of the package's
 // helpers.
 func oracleFee(amount money.Amount, bps int64) money.Amount {
 	naira := (amount.Kobo()*bps + 500_000) / 1_000_000

@@ -41,7 +41,7 @@ type Payout struct {
 // settles. Every way an escrow pays out (confirm, claim, a dispute's
 // resolution, a milestone's release, a vault's winner or cancellation)
 // builds one, and Entry turns it into balanced postings and records, so
-// the rules of §4 live in the builders and the bookkeeping in one place.
+// the fee rules live in the builders and the bookkeeping in one place.
 type Settlement struct {
 	// Status is the status the escrow reaches; "" leaves it unchanged (a
 	// milestone released before the last).

@@ -36,7 +36,7 @@ type Participant struct {
 	SettledAt  *time.Time        `json:"settledAt,omitempty"`
 }
 
-// Vault rules and messages (api-decisions §3).
+// Vault rules and messages.
 var (
 	ErrVaultParticipants = domain.Invalidf("A vault needs at least 2 unique participants")
 	ErrVaultPot          = domain.Invalidf("Vault pot must be at least 1000")

@@ -218,7 +218,7 @@ type WalletDetails struct {
 }
 
 // EscrowDetails names the escrows a record pays or settles. A payment
-// that funds escrows also describes them (api-decisions §7): one escrow in
+// that funds escrows also describes them: one escrow in
 // the flat fields, several in Escrows, one object each.
 type EscrowDetails struct {
 	EscrowIDs     []string `json:"escrowIds"`

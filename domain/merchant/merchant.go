@@ -31,7 +31,7 @@ type FeePolicy struct {
 	CryptoWithdrawalFee int64 `json:"cryptoWithdrawalFee"` // kobo per crypto payout
 }
 
-// DefaultFees is api-decisions §4.
+// DefaultFees is the fee policy of a new merchant.
 var DefaultFees = FeePolicy{
 	EscrowFeeBps: 250, CommissionBps: 5000, VaultFeeBps: 250, VaultCommissionBps: 5000,
 	BankWithdrawalFee: 5000, CryptoWithdrawalFee: 0,
@@ -204,7 +204,7 @@ const MinSigningSecretLength = 32
 
 // SetSigningSecret decides making secret the signing secret of env: an
 // operator keeps the secret a merchant's receivers already verify with
-// (api-decisions §7). The secret is an HMAC key sent in no header, so any
+// . The secret is an HMAC key sent in no header, so any
 // printable characters do; whitespace and control characters are refused
 // because they are lost or changed when pasted or read as a line. Setting
 // the secret in force records nothing.

@@ -11,7 +11,7 @@ type Bank struct {
 	Code string `json:"code"`
 	// NIPCode is the bank's 6-digit NIBSS Instant Payment institution code
 	// (000013 for GTBank's 058), which clients written for NIP send as
-	// bankCode (api-decisions §7).
+	// bankCode.
 	NIPCode string `json:"nipCode"`
 }
 

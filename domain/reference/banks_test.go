@@ -7,7 +7,7 @@ import (
 
 // TestBankNIPCodes: every bank carries a 6-digit NIP code; the deposit
 // money banks a 3-digit CBN code; no code names two banks. The pinned rows
-// are the examples of api-decisions §7's brief.
+// are the examples clients of the public API send.
 func TestBankNIPCodes(t *testing.T) {
 	six, three := regexp.MustCompile(`^\d{6}$`), regexp.MustCompile(`^\d{3}$`)
 	seen := map[string]string{}

@@ -3,10 +3,10 @@ package postgres
 // Group commit. At most Store.AppendCalls appends run at once, each alone
 // with es_append. Appends that arrive while all of them run wait in a queue,
 // and the first call to finish takes the queue and sends it as one call of
-// es_append_batch (migration 0012): one round trip, one transaction and one
+// es_append_batch (a function of the baseline schema): one round trip, one transaction and one
 // WAL flush for all of them, each append still accepted or refused on its
 // own. An idle store sends an append at once, alone; under load the calls
-// grow with the queue. Measurements: docs/performance.md, session 10.
+// grow with the queue (docs/performance.md, "Event store").
 
 import (
 	"context"

@@ -20,8 +20,7 @@ import (
 
 // TestConformanceGrouped runs the contract with one append call at a time,
 // so that appends meeting another in flight go in a group. Every append
-// runs through es_append_batch anyway (es_append is a group of one since
-// migration 0013); what this run adds is several appends per call: the
+// runs through es_append_batch anyway (es_append is a group of one); what this run adds is several appends per call: the
 // suite's cases whose concurrent appends touch different streams (gap
 // safety: positions and ordering under concurrent commits) then commit in
 // groups. Cases whose appends race for one stream are never grouped (the

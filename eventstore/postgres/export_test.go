@@ -2,21 +2,13 @@ package postgres
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-var (
-	tailHits    sync.Map // *Store → *atomic.Int64
-	lostAnswers sync.Map // *Store → true
-)
+var lostAnswers sync.Map // *Store → true
 
 func init() {
-	testHookTailHit = func(s *Store) {
-		n, _ := tailHits.LoadOrStore(s, new(atomic.Int64))
-		n.(*atomic.Int64).Add(1)
-	}
 	testHookLoseAnswer = func(s *Store) bool {
 		_, ok := lostAnswers.Load(s)
 		return ok
@@ -29,13 +21,7 @@ func init() {
 func SetTailWindow(s *Store, n int) { s.tail.max = n }
 
 // TailHits is how many reads the shared tail answered from its window.
-func TailHits(s *Store) int {
-	n, ok := tailHits.Load(s)
-	if !ok {
-		return 0
-	}
-	return int(n.(*atomic.Int64).Load())
-}
+func TailHits(s *Store) int { return int(s.tail.hits.Load()) }
 
 // Stopping is closed once Close has begun stopping the store's background
 // loops.

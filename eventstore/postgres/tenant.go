@@ -10,8 +10,8 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 )
 
-// ReadTenant reads one tenant's events through es_events_tenant_idx
-// (migration 0014), under the same horizon as ReadAll.
+// ReadTenant reads one tenant's events through es_events_tenant_idx,
+// under the same horizon as ReadAll.
 func (s *Store) ReadTenant(ctx context.Context, f eventstore.TenantFilter, after eventstore.Position, skip, limit int) ([]eventstore.RecordedEvent, error) {
 	if limit <= 0 {
 		limit = 1000

@@ -8,7 +8,7 @@ import (
 )
 
 // escrowSummary describes a funded escrow for its payment's record
-// (api-decisions §7): the beneficiary is the seller, or the merchant
+// : the beneficiary is the seller, or the merchant
 // selling as itself. The seller's stream is read, not checked: a name
 // changed meanwhile does not make the payment wrong.
 func (s *Service) escrowSummary(tx *Tx, a Actor, e escrow.State) (ledger.EscrowSummary, error) {

@@ -21,7 +21,7 @@ func (s *Service) TopUp(ctx context.Context, a Actor, customerID string, amount 
 }
 
 // TopUpResult is a top-up's deposit record and the main balance right
-// after it (api-decisions §7: top-up answers carry mainBalance).
+// after it (top-up answers carry mainBalance).
 type TopUpResult struct {
 	Record      ledger.Record
 	MainBalance money.Amount

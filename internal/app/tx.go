@@ -27,16 +27,39 @@ type Tx struct {
 	stale bool
 }
 
+// expectation is what the append expects of a stream's revision.
+type expectation int
+
+const (
+	// unset: the command has neither read nor written the stream.
+	unset expectation = iota
+	// anyRevision: written without being read (Append), so appended with
+	// eventstore.Any.
+	anyRevision
+	// decidedRevision: the decision rests on rev (read, taken to be absent
+	// by ReadNew, or created by Record): appended at exactly rev, or as a
+	// new stream when rev is -1.
+	decidedRevision
+)
+
+// proof is what the append proves of a stream the command read but writes
+// no event to.
+type proof int
+
+const (
+	// noProof: a stream without events is left out of the append.
+	noProof proof = iota
+	// observed: an unlocked revision check (ReadLatest).
+	observed
+	// guarded: a locked revision check, as a write's (Guard).
+	guarded
+)
+
 type txStream struct {
-	rev   int64 // revision the decision was based on; -1 no stream
-	known bool  // rev was read (else the stream is append-only: Any)
-	guard bool  // include as a zero-event revision check
-	// observe: include as an observed (unlocked) revision check, unless
-	// written or guarded (see ReadLatest).
-	observe bool
-	// unchecked appends with eventstore.Any (see Append).
-	unchecked bool
-	events    []domain.Event
+	rev    int64 // revision the decision was based on; -1 no stream
+	expect expectation
+	proof  proof
+	events []domain.Event
 	// after refreshes the cache after the append, given the stream's new
 	// revision and the id of its last event.
 	after func(newRev int64, lastID uuid.UUID)
@@ -44,7 +67,7 @@ type txStream struct {
 
 // Read loads aggregate id of kind k within tx.
 func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
-	return read(tx, k, id, tx.fresh)
+	return read(tx, k, id)
 }
 
 // ReadLatest is Read for an aggregate the command reads but does not write,
@@ -58,11 +81,14 @@ func Read[S any](tx *Tx, k Kind[S], id string) (S, error) {
 // written aggregate needs none of this: its expected revision rejects a
 // stale decision.
 func ReadLatest[S any](tx *Tx, k Kind[S], id string) (S, error) {
-	st, err := read(tx, k, id, tx.fresh)
-	if err == nil {
-		tx.stream(k.StreamName(id)).observe = true
+	st, err := read(tx, k, id)
+	if err != nil {
+		return st, err
 	}
-	return st, err
+	if ts := tx.stream(k.StreamName(id)); ts.proof == noProof { // a guard proves more
+		ts.proof = observed
+	}
+	return st, nil
 }
 
 // ReadNew is Read for an aggregate the command expects not to exist yet (a
@@ -81,13 +107,13 @@ func ReadNew[S any](tx *Tx, k Kind[S], id string) (S, error) {
 	var zero S
 	tx.stale = true
 	ts := tx.stream(stream)
-	ts.rev, ts.known, ts.unchecked = -1, true, false
+	ts.rev, ts.expect = -1, decidedRevision
 	return zero, nil
 }
 
-func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
+func read[S any](tx *Tx, k Kind[S], id string) (S, error) {
 	stream := k.StreamName(id)
-	state, rev, cachedOnly, err := load(tx.ctx, tx.engine, k, stream, fresh)
+	state, rev, cachedOnly, err := load(tx.ctx, tx.engine, k, stream, tx.fresh)
 	if cachedOnly {
 		tx.stale = true
 	}
@@ -100,10 +126,10 @@ func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 	// command already decided on (read, taken to be new by ReadNew, or
 	// created by Record) keeps it: events decided on it must not be
 	// appended at a revision read after them.
-	if !ts.known || ts.unchecked {
+	if ts.expect != decidedRevision {
 		ts.rev = rev
 	}
-	ts.known, ts.unchecked = true, false
+	ts.expect = decidedRevision
 	return state, nil
 }
 
@@ -111,7 +137,7 @@ func read[S any](tx *Tx, k Kind[S], id string, fresh bool) (S, error) {
 // read in this tx (so its revision is checked); otherwise it is created and
 // must not exist yet.
 func Record[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
-	record(tx, k, id, false, events)
+	record(tx, k, id, decidedRevision, events)
 }
 
 // Guard makes the append also prove that aggregate id, read in this tx, is
@@ -123,7 +149,7 @@ func Guard[S any](tx *Tx, k Kind[S], id string) (S, error) {
 	if err != nil {
 		return state, err
 	}
-	tx.stream(k.StreamName(id)).guard = true
+	tx.stream(k.StreamName(id)).proof = guarded
 	return state, nil
 }
 
@@ -132,14 +158,16 @@ func Guard[S any](tx *Tx, k Kind[S], id string) (S, error) {
 // cannot depend on the stream's state, such as a credit to a wallet: it can
 // never overdraw, so it need not conflict with concurrent debits or credits.
 func Append[S any](tx *Tx, k Kind[S], id string, events ...domain.Event) {
-	record(tx, k, id, true, events)
+	record(tx, k, id, anyRevision, events)
 }
 
-func record[S any](tx *Tx, k Kind[S], id string, unchecked bool, events []domain.Event) {
+// record adds events to the stream; unread is the expectation of a stream
+// the command has not read (a read stream keeps its revision).
+func record[S any](tx *Tx, k Kind[S], id string, unread expectation, events []domain.Event) {
 	stream := k.StreamName(id)
 	ts := tx.stream(stream)
-	if !ts.known {
-		ts.rev, ts.known, ts.unchecked = -1, true, unchecked
+	if ts.expect == unset {
+		ts.rev, ts.expect = -1, unread
 	}
 	ts.events = append(ts.events, events...)
 	e := tx.engine
@@ -333,13 +361,13 @@ func (e *Engine) build(tx *Tx, meta domain.Meta) ([]eventstore.StreamAppend, []b
 	var out []eventstore.StreamAppend
 	for _, name := range tx.order {
 		ts := tx.streams[name]
-		if len(ts.events) == 0 && !ts.guard && !ts.observe {
+		if len(ts.events) == 0 && ts.proof == noProof {
 			continue
 		}
 		sa := eventstore.StreamAppend{Stream: name, Expected: eventstore.NoStream,
-			Observed: len(ts.events) == 0 && !ts.guard}
+			Observed: len(ts.events) == 0 && ts.proof == observed}
 		switch {
-		case ts.unchecked:
+		case ts.expect == anyRevision:
 			sa.Expected = eventstore.Any
 		case ts.rev >= 0:
 			sa.Expected = eventstore.Exact(uint64(ts.rev))

@@ -1,4 +1,4 @@
-// Package chaos is the bank-transfer invariant harness (issue 23), in the
+// Package chaos is the bank-transfer invariant harness, in the
 // spirit of Jepsen's bank test and TigerBeetle's simulator. Its test builds
 // the escrowd binary, starts a PostgreSQL cluster of its own on loopback,
 // runs several `escrowd serve` processes over it, drives a bounded mixed

@@ -35,7 +35,7 @@ type Projector interface {
 // the database: Plan queues them on b instead of executing them, and the
 // runner sends them after the checkpoint move in one pipeline, one round
 // trip and one implicit transaction, instead of BEGIN, the move, the
-// writes and COMMIT in four (docs/performance.md, session 9).
+// writes and COMMIT in four.
 //
 // Reads that planning needs (rows the batch changes that the projector
 // does not remember) go through r. The runner passes the pool, so they

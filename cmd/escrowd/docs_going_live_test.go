@@ -10,18 +10,18 @@ import (
 	"github.com/escrowd/escrowd/domain"
 )
 
-// TestReadmeSimulatorBlockRuns: the README's commands for trying the
+// TestGoingLiveSimulatorBlockRuns: docs/going-live.md's commands for trying the
 // Paystack rails locally are what the commands accept: the simulator's
 // flags parse, and the variables give the test environment the Paystack
 // provider at the simulator's address with its key.
-func TestReadmeSimulatorBlockRuns(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
+func TestGoingLiveSimulatorBlockRuns(t *testing.T) {
+	raw, err := os.ReadFile("../../docs/going-live.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(raw), "### Trying it without a Paystack account")
+	_, section, ok := strings.Cut(string(raw), "## Trying it without a Paystack account")
 	if !ok {
-		t.Fatal("the README has no section on trying the Paystack rails locally")
+		t.Fatal("docs/going-live.md has no section on trying the Paystack rails locally")
 	}
 	_, block, _ := strings.Cut(section, "```sh\n")
 	block, _, _ = strings.Cut(block, "```")
