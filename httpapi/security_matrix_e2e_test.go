@@ -157,7 +157,7 @@ var tenancyMatrix = map[string]matrixRow{
 
 	"POST /v1/checkout/sessions":    {bodies: []string{`{"paymentToken":"{{paymentToken}}","customerId":"{{customerId}}"}`}},
 	"GET /v1/checkout/sessions/:id": {params: map[string]string{"id": "checkoutId"}},
-	"GET /checkout/:id": {public: "the buyer's checkout page: the unguessable session id is the capability (api-decisions §8)",
+	"GET /checkout/:id": {public: "the buyer's checkout page: the unguessable session id is the capability",
 		params: map[string]string{"id": "checkoutId"}},
 	"POST /checkout/:id/pay": {public: "a checkout page form: the session id and its anti-forgery token are the capability",
 		params: map[string]string{"id": "checkoutId"}},
@@ -174,7 +174,7 @@ var tenancyMatrix = map[string]matrixRow{
 		params: map[string]string{"paymentToken": "paymentToken"}, showsItsTarget: true},
 	"echo_route_not_found /escrow":   {public: "the payment links' not-found handler"},
 	"echo_route_not_found /escrow/*": {public: "the payment links' not-found handler"},
-	"GET /openapi.json":              {public: "the API reference (api-decisions §8)"},
+	"GET /openapi.json":              {public: "the API reference"},
 	"POST /hooks/paystack/:env": {public: "the provider's signed events: the signature is the capability, and money moves only on the provider's own answer",
 		params: map[string]string{"env": "environment"}, bodies: []string{`{"event":"transfer.success","data":{"id":1,"reference":"{{reference}}"}}`}},
 	"GET /docs":                     {public: "the API reference, rendered"},

@@ -24,8 +24,10 @@ const repoRoot = "../.."
 const readmeMaxLines = 200
 
 var (
-	// outside names what a reader of the repository does not have.
-	outside = regexp.MustCompile(`\.\./shared/|shared/spec|api-decisions|service-spec|§`)
+	// outside names what a reader of the repository does not have: the
+	// team's own specification files and their section sign (spelled with
+	// character classes, so the pattern is not itself such a name).
+	outside = regexp.MustCompile(`\.\.[/]shared[/]|shared[/]spec|api[-]decisions|service[-]spec|\x{00A7}`)
 	// workLog is a reference to the story of a change.
 	workLog = regexp.MustCompile(`(?i)\b(sessions? \d+|issues? \d+|issue \d+'s|waves? \d+|wave of)\b|\b(session|issue) #\d+`)
 	// dated is a calendar date written out, as a diary writes it.
