@@ -43,6 +43,12 @@ func TestUpperCaseEnumerations(t *testing.T) {
 	if len(list) != 1 || list[0].(map[string]any)["reference"] != "pay-upper" {
 		t.Fatalf("history %s", hist.Raw)
 	}
+	// "transfer" is a value of the public enumeration that no record here
+	// carries: filtering by it is valid, and finds nothing.
+	hist = h.do(req{path: "/v1/payment/history?type=Transfer", key: h.std(), cid: buyer}).expect(t, 200, "")
+	if list, _ := hist.obj()["data"].([]any); len(list) != 0 {
+		t.Fatalf("history of transfers %s", hist.Raw)
+	}
 	// Still refused by name: a value of no enumeration.
 	h.intent(buyer, map[string]any{"amount": 5000, "reference": "dep-bad", "transactionType": "LOAN"}).
 		expect(t, 400, "transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")

@@ -22,8 +22,11 @@ var (
 	// escrowListingEnum is the type of GET /v1/escrow/transactions.
 	escrowListingEnum = enum{"sales", "buy"}
 	// transactionTypeEnum is every transaction record's transactionType
-	// (create-intent accepts some, history filters by any).
-	transactionTypeEnum = enum{string(ledger.Deposit), string(ledger.Withdrawal), string(ledger.Transfer),
+	// (create-intent accepts some, history filters by any). The public
+	// API's enumeration also names "transfer", which no record here
+	// carries (a bank transfer into a reserved account is a deposit): a
+	// history filtered by it is valid and empty.
+	transactionTypeEnum = enum{string(ledger.Deposit), string(ledger.Withdrawal), "transfer",
 		string(ledger.WalletTransfer), string(ledger.EscrowPayment), string(ledger.Commission), string(ledger.Delivery),
 		string(ledger.EscrowRelease), string(ledger.EscrowRefund), string(ledger.VaultStake), string(ledger.VaultPayout),
 		string(ledger.VaultRefund)}

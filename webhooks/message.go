@@ -51,7 +51,7 @@ var messageNamespace = uuid.MustParse("8a4f3c1e-5b7d-4e9a-9c2f-1d6b0e7a3f58")
 // AnnouncedTypes are the transaction types that announce themselves when
 // they settle. Internal legs (escrow_release, vault_*) do not.
 var AnnouncedTypes = map[ledger.Type]bool{
-	ledger.Deposit: true, ledger.Transfer: true, ledger.Withdrawal: true, ledger.WalletTransfer: true,
+	ledger.Deposit: true, ledger.Withdrawal: true, ledger.WalletTransfer: true,
 	ledger.EscrowPayment: true, ledger.Commission: true, ledger.Delivery: true,
 }
 

@@ -139,7 +139,6 @@ func TestPaymentMessages(t *testing.T) {
 		{txRecord("r1", ledger.Deposit, ledger.Pending), ""},
 		{txRecord("r2", ledger.Withdrawal, ledger.Reversed), "payment.withdrawal.reversed"},
 		{txRecord("r2", ledger.Withdrawal, ledger.Pending), ""},
-		{txRecord("r3", ledger.Transfer, ledger.Success), "payment.transfer.success"},
 		{txRecord("r4", ledger.WalletTransfer, ledger.Success), "payment.wallet_transfer.success"},
 		{txRecord("r5", ledger.EscrowPayment, ledger.Success), "payment.escrow.success"},
 		{txRecord("r6", ledger.Commission, ledger.Success), "payment.commission.success"},

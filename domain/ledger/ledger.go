@@ -174,7 +174,6 @@ func (s Status) Settled() bool { return s == Success || s == Failed || s == Reve
 const (
 	Deposit        Type = "deposit"
 	Withdrawal     Type = "withdrawal"
-	Transfer       Type = "transfer"
 	WalletTransfer Type = "wallet_transfer"
 	EscrowPayment  Type = "escrow"
 	Commission     Type = "commission"

@@ -158,7 +158,7 @@ func TestStage(t *testing.T) {
 		{name: "transfer to oneself", in: with(transferIntent(), func(in *Intent) { in.Wallet.CustomerID = "c1" }), wantMsg: "You cannot transfer to yourself"},
 		{name: "commission type is not a payment", in: with(depositIntent(), func(in *Intent) { in.Type = ledger.Commission }),
 			wantMsg: "transactionType must be one of deposit, withdrawal, wallet_transfer, escrow"},
-		{name: "plain transfer type", in: with(transferIntent(), func(in *Intent) { in.Type = ledger.Transfer }),
+		{name: "plain transfer type", in: with(transferIntent(), func(in *Intent) { in.Type = ledger.Type("transfer") }),
 			wantMsg: "transactionType must be one of deposit, withdrawal, wallet_transfer, escrow"},
 		{name: "missing type", in: with(depositIntent(), func(in *Intent) { in.Type = "" }),
 			wantMsg: "transactionType must be one of deposit, withdrawal, wallet_transfer, escrow"},
