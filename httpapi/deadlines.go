@@ -39,3 +39,25 @@ func (s *Server) extendWindow(c echo.Context) error {
 	}
 	return s.respondEscrow(c, res, http.StatusOK, "Delivery window extended successfully")
 }
+
+// partialRefund is the merchant's return of {amount} of an ONGOING or
+// DISPUTED standard escrow to its buyer; the escrow stays open with the
+// rest.
+func (s *Server) partialRefund(c echo.Context) error {
+	body := map[string]json.RawMessage{}
+	if err := decodeJSON(c, &body); err != nil {
+		return err
+	}
+	amount, err := fieldDecimal(body, "amount")
+	if err != nil {
+		return err
+	}
+	if amount == nil {
+		return domain.Invalidf("amount is required")
+	}
+	res, err := s.app.PartialRefund(c.Request().Context(), actor(c), c.Param("escrowId"), *amount)
+	if err != nil {
+		return err
+	}
+	return s.respondEscrow(c, res, http.StatusOK, "Escrow partially refunded successfully")
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -184,10 +185,11 @@ func TestAutoReleaseSkipsADisputedEscrow(t *testing.T) {
 	h.expectWallet(seller, 0, 0)
 }
 
-// A buyer's confirmation, a buyer's dispute and two schedulers (two API
-// processes) all at the instant the window elapses: the escrow settles
-// once, or is disputed and not settled; money moves once.
-func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
+// A buyer's confirmation, a buyer's dispute, the merchant's partial
+// refund and two schedulers (two API processes) all at the instant the
+// window elapses: the escrow settles once, or is disputed and not
+// settled; a refund lands only before a settlement, and money moves once.
+func TestAutoReleaseRacesConfirmDisputeAndRefund(t *testing.T) {
 	h := newHarness(t)
 	clock := h.useFakeClock()
 	seller := h.createCustomer(h.sa(), "s@x.com", "08035551001")
@@ -219,27 +221,26 @@ func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
 			acted[i] = n
 		}()
 	}
-	for i, e := range escrows {
+	race := func(what string, call func() resp) {
 		wg.Add(1)
-		if i%2 == 0 { // half the escrows race a dispute too
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				r := h.submitDispute(e.token, buyer, "Wrong colour")
-				if r.Status != 200 && r.Status != 400 {
-					t.Errorf("dispute: %d %s", r.Status, r.Raw)
-				}
-			}()
-		}
 		go func() {
 			defer wg.Done()
 			<-start
-			r := h.do(req{method: "POST", path: "/v1/escrow/confirm-payment/" + e.id, key: h.std(), cid: buyer})
-			if r.Status != 200 && r.Status != 400 {
-				t.Errorf("confirm: %d %s", r.Status, r.Raw)
+			if r := call(); r.Status != 200 && r.Status != 400 {
+				t.Errorf("%s: %d %s", what, r.Status, r.Raw)
 			}
 		}()
+	}
+	for i, e := range escrows {
+		if i%2 == 0 { // half the escrows race a dispute too
+			race("dispute", func() resp { return h.submitDispute(e.token, buyer, "Wrong colour") })
+		}
+		if i%4 < 2 { // half of each kind race a refund of 1,000 too
+			race("refund", func() resp { return h.partialRefund(e.id, 1000, nil) })
+		}
+		race("confirm", func() resp {
+			return h.do(req{method: "POST", path: "/v1/escrow/confirm-payment/" + e.id, key: h.std(), cid: buyer})
+		})
 	}
 	close(start)
 	wg.Wait()
@@ -247,22 +248,37 @@ func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
 		return
 	}
 	completed, disputed := 0, 0
+	var refunded, sellerGot, stillHeld money.Amount
 	for _, e := range escrows {
 		types, _ := h.streamEvents(e.id)
-		settled := 0
-		for _, typ := range types {
-			if typ == "escrow.released" {
+		settled, refunds, settledAt := 0, 0, -1
+		for i, typ := range types {
+			switch typ {
+			case "escrow.released":
 				settled++
+				settledAt = i
+			case "escrow.partially_refunded":
+				refunds++
+				if settledAt >= 0 {
+					t.Errorf("escrow %s refunded after its release: %v", e.id, types)
+				}
 			}
 		}
+		if refunds > 1 {
+			t.Errorf("escrow %s refunded %d times: %v", e.id, refunds, types)
+		}
+		back := money.Naira(1000) * money.Amount(refunds)
+		refunded += back
 		switch v := h.viewEscrow(e.token, ""); v["status"] {
 		case "COMPLETED":
 			completed++
+			sellerGot += money.Naira(10000) - back
 			if settled != 1 {
 				t.Errorf("escrow %s completed by %d releases: %v", e.id, settled, types)
 			}
 		case "DISPUTED":
 			disputed++
+			stillHeld += money.Naira(10250) - back
 			if settled != 0 {
 				t.Errorf("disputed escrow %s released: %v", e.id, types)
 			}
@@ -270,10 +286,10 @@ func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
 			t.Errorf("escrow %s ended %v", e.id, v["status"])
 		}
 	}
-	t.Logf("%d completed, %d disputed; schedulers released %v", completed, disputed, acted)
-	// Money moved once per settled escrow, and only for those.
-	h.expectWallet(buyer, 0, 10250*disputed)
-	h.expectWallet(seller, 10000*completed, 0)
+	t.Logf("%d completed, %d disputed, %s refunded; schedulers released %v", completed, disputed, refunded, acted)
+	// Money moved once per settled escrow and refund, and only for those.
+	h.expectWallet(buyer, refunded, stillHeld)
+	h.expectWallet(seller, sellerGot, 0)
 	h.expectMerchant(125*completed, 0)
 	h.expectPlatform(125 * completed)
 	if acted[0][escrow.AutoReleaseDeadline]+acted[1][escrow.AutoReleaseDeadline] > completed {
@@ -284,7 +300,7 @@ func TestAutoReleaseRacesConfirmAndDispute(t *testing.T) {
 	for _, s := range scheds {
 		h.round(s, none)
 	}
-	h.expectWallet(seller, 10000*completed, 0)
+	h.expectWallet(seller, sellerGot, 0)
 	h.assertZeroSum()
 }
 

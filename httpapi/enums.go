@@ -29,7 +29,7 @@ var (
 	transactionTypeEnum = enum{string(ledger.Deposit), string(ledger.Withdrawal), "transfer",
 		string(ledger.WalletTransfer), string(ledger.EscrowPayment), string(ledger.Commission), string(ledger.Delivery),
 		string(ledger.EscrowRelease), string(ledger.EscrowRefund), string(ledger.VaultStake), string(ledger.VaultPayout),
-		string(ledger.VaultRefund)}
+		string(ledger.VaultRefund), string(ledger.Refund)}
 )
 
 // canonical returns v in the enumeration's spelling when it is one of its

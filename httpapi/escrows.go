@@ -27,6 +27,7 @@ func (s *Server) escrowRoutes() {
 	s.handle(http.MethodGet, "/v1/escrow/claim-funds/:paymentToken", optional, s.claimEscrow)
 	s.handle(http.MethodPost, "/v1/escrow/confirm-payment/:escrowId", Policy{CID: CIDRequired}, s.confirmEscrow)
 	s.handle(http.MethodPost, "/v1/escrow/extend-window/:paymentToken", Policy{CID: CIDRequired}, s.extendWindow)
+	s.handle(http.MethodPost, "/v1/escrow/refund/:escrowId", Policy{CID: CIDForbidden}, s.partialRefund)
 	s.handle(http.MethodGet, "/v1/escrow/transactions", optional, s.escrowTransactions)
 	s.handle(http.MethodGet, "/v1/escrow/feeds", Policy{CID: CIDForbidden}, s.escrowFeeds)
 	s.handle(http.MethodPut, "/v1/escrow/additional-fee/:paymentToken", Policy{CID: CIDForbidden, SuperAdmin: true}, s.setAdditionalFee)

@@ -97,6 +97,7 @@ var tenancyMatrix = map[string]matrixRow{
 	"GET /v1/escrow/claim-funds/:paymentToken":    {cid: "seller"},
 	"POST /v1/escrow/confirm-payment/:escrowId":   {cid: "buyer"},
 	"POST /v1/escrow/extend-window/:paymentToken": {cid: "buyer", bodies: []string{`{"by": 1}`}},
+	"POST /v1/escrow/refund/:escrowId":            {bodies: []string{`{"amount": 1}`}},
 	"GET /v1/escrow/transactions":                 {cid: "seller", mayPass: true, query: "type=sales&paymentToken={{paymentToken}}"},
 	"GET /v1/escrow/feeds":                        {mayPass: true, query: "customerId={{customerId}}&paymentToken={{paymentToken}}&categoryId={{categoryId}}"},
 	"PUT /v1/escrow/additional-fee/:paymentToken": {bodies: []string{`{"additionalFee":100}`}},

@@ -51,6 +51,9 @@ type Escrow struct {
 	IsMerchant              bool               `json:"isMerchant"`
 	ParentID                *string            `json:"parentId,omitempty"`
 	Split                   *Split             `json:"split,omitempty"`
+	// RefundedAmount is what the merchant's partial refunds returned to
+	// the buyer while the escrow was open.
+	RefundedAmount money.Amount `json:"refundedAmount"`
 	// AutoRelease: the service releases the escrow when its delivery
 	// window elapses; NextDeadline is when the service next acts on it by
 	// itself (null: never).
@@ -143,7 +146,7 @@ func RenderEscrow(e escrow.State, cat *Category, viewerID string) Escrow {
 	if sp := e.Split; sp != nil {
 		v.Split = &Split{SellerAmount: sp.SellerAmount, BuyerAmount: sp.BuyerAmount, Pool: sp.Pool, ResolvedAt: sp.ResolvedAt}
 	}
-	v.RefundedBy = nonEmpty(e.RefundedBy)
+	v.RefundedBy, v.RefundedAmount = nonEmpty(e.RefundedBy), e.PartiallyRefunded
 	for _, m := range e.Milestones {
 		v.Milestones = append(v.Milestones, Milestone{ID: m.ID, Title: m.Title, Description: m.Description, Amount: m.Amount,
 			DueDate: m.DueDate, CustomerID: nonEmpty(m.CustomerID), Status: m.Status, ReleasedAt: m.ReleasedAt})

@@ -52,13 +52,16 @@ var messageNamespace = uuid.MustParse("8a4f3c1e-5b7d-4e9a-9c2f-1d6b0e7a3f58")
 // they settle. Internal legs (escrow_release, vault_*) do not.
 var AnnouncedTypes = map[ledger.Type]bool{
 	ledger.Deposit: true, ledger.Withdrawal: true, ledger.WalletTransfer: true,
-	ledger.EscrowPayment: true, ledger.Commission: true, ledger.Delivery: true,
+	ledger.EscrowPayment: true, ledger.Commission: true, ledger.Delivery: true, ledger.Refund: true,
 }
 
 // Escrow event names.
 const (
 	EventEscrowCreated = "escrow.created"
 	EventEscrowDeleted = "escrow.deleted"
+	// EventEscrowPartiallyRefunded: part of an open escrow went back to
+	// the buyer (its status does not change).
+	EventEscrowPartiallyRefunded = "escrow.partially_refunded"
 )
 
 // EscrowStatusEvent is the event of an escrow reaching status s.
@@ -125,8 +128,10 @@ func EscrowEvents(ev domain.Event, before, after escrow.State) []string {
 		return []string{EventEscrowCreated, EscrowStatusEvent(after.Status)}
 	case escrow.Deleted:
 		return []string{EventEscrowDeleted}
-	case escrow.Reminded: // escrow.window_ending
+	case escrow.Reminded: // escrow.window_ending, escrow.milestone_due
 		return []string{"escrow." + string(e.Reminder)}
+	case escrow.PartiallyRefunded:
+		return []string{EventEscrowPartiallyRefunded}
 	}
 	if before.ID != "" && after.Status != before.Status {
 		return []string{EscrowStatusEvent(after.Status)}

@@ -148,6 +148,7 @@ func TestPaymentMessages(t *testing.T) {
 		{txRecord("r10", ledger.VaultStake, ledger.Success), ""},
 		{txRecord("r11", ledger.VaultPayout, ledger.Success), ""},
 		{txRecord("r12", ledger.VaultRefund, ledger.Success), ""},
+		{txRecord("r13", ledger.Refund, ledger.Success), "payment.refund.success"},
 	} {
 		t.Run(tc.rec.ID+"/"+string(tc.rec.Type)+"/"+string(tc.rec.Status), func(t *testing.T) {
 			msgs, err := PaymentMessages(ledger.Effect{Records: []ledger.Record{tc.rec}}, t0)

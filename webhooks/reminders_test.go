@@ -23,3 +23,13 @@ func TestReminderAnnouncesWindowEnding(t *testing.T) {
 		t.Fatalf("extension announces %v", got)
 	}
 }
+
+// A partial refund changes no status: it announces
+// escrow.partially_refunded, and nothing else.
+func TestPartialRefundAnnouncesItself(t *testing.T) {
+	before := escrow.State{ID: "e1", MerchantID: "m1", Status: escrow.Ongoing}
+	ev := escrow.PartiallyRefunded{Amount: 100, RefundedBy: "m1", At: time.Unix(1, 0)}
+	if got := EscrowEvents(ev, before, escrow.Apply(before, ev)); !reflect.DeepEqual(got, []string{"escrow.partially_refunded"}) {
+		t.Fatalf("EscrowEvents = %v", got)
+	}
+}

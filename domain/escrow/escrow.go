@@ -132,6 +132,10 @@ type State struct {
 	// was sent.
 	RemindAt time.Time `json:"remindAt,omitempty"`
 	Reminded bool      `json:"reminded,omitempty"`
+	// PartiallyRefunded is what the merchant's partial refunds returned to
+	// the buyer so far, PartialRefunds how many there were (refund.go).
+	PartiallyRefunded money.Amount `json:"partiallyRefunded,omitempty"`
+	PartialRefunds    int          `json:"partialRefunds,omitempty"`
 }
 
 // Type is the escrow's settlement type.
@@ -294,6 +298,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &MilestoneConfirmed{} },
 	func() domain.Event { return &WindowExtended{} },
 	func() domain.Event { return &Reminded{} },
+	func() domain.Event { return &PartiallyRefunded{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.
@@ -305,6 +310,9 @@ func Apply(s State, ev domain.Event) State {
 		return s
 	}
 	if s, ok := applyDeadlines(s, ev); ok {
+		return s
+	}
+	if s, ok := applyRefund(s, ev); ok {
 		return s
 	}
 	switch e := ev.(type) {

@@ -358,6 +358,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 		Funded{BuyerID: "b1", PaymentID: "p1", Paid: money.Naira(10125) + 50, ReleaseAt: now.Add(time.Hour), RemindAt: now, At: now},
 		WindowExtended{By: 2, ReleaseAt: now.Add(3 * time.Hour), RemindAt: now.Add(2 * time.Hour), At: now},
 		Reminded{Reminder: WindowEndingDeadline, At: now},
+		PartiallyRefunded{Amount: 300, RefundedBy: "m1", Movement: movement(post(buyerEscrow, buyerMain, 300)),
+			Records: []ledger.Record{record("partial-refund-1", ledger.Refund, "b1", 300, 0)}, At: now},
 		rel,
 		Released{Status: Claimed, Movement: movement(post(buyerEscrow, sellerMain, 1)), Records: []ledger.Record{record("release", ledger.EscrowRelease, "s1", 1, 0)}, At: now},
 		DisputeSubmitted{Entry: DisputeEntry{UserID: "b1", Name: "Ada Obi", Message: "never came", ProofURL: "http://x/f/1",
@@ -378,8 +380,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 			t.Fatalf("%s: decoded event folds differently", back.EventType())
 		}
 	}
-	if len(Registry) != 15 {
-		t.Errorf("registry has %d types, want 15", len(Registry))
+	if len(Registry) != 16 {
+		t.Errorf("registry has %d types, want 16", len(Registry))
 	}
 }
 

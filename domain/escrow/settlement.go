@@ -199,8 +199,9 @@ func (s State) feeLegs() (fee, commission money.Amount) {
 }
 
 // HeldPool is what the escrow still holds for the seller: the amount less
-// the seller's share of the fee for a standard escrow, the milestones not
-// yet released for a milestone escrow. A split divides exactly this.
+// the seller's share of the fee and what partial refunds returned for a
+// standard escrow, the milestones not yet released for a milestone escrow.
+// A split divides exactly this.
 func (s State) HeldPool() money.Amount {
 	if s.Type() == MilestoneSettlement {
 		var sum money.Amount
@@ -211,7 +212,7 @@ func (s State) HeldPool() money.Amount {
 		}
 		return sum
 	}
-	return s.Terms.Amount - FeeShares(s.Fee, s.Terms.WhoPays).Seller
+	return s.Terms.Amount - FeeShares(s.Fee, s.Terms.WhoPays).Seller - s.PartiallyRefunded
 }
 
 // remaining is the settlement of everything the escrow still holds: the

@@ -21,11 +21,13 @@ const (
 	ActDeclareWinner    Action = "declare winner"
 	ActCancelVault      Action = "cancel vault"
 	ActExtendWindow     Action = "extend window"
+	ActPartialRefund    Action = "partially refund"
 )
 
 // Actions lists every action, for tables that must cover them all.
 var Actions = []Action{ActEdit, ActEditMilestones, ActConvert, ActDelete, ActSetAdditionalFee, ActPay, ActConfirm,
-	ActClaim, ActReleaseMilestone, ActOpenDispute, ActAnswerDispute, ActResolve, ActDeclareWinner, ActCancelVault, ActExtendWindow}
+	ActClaim, ActReleaseMilestone, ActOpenDispute, ActAnswerDispute, ActResolve, ActDeclareWinner, ActCancelVault, ActExtendWindow,
+	ActPartialRefund}
 
 // transitions is the one table of which action each kind of escrow allows
 // in each status; everything not listed is refused. Who may ask (buyer,
@@ -34,8 +36,8 @@ var Actions = []Action{ActEdit, ActEditMilestones, ActConvert, ActDelete, ActSet
 var transitions = map[SettlementType]map[Status][]Action{
 	StandardSettlement: {
 		Pending:       {ActEdit, ActConvert, ActDelete, ActSetAdditionalFee, ActPay},
-		Ongoing:       {ActConfirm, ActClaim, ActOpenDispute, ActExtendWindow},
-		Disputed:      {ActAnswerDispute, ActResolve},
+		Ongoing:       {ActConfirm, ActClaim, ActOpenDispute, ActExtendWindow, ActPartialRefund},
+		Disputed:      {ActAnswerDispute, ActResolve, ActPartialRefund},
 		Investigating: {ActResolve},
 	},
 	MilestoneSettlement: {

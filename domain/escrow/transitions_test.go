@@ -20,8 +20,8 @@ func TestTransitionTable(t *testing.T) {
 	}
 	allowed := map[key]map[Action]bool{
 		{std, Pending}:       {ActEdit: true, ActConvert: true, ActDelete: true, ActSetAdditionalFee: true, ActPay: true},
-		{std, Ongoing}:       {ActConfirm: true, ActClaim: true, ActOpenDispute: true, ActExtendWindow: true},
-		{std, Disputed}:      {ActAnswerDispute: true, ActResolve: true},
+		{std, Ongoing}:       {ActConfirm: true, ActClaim: true, ActOpenDispute: true, ActExtendWindow: true, ActPartialRefund: true},
+		{std, Disputed}:      {ActAnswerDispute: true, ActResolve: true, ActPartialRefund: true},
 		{std, Investigating}: {ActResolve: true},
 		{ms, Pending}:        {ActEditMilestones: true, ActDelete: true, ActPay: true},
 		{ms, Ongoing}:        {ActReleaseMilestone: true, ActOpenDispute: true},

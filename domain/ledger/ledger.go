@@ -183,6 +183,9 @@ const (
 	VaultStake     Type = "vault_stake"
 	VaultPayout    Type = "vault_payout"
 	VaultRefund    Type = "vault_refund"
+	// Refund is part of an open escrow's payment the merchant returns to
+	// the buyer before it settles (a partial refund).
+	Refund Type = "refund"
 )
 
 const (
