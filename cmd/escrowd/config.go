@@ -14,6 +14,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -42,6 +43,11 @@ type Config struct {
 	BSCMasterTest           string
 	BSCMasterLive           string
 	LogFormat               string
+	// DeadlinesInterval is how often each API process acts on the
+	// escrows' deadlines that have passed; DeadlinesLease how long one it
+	// took is left to it before another process may take it.
+	DeadlinesInterval time.Duration
+	DeadlinesLease    time.Duration
 	// Providers are the payment provider of each environment: test is
 	// builtin (the built-in test gateways) or paystack; live is paystack
 	// or absent (no deposits, payouts or account resolution).
@@ -180,6 +186,18 @@ func LoadConfig() (Config, error) {
 		return c, fmt.Errorf("ESCROW_WEBHOOK_RETENTION must be a positive duration such as 720h")
 	}
 	c.WebhookRetention = ret
+	for _, d := range []struct {
+		name string
+		def  time.Duration
+		to   *time.Duration
+	}{{"ESCROW_DEADLINES_INTERVAL", app.DefaultDeadlineInterval, &c.DeadlinesInterval},
+		{"ESCROW_DEADLINES_LEASE", app.DefaultDeadlineLease, &c.DeadlinesLease}} {
+		v, err := time.ParseDuration(getenv(d.name, d.def.String()))
+		if err != nil || v <= 0 {
+			return c, fmt.Errorf("%s must be a positive duration such as %s", d.name, d.def)
+		}
+		*d.to = v
+	}
 	if c.WebhookSignatureHeaders, err = webhooks.ParseSignatureHeaders(os.Getenv("ESCROW_WEBHOOK_SIGNATURE_HEADERS")); err != nil {
 		return c, fmt.Errorf("ESCROW_WEBHOOK_SIGNATURE_HEADERS: %v", err)
 	}

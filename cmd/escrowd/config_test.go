@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore/postgres"
@@ -162,5 +163,35 @@ func TestAppendCallsReachTheStore(t *testing.T) {
 		if want, _ := strconv.Atoi(v); ps.AppendCalls != want {
 			t.Fatalf("ESCROW_APPEND_CALLS=%s: store's AppendCalls %d", v, ps.AppendCalls)
 		}
+	}
+}
+
+func TestLoadConfigDeadlines(t *testing.T) {
+	for _, tc := range []struct {
+		interval, lease string
+		want            [2]time.Duration
+		wantErr         string
+	}{
+		{want: [2]time.Duration{10 * time.Second, time.Minute}},
+		{interval: "250ms", lease: "5s", want: [2]time.Duration{250 * time.Millisecond, 5 * time.Second}},
+		{interval: "0s", wantErr: "ESCROW_DEADLINES_INTERVAL must be a positive duration such as 10s"},
+		{interval: "often", wantErr: "ESCROW_DEADLINES_INTERVAL must be a positive duration such as 10s"},
+		{lease: "-1m", wantErr: "ESCROW_DEADLINES_LEASE must be a positive duration such as 1m0s"},
+	} {
+		t.Run(tc.interval+"/"+tc.lease, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://unused")
+			t.Setenv("ESCROW_DEADLINES_INTERVAL", tc.interval)
+			t.Setenv("ESCROW_DEADLINES_LEASE", tc.lease)
+			c, err := LoadConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("LoadConfig() error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || c.DeadlinesInterval != tc.want[0] || c.DeadlinesLease != tc.want[1] {
+				t.Fatalf("interval %s lease %s, err %v; want %v", c.DeadlinesInterval, c.DeadlinesLease, err, tc.want)
+			}
+		})
 	}
 }

@@ -73,7 +73,8 @@ var serveCommand = &command{
 	detail: `Roles (default: all three):
   api        the HTTP API (and the payout resumer and the scheduler that
              acts on escrows' deadlines: auto-release, unpaid expiry,
-             the window-ending reminder)
+             the window-ending reminder; every ESCROW_DEADLINES_INTERVAL,
+             default 10s)
   projector  keeps the read models current
   webhooks   the webhook subscriber (fills the outbox) and a dispatcher
 The address is claimed first: a taken one is reported before anything else.
@@ -166,6 +167,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		// Escrows' deadlines (auto-release, unpaid expiry, reminders) are
 		// acted on by every API process too.
 		deadlines := wiring.DeadlineScheduler(api.App(), projections.NewQueries(env.Pool), env.Log)
+		deadlines.Interval, deadlines.Lease = cfg.DeadlinesInterval, cfg.DeadlinesLease
 		g.Go(func() error { return ignoreCanceled(deadlines.Run(ctx)) })
 		// Providers' events kept by any API process are processed by
 		// every one (each event by one at a time).

@@ -72,13 +72,22 @@ type DeadlineScheduler struct {
 	// Forget removes a deadline acted on, or one its escrow has moved past.
 	Forget func(ctx context.Context, d Deadline) error
 	Log    *zap.Logger
-	// Interval between rounds (default 10 s); Lease is how long a taken
-	// deadline is left to its taker (default 1 min); Batch how many a
+	// Interval between rounds (default DefaultDeadlineInterval); Lease is
+	// how long a taken deadline is left to its taker before another round
+	// may take it again (default DefaultDeadlineLease); Batch how many a
 	// round takes at a time (default 100).
 	Interval time.Duration
 	Lease    time.Duration
 	Batch    int
 }
+
+// The deadline scheduler's defaults. A deadline is acted on at most about
+// an interval after it passes; a lease must outlast one command, or two
+// processes do the same work (harmlessly: the second is refused).
+const (
+	DefaultDeadlineInterval = 10 * time.Second
+	DefaultDeadlineLease    = time.Minute
+)
 
 func (r *DeadlineScheduler) settings() DeadlineScheduler {
 	c := *r
@@ -86,10 +95,10 @@ func (r *DeadlineScheduler) settings() DeadlineScheduler {
 		c.Log = zap.NewNop()
 	}
 	if c.Interval <= 0 {
-		c.Interval = 10 * time.Second
+		c.Interval = DefaultDeadlineInterval
 	}
 	if c.Lease <= 0 {
-		c.Lease = time.Minute
+		c.Lease = DefaultDeadlineLease
 	}
 	if c.Batch <= 0 {
 		c.Batch = 100
