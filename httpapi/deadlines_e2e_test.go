@@ -432,3 +432,85 @@ func TestExtendWindowEndToEnd(t *testing.T) {
 	h.expectWallet(seller, 10000, 0)
 	h.expectWallet(buyer, 0, 0)
 }
+
+// A milestone escrow's pending milestones are reminded of once each, when
+// their dueDate passes (escrow.milestone_due), earliest first; a released
+// milestone is not, and two due at the same time are both.
+func TestMilestoneDueEndToEnd(t *testing.T) {
+	h := newWebhookHarness(t)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	clock := h.useFakeClock()
+	seller := h.createCustomer(h.sa(), "s@x.com", "08035551001")
+	buyer := h.funded("b@x.com", "08035551002", 10250)
+	sched := h.scheduler(h.svc)
+	due := func(d time.Duration) string { return clock.Now().Add(d).Format(time.RFC3339) }
+	e := h.createMilestones(seller, map[string]any{"amount": 10000, "purpose": "Website", "whoPays": "buyer",
+		"maxDelivery": 30, "deliveryTimeline": "days", "milestones": []map[string]any{
+			{"title": "Design", "amount": 1000, "dueDate": due(time.Hour)},
+			{"title": "Build", "amount": 2000, "dueDate": due(3 * time.Hour)},
+			{"title": "Test", "amount": 3000, "dueDate": due(2 * time.Hour)},
+			{"title": "Ship", "amount": 4000, "dueDate": due(2 * time.Hour)},
+		}}).expect(t, 201, "").obj()
+	id := e["id"].(string)
+	ms := e["milestones"].([]any)
+	h.pay(buyer, "md-1", 10250, id).expect(t, 200, "Payment successful")
+	milestone := func(i int) string { return ms[i].(map[string]any)["id"].(string) }
+	wantReminded := func(ids ...string) {
+		t.Helper()
+		var got []string
+		for _, hh := range h.allWebhooks(rc) {
+			if hh.Event == "escrow.milestone_due" {
+				if hh.Data["id"] != id {
+					t.Fatalf("milestone_due of %v", hh.Data["id"])
+				}
+				got = append(got, hh.ID)
+			}
+		}
+		if len(got) != len(ids) {
+			t.Fatalf("%d escrow.milestone_due webhooks, want %d", len(got), len(ids))
+		}
+		var reminded []string
+		evs, err := h.store.ReadStream(context.Background(), "escrow-"+id, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, re := range evs {
+			if re.Type == "escrow.reminded" {
+				var r escrow.Reminded
+				var m domain.Meta
+				if err := json.Unmarshal(re.Data, &r); err != nil || json.Unmarshal(re.Metadata, &m) != nil || m.Actor != app.SystemAgent {
+					t.Fatalf("reminder %s by %q (%v)", re.Data, m.Actor, err)
+				}
+				reminded = append(reminded, r.MilestoneID)
+			}
+		}
+		if !reflect.DeepEqual(reminded, ids) {
+			t.Fatalf("reminded of %v, want %v", reminded, ids)
+		}
+	}
+
+	clock.Advance(time.Hour - time.Second)
+	h.round(sched, none)
+	clock.Advance(time.Second)
+	h.round(sched, app.Acted{escrow.MilestoneDueDeadline: 1})
+	wantReminded(milestone(0))
+	h.confirmMilestone(buyer, id, milestone(0)).expect(t, 200, "")
+
+	// Test and Ship fall due together: one reminder each, one per round
+	// (the next is written by the projector from the first's event).
+	clock.Advance(time.Hour)
+	h.round(sched, app.Acted{escrow.MilestoneDueDeadline: 1})
+	h.round(sched, app.Acted{escrow.MilestoneDueDeadline: 1})
+	wantReminded(milestone(0), milestone(2), milestone(3))
+
+	// Build, released before its dueDate, is never reminded of.
+	h.confirmMilestone(buyer, id, milestone(1)).expect(t, 200, "")
+	clock.Advance(2 * time.Hour)
+	h.round(sched, none)
+	wantReminded(milestone(0), milestone(2), milestone(3))
+	var rows int
+	if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM rm_escrow_deadlines`).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d deadlines left (%v)", rows, err)
+	}
+}

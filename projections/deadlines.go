@@ -19,8 +19,10 @@ const DeadlinesName = "deadlines"
 // Deadlines keeps the table of escrows' pending deadlines: one row per
 // deadline an event started (an expiring link's creation, an auto-release
 // escrow's payment and any payment's window-ending reminder, moved by the
-// buyer's window extension), removed by the event that ends it (the payment of an
-// expiring link, any settlement, a dispute, a deletion). The scheduler
+// buyer's window extension; a milestone escrow's next milestone-due
+// reminder, moved by each reminder and release), removed by the event
+// that ends it (the payment of an expiring link, any settlement, a
+// dispute, a deletion). The scheduler
 // reads only the rows due, by the index on due_at, so acting on deadlines
 // costs what is due, never a pass over the escrows.
 //
@@ -87,6 +89,9 @@ func (Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 			if err == nil && !f.RemindAt.IsZero() {
 				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, f.RemindAt)
 			}
+			if err == nil && !f.MilestoneDueAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.MilestoneDueDeadline, f.MilestoneDueAt)
+			}
 		case escrow.WindowExtended{}.EventType():
 			var ev domain.Event
 			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
@@ -100,10 +105,31 @@ func (Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, w.RemindAt)
 			}
 		case escrow.Reminded{}.EventType():
-			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
-				id, string(escrow.WindowEndingDeadline))
+			var ev domain.Event
+			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
+				return err
+			}
+			r := ev.(escrow.Reminded)
+			if _, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
+				id, string(r.Reminder)); err != nil {
+				return err
+			}
+			if r.Reminder == escrow.MilestoneDueDeadline && !r.NextDueAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.MilestoneDueDeadline, r.NextDueAt)
+			}
+		case escrow.MilestoneConfirmed{}.EventType():
+			var ev domain.Event
+			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
+				return err
+			}
+			if _, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1`, id); err != nil {
+				return err
+			}
+			if m := ev.(escrow.MilestoneConfirmed); !m.MilestoneDueAt.IsZero() {
+				err = upsertFromMeta(ctx, tx, re, id, escrow.MilestoneDueDeadline, m.MilestoneDueAt)
+			}
 		case escrow.Released{}.EventType(), escrow.Deleted{}.EventType(), escrow.DisputeSubmitted{}.EventType(),
-			escrow.DisputeResolved{}.EventType(), escrow.MilestoneConfirmed{}.EventType(), escrow.VaultSettled{}.EventType():
+			escrow.DisputeResolved{}.EventType(), escrow.VaultSettled{}.EventType():
 			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1`, id)
 		}
 		if err != nil {
@@ -165,9 +191,13 @@ func (q *Queries) ClaimDueDeadlines(ctx context.Context, now time.Time, lease ti
 }
 
 // ForgetDeadline removes a deadline the scheduler has acted on (or found
-// the escrow past), unless the projector has since moved it.
+// the escrow past), unless the projector has since moved or written it
+// again: a row it writes starts without a lease, so one that is not leased
+// is not the one taken (the next milestone's reminder, due at the same
+// time as the one just sent).
 func (q *Queries) ForgetDeadline(ctx context.Context, d Deadline) error {
-	_, err := q.pool.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2 AND due_at = $3`,
+	_, err := q.pool.Exec(ctx, `DELETE FROM rm_escrow_deadlines
+		WHERE escrow_id = $1 AND kind = $2 AND due_at = $3 AND leased_until IS NOT NULL`,
 		d.EscrowID, string(d.Kind), d.DueAt)
 	return err
 }

@@ -17,6 +17,11 @@ func TestReminderAnnouncesWindowEnding(t *testing.T) {
 	if got := EscrowEvents(ev, before, after); !reflect.DeepEqual(got, []string{"escrow.window_ending"}) {
 		t.Fatalf("EscrowEvents = %v", got)
 	}
+	// A milestone's reminder is escrow.milestone_due.
+	due := escrow.Reminded{Reminder: escrow.MilestoneDueDeadline, MilestoneID: "m1", At: time.Unix(1, 0)}
+	if got := EscrowEvents(due, before, escrow.Apply(before, due)); !reflect.DeepEqual(got, []string{"escrow.milestone_due"}) {
+		t.Fatalf("EscrowEvents = %v", got)
+	}
 	// An extension announces nothing.
 	ext := escrow.WindowExtended{By: 1, At: time.Unix(2, 0)}
 	if got := EscrowEvents(ext, after, escrow.Apply(after, ext)); got != nil {

@@ -73,8 +73,8 @@ var serveCommand = &command{
 	detail: `Roles (default: all three):
   api        the HTTP API (and the payout resumer and the scheduler that
              acts on escrows' deadlines: auto-release, unpaid expiry,
-             the window-ending reminder; every ESCROW_DEADLINES_INTERVAL,
-             default 10s)
+             the window-ending and milestone-due reminders; every
+             ESCROW_DEADLINES_INTERVAL, default 10s)
   projector  keeps the read models current
   webhooks   the webhook subscriber (fills the outbox) and a dispatcher
 The address is claimed first: a taken one is reported before anything else.

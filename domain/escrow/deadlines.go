@@ -33,10 +33,14 @@ const (
 // shorter than that is reminded of half-way.
 const ReminderLead = 24 * time.Hour
 
-// Reminded records a reminder sent (Reminder: window_ending), once.
+// Reminded records a reminder sent, once: window_ending, or milestone_due
+// for MilestoneID (NextDueAt: when the next milestone's reminder is due,
+// zero when none is; milestone_due.go).
 type Reminded struct {
-	Reminder DeadlineKind `json:"reminder"`
-	At       time.Time    `json:"at"`
+	Reminder    DeadlineKind `json:"reminder"`
+	MilestoneID string       `json:"milestoneId,omitempty"`
+	NextDueAt   time.Time    `json:"nextDueAt,omitempty"`
+	At          time.Time    `json:"at"`
 }
 
 func (Reminded) EventType() string { return "escrow.reminded" }
@@ -174,6 +178,8 @@ func (s State) Awaits(kind DeadlineKind) bool {
 		return s.Exists() && s.Status == Pending && !s.ExpiresAt.IsZero()
 	case WindowEndingDeadline:
 		return s.Exists() && s.Status == Ongoing && !s.RemindAt.IsZero() && !s.Reminded
+	case MilestoneDueDeadline:
+		return s.Exists() && s.Status == Ongoing && !s.MilestoneDueAt.IsZero()
 	}
 	return false
 }
@@ -218,6 +224,9 @@ func applyDeadlines(s State, ev domain.Event) (State, bool) {
 			s.RemindAt = e.RemindAt
 		}
 	case Reminded:
+		if e.Reminder == MilestoneDueDeadline {
+			return applyMilestoneReminded(s, e), true
+		}
 		s.Reminded, s.UpdatedAt = true, e.At
 	default:
 		return s, false

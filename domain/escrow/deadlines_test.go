@@ -347,9 +347,12 @@ func TestAwaits(t *testing.T) {
 			map[DeadlineKind]bool{AutoReleaseDeadline: true, WindowEndingDeadline: true}},
 		{"paid, reminded", append(paid(t), remind), map[DeadlineKind]bool{}},
 		{"disputed", append(paid(t, autoRelease), opened("b1")), map[DeadlineKind]bool{}},
+		{"paid milestones, one due", dueMilestones(t, after(time.Hour), nil), map[DeadlineKind]bool{MilestoneDueDeadline: true}},
+		{"paid milestones, none due", dueMilestones(t, nil, nil), map[DeadlineKind]bool{}},
+		{"disputed milestones", append(dueMilestones(t, after(time.Hour), nil), opened("b1")), map[DeadlineKind]bool{}},
 	} {
 		s := fold(tc.given...)
-		for _, k := range []DeadlineKind{AutoReleaseDeadline, ExpiryDeadline, WindowEndingDeadline} {
+		for _, k := range []DeadlineKind{AutoReleaseDeadline, ExpiryDeadline, WindowEndingDeadline, MilestoneDueDeadline} {
 			if got := s.Awaits(k); got != tc.want[k] {
 				t.Errorf("%s: Awaits(%s) = %v, want %v", tc.name, k, got, tc.want[k])
 			}

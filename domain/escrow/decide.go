@@ -243,7 +243,7 @@ func Buy(s State, buyerID, paymentID, cloneID, cloneToken string, at time.Time) 
 		return Purchase{}, err
 	}
 	funded := Funded{BuyerID: buyerID, PaymentID: paymentID, Paid: s.Due(), ReleaseAt: s.releaseAt(at),
-		RemindAt: s.remindAt(at, s.Window()), At: at}
+		RemindAt: s.remindAt(at, s.Window()), MilestoneDueAt: s.nextMilestoneDue(), At: at}
 	if !s.MultiUnit {
 		return Purchase{Funded: Apply(s, funded), Link: []domain.Event{funded}}, nil
 	}

@@ -136,6 +136,10 @@ type State struct {
 	// the buyer so far, PartialRefunds how many there were (refund.go).
 	PartiallyRefunded money.Amount `json:"partiallyRefunded,omitempty"`
 	PartialRefunds    int          `json:"partialRefunds,omitempty"`
+	// MilestoneDueAt is when the next milestone-due reminder is due (zero:
+	// none); MilestonesReminded the milestones reminded of (milestone_due.go).
+	MilestoneDueAt     time.Time `json:"milestoneDueAt,omitempty"`
+	MilestonesReminded []string  `json:"milestonesReminded,omitempty"`
 }
 
 // Type is the escrow's settlement type.
@@ -252,7 +256,10 @@ type (
 		// RemindAt is when the buyer and seller are reminded that the
 		// window is ending (zero: never; deadlines.go).
 		RemindAt time.Time `json:"remindAt,omitempty"`
-		At       time.Time `json:"at"`
+		// MilestoneDueAt is when the first milestone-due reminder is due
+		// (zero: never; milestone_due.go).
+		MilestoneDueAt time.Time `json:"milestoneDueAt,omitempty"`
+		At             time.Time `json:"at"`
 	}
 	// Released settles the escrow to the seller (COMPLETED on the buyer's
 	// confirmation, CLAIMED on the seller's claim).
@@ -341,7 +348,7 @@ func Apply(s State, ev domain.Event) State {
 		s.TotalQuantity, s.UpdatedAt = e.Remaining, e.At
 	case Funded:
 		s.BuyerID, s.PaymentID, s.PaidAt, s.UpdatedAt = e.BuyerID, e.PaymentID, e.At, e.At
-		s.ReleaseAt, s.RemindAt = e.ReleaseAt, e.RemindAt
+		s.ReleaseAt, s.RemindAt, s.MilestoneDueAt = e.ReleaseAt, e.RemindAt, e.MilestoneDueAt
 		s.Status = Ongoing
 		s.Logs = append(append([]string{}, s.Logs...), string(Ongoing))
 	case Released:

@@ -172,7 +172,10 @@ type MilestoneConfirmed struct {
 	Status      Status          `json:"status,omitempty"` // COMPLETED on the last milestone
 	Movement    ledger.Movement `json:"movement"`
 	Records     []ledger.Record `json:"records"`
-	At          time.Time       `json:"at"`
+	// MilestoneDueAt is when the next milestone-due reminder is due once
+	// this milestone is released (zero: none; milestone_due.go).
+	MilestoneDueAt time.Time `json:"milestoneDueAt,omitempty"`
+	At             time.Time `json:"at"`
 }
 
 func (MilestonesSet) EventType() string      { return "escrow.milestones_set" }
@@ -296,7 +299,11 @@ func ReleaseMilestone(s State, buyerID, milestoneID string, at time.Time) (Miles
 		st = s.Completion(Completed)
 	}
 	mv, records, err := st.Entry(s, at)
-	return MilestoneConfirmed{MilestoneID: milestoneID, Status: st.Status, Movement: mv, Records: records, At: at}, err
+	e := MilestoneConfirmed{MilestoneID: milestoneID, Status: st.Status, Movement: mv, Records: records, At: at}
+	if st.Status == "" {
+		e.MilestoneDueAt = Apply(s, e).nextMilestoneDue()
+	}
+	return e, err
 }
 
 // applyMilestones folds the milestone events.
@@ -316,7 +323,7 @@ func applyMilestones(s State, ev domain.Event) (State, bool) {
 				ms[i].Status, ms[i].ReleasedAt = MilestoneReleased, &t
 			}
 		}
-		s.Milestones, s.UpdatedAt = ms, e.At
+		s.Milestones, s.UpdatedAt, s.MilestoneDueAt = ms, e.At, e.MilestoneDueAt
 		if e.Status != "" {
 			s = s.closed(e.Status, e.At)
 		}

@@ -355,9 +355,11 @@ func TestRegistryRoundTrip(t *testing.T) {
 		AdditionalFeeSet{AdditionalFee: 0, Refundable: true, At: now},
 		Deleted{At: now},
 		UnitSold{CloneID: "e2", Remaining: 0, At: now},
-		Funded{BuyerID: "b1", PaymentID: "p1", Paid: money.Naira(10125) + 50, ReleaseAt: now.Add(time.Hour), RemindAt: now, At: now},
+		Funded{BuyerID: "b1", PaymentID: "p1", Paid: money.Naira(10125) + 50, ReleaseAt: now.Add(time.Hour), RemindAt: now,
+			MilestoneDueAt: now.Add(2 * time.Hour), At: now},
 		WindowExtended{By: 2, ReleaseAt: now.Add(3 * time.Hour), RemindAt: now.Add(2 * time.Hour), At: now},
 		Reminded{Reminder: WindowEndingDeadline, At: now},
+		Reminded{Reminder: MilestoneDueDeadline, MilestoneID: "m1", NextDueAt: now.Add(time.Hour), At: now},
 		PartiallyRefunded{Amount: 300, RefundedBy: "m1", Movement: movement(post(buyerEscrow, buyerMain, 300)),
 			Records: []ledger.Record{record("partial-refund-1", ledger.Refund, "b1", 300, 0)}, At: now},
 		rel,
@@ -373,6 +375,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 			{ID: "m2", Title: "b", Amount: money.Naira(6000), Status: MilestonePending}}},
 		MilestoneConfirmed{MilestoneID: "m1", Status: Completed, Movement: movement(post(buyerEscrow, sellerMain, 150)),
 			Records: []ledger.Record{record("release-m1", ledger.EscrowRelease, "s1", 150, 0)}, At: now},
+		MilestoneConfirmed{MilestoneID: "m1", Movement: movement(post(buyerEscrow, sellerMain, 150)),
+			Records: []ledger.Record{record("release-m1", ledger.EscrowRelease, "s1", 150, 0)}, MilestoneDueAt: now.Add(time.Hour), At: now},
 	}
 	for i, back := range domaintest.RoundTrip(t, Registry, events...) {
 		// Folding the decoded event is the same as folding the decided one.

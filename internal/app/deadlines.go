@@ -43,6 +43,8 @@ func (s *Service) ActOnDeadline(ctx context.Context, d Deadline) (EscrowResult, 
 			return escrow.Expire(e, s.Engine.Now())
 		case escrow.WindowEndingDeadline:
 			return escrow.RemindWindowEnding(e, s.Engine.Now())
+		case escrow.MilestoneDueDeadline:
+			return escrow.RemindMilestoneDue(e, s.Engine.Now())
 		}
 		return nil, domain.Errorf(domain.Internal, "unknown deadline kind %q", d.Kind)
 	})
