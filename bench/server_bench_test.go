@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
@@ -35,7 +36,11 @@ type benchServer struct {
 	merchantID string
 	sa, std    string // the merchant's test keys
 	client     *ledgerClient
-	close      func()
+	// svc is the server's command service and runner its projectors, for
+	// benchmarks that drive the service's own work (the deadlines).
+	svc    *app.Service
+	runner *projections.Runner
+	close  func()
 }
 
 // newBenchStore is the event store the benchmarks run on.
@@ -66,7 +71,8 @@ func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Stor
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
 	srv := httptest.NewServer(api.Handler())
-	bs := &benchServer{ctx: ctx, pool: pool, store: store, close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
+	bs := &benchServer{ctx: ctx, pool: pool, store: store, svc: api.App(), runner: runner,
+		close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
 	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
 	if err != nil {
 		bs.close()
