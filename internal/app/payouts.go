@@ -211,32 +211,39 @@ var ErrUnknownPayout = errors.New("app: no withdrawal is paid out by that provid
 // what payment.SettlePayout decides of the answer; st is left as it now
 // stands. An unanswered call is ErrPayoutUnanswered, and decides nothing.
 func (s *Service) askPayoutStatus(ctx context.Context, a Actor, stream string, st *payment.State) error {
+	_, err := s.askPayoutStatusAt(ctx, a, stream, st)
+	return err
+}
+
+// askPayoutStatusAt is askPayoutStatus, answering the position of the
+// event it recorded (zero: none).
+func (s *Service) askPayoutStatusAt(ctx context.Context, a Actor, stream string, st *payment.State) (eventstore.Position, error) {
 	if st.Record.Type != ledger.Withdrawal || st.Phase == payment.Staged || !st.Exists() {
-		return nil
+		return eventstore.Position{}, nil
 	}
 	if st.Phase == payment.Done && st.Record.Status != ledger.Success {
 		// Returned already: no answer can move anything (SettlePayout),
 		// so the provider is not asked.
-		return nil
+		return eventstore.Position{}, nil
 	}
 	payouts := s.gateways(a.Environment).Payouts
 	if payouts == nil {
-		return ErrPaymentsNotConfigured
+		return eventstore.Position{}, ErrPaymentsNotConfigured
 	}
 	call, cancel := context.WithTimeout(ctx, payment.PayoutCallTimeout)
 	ans, err := payouts.Status(call, st.Record)
 	cancel()
 	if err != nil || ans.Status == payment.ProviderUnknown {
-		return errors.Join(ErrPayoutUnanswered, err)
+		return eventstore.Position{}, errors.Join(ErrPayoutUnanswered, err)
 	}
-	_, err = s.advanceIntent(ctx, a, stream, st, func(tx *Tx, p payment.State) (domain.Event, error) {
+	res, err := s.advanceIntent(ctx, a, stream, st, func(tx *Tx, p payment.State) (domain.Event, error) {
 		now, err := s.leaseNow(tx.ctx)
 		if err != nil {
 			return nil, err
 		}
 		return payment.SettlePayout(p, ans, now)
 	})
-	return err
+	return res.Position, err
 }
 
 // payoutRecipient is the provider's id of a bank withdrawal's destination:
