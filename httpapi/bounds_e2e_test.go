@@ -8,31 +8,56 @@ import (
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/escrow"
+	"github.com/escrowd/escrowd/domain/payment"
 )
 
-// TestEventsAreBounded: an event that every field at its cap would take
-// past domain.MaxEventBytes (fifty milestones with the longest titles and
-// descriptions) is refused whole, 413, and nothing of it is stored; the
-// same escrow with short descriptions is created.
+// TestEventsAreBounded: a request with every field at its cap is stored,
+// in events under domain.MaxEventBytes (fifty milestones with the longest
+// titles and descriptions); one past a cap is refused, 400 naming it, and
+// nothing of it is stored. The counts that grow an event with their
+// elements (milestones, a vault's participants, the escrows of one
+// payment) are capped likewise.
 func TestEventsAreBounded(t *testing.T) {
 	h := newHarness(t)
 	seller := h.createCustomer(h.sa(), "seller@example.com", "08030000001")
-	milestones := func(title, descr string) []map[string]any {
+	milestones := func(n int, title, descr string) []map[string]any {
 		var ms []map[string]any
-		for range 50 {
+		for range n {
 			ms = append(ms, map[string]any{"title": title, "description": descr, "amount": 200})
 		}
 		return ms
 	}
-	body := map[string]any{"amount": 10000, "purpose": "Website", "whoPays": "buyer",
-		"milestones": milestones(strings.Repeat("t", 200), strings.Repeat("d", 2000))}
-	before := h.events()
-	h.createMilestones(seller, body).expect(t, 413, domain.ErrEventTooLarge.Message)
-	if after := h.events(); after != before {
-		t.Fatalf("%d events stored by the refused request", after-before)
+	body := func(ms []map[string]any) map[string]any {
+		return map[string]any{"amount": 200 * len(ms), "purpose": strings.Repeat("p", 200), "whoPays": "buyer",
+			"description": strings.Repeat("d", 2000), "milestones": ms}
 	}
-	body["milestones"] = milestones("Step", "short")
-	h.createMilestones(seller, body).expect(t, 201, "")
+	before := h.events()
+	title, descr := strings.Repeat("t", escrow.MaxMilestoneTitle), strings.Repeat("é", escrow.MaxMilestoneDescription)
+	h.createMilestones(seller, body(milestones(escrow.MaxMilestones, title+"t", descr))).
+		expect(t, 400, fmt.Sprintf("milestones[0].title must be at most %d characters", escrow.MaxMilestoneTitle))
+	h.createMilestones(seller, body(milestones(escrow.MaxMilestones, title, descr+"d"))).
+		expect(t, 400, fmt.Sprintf("milestones[0].description must be at most %d characters", escrow.MaxMilestoneDescription))
+	h.createMilestones(seller, body(milestones(escrow.MaxMilestones+1, title, descr))).
+		expect(t, 400, fmt.Sprintf("A milestone escrow allows at most %d milestones", escrow.MaxMilestones))
+	var participants []map[string]any
+	for i := range escrow.MaxVaultParticipants + 1 {
+		participants = append(participants, map[string]any{"customerId": fmt.Sprintf("c%d", i), "amount": 1000})
+	}
+	h.createVault(participants).expect(t, 400, fmt.Sprintf("A vault allows at most %d participants", escrow.MaxVaultParticipants))
+	ids := make([]string, payment.MaxEscrows+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("e%d", i)
+	}
+	h.do(req{method: "POST", path: "/v1/payment/escrow", key: h.std(), cid: seller, body: map[string]any{
+		"amount": 1000, "reference": "many-escrows", "transactionType": "escrow", "gateway": "wallet",
+		"escrowDetails": map[string]any{"escrowId": ids}}}).
+		expect(t, 400, fmt.Sprintf("escrowDetails.escrowId must name at most %d escrows", payment.MaxEscrows))
+	if after := h.events(); after != before {
+		t.Fatalf("%d events stored by the refused requests", after-before)
+	}
+
+	h.createMilestones(seller, body(milestones(escrow.MaxMilestones, title, descr))).expect(t, 201, "")
 	var largest int
 	if err := h.pool.QueryRow(context.Background(), `SELECT max(octet_length(data::text) + octet_length(coalesce(metadata::text, ''))) FROM es_events`).Scan(&largest); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
 	"time"
 
@@ -261,4 +262,19 @@ func (q *Queries) Withdrawals(ctx context.Context, env domain.Environment, from,
 		}
 		return rec, json.Unmarshal(raw, &rec)
 	})
+}
+
+// ErrNoSuchTransaction: no record of the ledger read model has that id.
+var ErrNoSuchTransaction = errors.New("projections: no transaction has that id")
+
+// TransactionKey is the merchant, environment, reference and type of the
+// record id (ErrNoSuchTransaction when the read model has none).
+func (q *Queries) TransactionKey(ctx context.Context, id string) (merchantID string, env domain.Environment, reference string, typ ledger.Type, err error) {
+	var e, t string
+	err = q.pool.QueryRow(ctx, `SELECT merchant_id, environment, reference, transaction_type FROM rm_transactions WHERE id = $1`, id).
+		Scan(&merchantID, &e, &reference, &t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrNoSuchTransaction
+	}
+	return merchantID, domain.Environment(e), reference, ledger.Type(t), err
 }

@@ -80,6 +80,7 @@ var groups = map[string]string{
 	"key":         "API keys: issue and revoke",
 	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
 	"events":      "the event log: export a merchant's events",
+	"payouts":     "withdrawals the payout resumer cannot finish: list them, retry or return one",
 	"webhooks":    "webhook tools that need no database",
 }
 
@@ -89,6 +90,7 @@ func init() {
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
+		payoutsHeldCommand, payoutsResolveCommand,
 		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 

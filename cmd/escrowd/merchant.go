@@ -18,11 +18,12 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
-func service(env *cliEnv) *app.Service { return app.NewService(app.NewEngine(env.Store, 1000)) }
+func service(env *cliEnv) *app.Service { return wiring.Application(env.Store, env.Pool, 1000) }
 
 // publish makes an operator change visible to the read models before the
 // command returns, whether or not a server is running.

@@ -56,7 +56,7 @@ reconciliation could not run; 2: a mistake in the command line.`,
 			if err := projections.CatchUp(ctx, inv.env.Store, inv.env.Pool, inv.env.Log, inv.env.Projectors...); err != nil {
 				return err
 			}
-			svc := app.NewService(app.NewEngine(inv.env.Store, 10_000))
+			svc := wiring.Application(inv.env.Store, inv.env.Pool, 10_000)
 			svc.Gateways = sets
 			return reconcile(ctx, svc, projections.NewQueries(inv.env.Pool), env, from, to, *asJSON, inv.env.Stdout)
 		}

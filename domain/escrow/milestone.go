@@ -81,6 +81,14 @@ var (
 	MinMilestones, MaxMilestones = 2, 50
 )
 
+// A milestone's title and description, in characters: fifty milestones
+// at these caps, with the escrow's own terms, fit one event
+// (domain.MaxEventBytes), as the escrow's creation records them all.
+const (
+	MaxMilestoneTitle       = 100
+	MaxMilestoneDescription = 400
+)
+
 // MilestoneDraft is a milestone as a request gives it; the caller names
 // it (ID) and has checked that a beneficiary is the merchant's customer.
 type MilestoneDraft struct {
@@ -108,10 +116,10 @@ func checkMilestones(drafts []MilestoneDraft, amount money.Amount, at time.Time)
 		switch {
 		case title == "":
 			return nil, domain.Invalidf("milestones[%d].title is required", i)
-		case utf8.RuneCountInString(title) > maxPurpose:
-			return nil, domain.Invalidf("milestones[%d].title must be at most %d characters", i, maxPurpose)
-		case utf8.RuneCountInString(d.Description) > maxDescr:
-			return nil, domain.Invalidf("milestones[%d].description must be at most %d characters", i, maxDescr)
+		case utf8.RuneCountInString(title) > MaxMilestoneTitle:
+			return nil, domain.Invalidf("milestones[%d].title must be at most %d characters", i, MaxMilestoneTitle)
+		case utf8.RuneCountInString(d.Description) > MaxMilestoneDescription:
+			return nil, domain.Invalidf("milestones[%d].description must be at most %d characters", i, MaxMilestoneDescription)
 		case d.Amount < money.Naira(1) || d.Amount%100 != 0 || d.Amount > money.Max:
 			return nil, domain.Invalidf("milestones[%d].amount must be a positive integer", i)
 		case d.DueDate != nil && !d.DueDate.After(at):

@@ -45,7 +45,11 @@ var (
 	ErrWinnerRequired    = domain.Invalidf("winnerId is required")
 	ErrWinnerNotIn       = domain.Invalidf("Winner must be a vault participant")
 	MinVaultParticipants = 2
-	MaxVaultParticipants = 100 // one append locks every participant's wallet
+	// MaxVaultParticipants: one append locks every participant's wallet,
+	// and the vault's creation and settlement each record a stake or a
+	// payout, postings and a record per participant in one event, which
+	// must fit domain.MaxEventBytes.
+	MaxVaultParticipants = 20
 	MinVaultPot          = money.Naira(1000)
 )
 

@@ -92,7 +92,7 @@ func TestVaultDraftCheck(t *testing.T) {
 		name string
 		d    VaultDraft
 		msg  string
-	}{name: "one participant too many", d: many, msg: "A vault allows at most 100 participants"})
+	}{name: "one participant too many", d: many, msg: fmt.Sprintf("A vault allows at most %d participants", MaxVaultParticipants)})
 	many.Participants = many.Participants[:MaxVaultParticipants]
 	tests = append(tests, struct {
 		name string

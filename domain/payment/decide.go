@@ -12,6 +12,11 @@ import (
 // MinAmount is the smallest deposit, withdrawal or transfer.
 var MinAmount = money.Naira(100)
 
+// MaxEscrows is the most escrows one payment funds: its record names each
+// with a summary, in the events of its staging and of its settlement, and
+// each must fit domain.MaxEventBytes.
+const MaxEscrows = 20
+
 // Intent is a payment to stage. The caller has resolved everything outside
 // the payment itself (the fee from the merchant's policy, a transfer's
 // receiver, a whitelisted address) before asking.

@@ -55,6 +55,9 @@ type State struct {
 	Accepted   bool
 	AcceptedAt time.Time
 	Transfer   string
+	// Unanswered counts the sends the provider did not answer (each gave
+	// the lease up).
+	Unanswered int
 }
 
 // Exists reports whether the intent has been created.
@@ -188,6 +191,7 @@ func Apply(s State, ev domain.Event) State {
 			// Given up: held by nobody, so the next verify takes it however
 			// far its clock is behind the releaser's.
 			s.LeaseHolder, s.LeaseUntil = "", time.Time{}
+			s.Unanswered++
 		}
 	case PayoutAccepted:
 		s.Accepted, s.AcceptedAt, s.Transfer = true, e.At, e.Transfer

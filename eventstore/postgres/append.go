@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"sort"
 	"strconv"
 
@@ -120,19 +121,32 @@ func (s *Store) appendOne(ctx context.Context, r *appendReq) {
 	// first attempt moved, or on the event id's unique index. So does an
 	// identical append committing meanwhile (a client retrying while its
 	// first attempt is still in flight).
-	err := call(false)
-	if err != nil && len(r.ids) > 0 && isRaceLoss(err) {
-		// If any of the ids is stored now, a second call with the check
-		// decides it: events only ever get added, so it takes the idempotent
-		// path or reports the ids as stored elsewhere.
-		var stored bool
-		if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, r.ids).Scan(&stored); qerr != nil {
-			r.err = qerr
-			return
+	attempt := func(checkIDs bool) error {
+		err := call(checkIDs)
+		if err != nil && len(r.ids) > 0 && isRaceLoss(err) {
+			// If any of the ids is stored now, a second call with the check
+			// decides it: events only ever get added, so it takes the
+			// idempotent path or reports the ids as stored elsewhere.
+			var stored bool
+			if qerr := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM es_events WHERE event_id = ANY ($1::uuid[]))`, r.ids).Scan(&stored); qerr != nil {
+				return qerr
+			}
+			if stored {
+				err = call(true)
+			}
 		}
-		if stored {
-			err = call(true)
-		}
+		return err
+	}
+	err := attempt(false)
+	if staleTimeout(ctx, err) {
+		// The connection timed out reading the answer although the
+		// append's own context has time left: a read deadline left on the
+		// pooled connection by an earlier statement whose context was
+		// cancelled as it ended. The statement may have run and committed.
+		// pgx closed that connection; asking once more, on another, with
+		// the idempotency check, answers the stored append as stored, or
+		// appends it now.
+		err = attempt(true)
 	}
 	if err != nil {
 		r.fail(mapError(err))
@@ -194,6 +208,16 @@ func (s *Store) appended() {
 	case s.notifyCh <- struct{}{}:
 	default:
 	}
+}
+
+// staleTimeout reports whether err is a network timeout that ctx did not
+// cause: ctx has not ended.
+func staleTimeout(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ne net.Error
+	return pgconn.Timeout(err) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // isRaceLoss reports the errors an append gets when a concurrent append of

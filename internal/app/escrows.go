@@ -150,8 +150,8 @@ func checkEscrowIDs(ids []string) error {
 	if len(ids) == 0 {
 		return domain.Invalidf("escrowDetails.escrowId is required")
 	}
-	if len(ids) > 50 {
-		return domain.Invalidf("escrowDetails.escrowId must name at most 50 escrows")
+	if len(ids) > payment.MaxEscrows {
+		return domain.Invalidf("escrowDetails.escrowId must name at most %d escrows", payment.MaxEscrows)
 	}
 	seen := map[string]bool{}
 	for _, id := range ids {

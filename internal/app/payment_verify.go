@@ -101,7 +101,11 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 				// The debit takes the payout lease with it, and links the
 				// provider's reference to the withdrawal before anything
 				// is sent, so the provider's events about it find it.
-				ev = started.Leased(holder, s.Engine.Now())
+				now, err := s.leaseNow(tx.ctx)
+				if err != nil {
+					return nil, err
+				}
+				ev = started.Leased(holder, now)
 				linkPayout(tx, a, set.Payouts, started.Record)
 			}
 			return ev, err

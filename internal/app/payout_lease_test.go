@@ -551,3 +551,48 @@ func (p *payoutProvider) Reference(w ledger.Record) string { return w.ID }
 func (p *payoutProvider) Status(context.Context, ledger.Record) (payment.PayoutAnswer, error) {
 	return payment.PayoutAnswer{Status: payment.ProviderUnknown}, nil
 }
+
+// Instances whose machines' clocks disagree still agree on the payout
+// lease: it is taken and compared on the database's clock. Here the second
+// instance's clock runs two leases ahead of the first's; were the lease on
+// the instances' clocks, it would find the first's lease long over while
+// the first is still asking the provider, and ask the provider again.
+func TestThePayoutLeaseIsOnTheDatabasesClock(t *testing.T) {
+	ctx := context.Background()
+	pool := pgtest.NewPool(t)
+	store := postgres.New(pool)
+	t.Cleanup(store.Close)
+	a, b, _, actor := twoInstancesOn(t, store)
+	release, open := make(chan struct{}), make(chan struct{})
+	close(open)
+	p := &payoutProvider{started: make(chan struct{}, 1), gate: func(call int) <-chan struct{} {
+		if call == 1 {
+			return release // the first call answers once b has tried
+		}
+		return open
+	}}
+	for _, svc := range []*Service{a, b} {
+		svc.Gateways[domain.Test] = gateway.Set{Collection: gateway.TestCollection{}, Payouts: p}
+		svc.LeaseClock = postgres.Clock(pool)
+	}
+	b.Engine.Now = func() time.Time { return time.Now().UTC().Add(2 * payment.PayoutLease) }
+	cid := stageWithdrawals(t, a, actor, "wd-1")
+
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := a.Verify(ctx, actor, cid, allowed, "wd-1")
+		first <- err
+	}()
+	<-p.started // a has debited, holds the lease and is asking the provider
+	if _, _, err := b.Verify(ctx, actor, cid, allowed, "wd-1"); err != payment.ErrPayoutInProgress {
+		t.Errorf("verify on the instance whose clock runs ahead, inside the lease: %v, want %v", err, payment.ErrPayoutInProgress)
+	}
+	if _, _, err := b.ResumePayout(ctx, actor.MerchantID, actor.Environment, "wd-1", ResumerAgent); err != payment.ErrPayoutInProgress {
+		t.Errorf("resume on the instance whose clock runs ahead, inside the lease: %v, want %v", err, payment.ErrPayoutInProgress)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the verify that paid out: %v", err)
+	}
+	expectPaidOutOnce(t, p, b, cid)
+}

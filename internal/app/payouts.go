@@ -83,7 +83,11 @@ func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *paymen
 		// holds it or has had the payout accepted meanwhile (the append's
 		// expected revision settles a race for it).
 		res, err := s.advanceIntent(ctx, a, stream, st, func(tx *Tx, p payment.State) (domain.Event, error) {
-			ev, err := payment.LeasePayout(p, holder, s.Engine.Now())
+			now, err := s.leaseNow(tx.ctx)
+			if err != nil {
+				return nil, err
+			}
+			ev, err := payment.LeasePayout(p, holder, now)
 			if ev != nil && err == nil && mayTake != nil {
 				err = mayTake(tx, p)
 			}
@@ -107,7 +111,13 @@ func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *paymen
 	// sent again once the lease ran out).
 	ctx = context.WithoutCancel(ctx)
 	ans := payment.PayoutAnswer{Status: payment.ProviderUnknown}
-	if left := st.PayoutCallDeadline().Sub(s.Engine.Now()); left > 0 {
+	now, err := s.leaseNow(ctx)
+	if err != nil {
+		// Without the time, the call's deadline is unknown: nothing is
+		// sent, and the lease is given up below if the clock answers then.
+		now = st.PayoutCallDeadline()
+	}
+	if left := st.PayoutCallDeadline().Sub(now); left > 0 {
 		call, cancel := context.WithTimeout(ctx, left)
 		// A destination the provider does not know yet is registered
 		// first; not hearing back leaves the payout unsent and unknown.
@@ -126,8 +136,12 @@ func (s *Service) payOut(ctx context.Context, a Actor, stream string, st *paymen
 	// No answer gives the lease up (AnswerSend): the debit stands, the
 	// intent stays pending, and verifying again sends again at once (were
 	// the release lost, the lease would run out).
-	res, err := s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
-		return payment.AnswerSend(p, holder, ans, s.Engine.Now()), nil
+	res, err := s.advanceIntent(ctx, a, stream, st, func(tx *Tx, p payment.State) (domain.Event, error) {
+		now, err := s.leaseNow(tx.ctx)
+		if err != nil {
+			return nil, err
+		}
+		return payment.AnswerSend(p, holder, ans, now), nil
 	})
 	if ans.Status == payment.ProviderUnknown {
 		if err != nil {
@@ -156,7 +170,11 @@ func (s *Service) PollPayout(ctx context.Context, merchantID string, env domain.
 	a := Actor{MerchantID: merchantID, Environment: env, Agent: agent}
 	stream := payment.StreamID(merchantID, env, ref)
 	st, _, err := Load(ctx, s.Engine, PaymentKind, stream)
-	if err != nil || !st.PollDue(after, s.Engine.Now()) {
+	if err != nil {
+		return st.Record, false, err
+	}
+	now, err := s.leaseNow(ctx)
+	if err != nil || !st.PollDue(after, now) {
 		return st.Record, false, err
 	}
 	err = s.askPayoutStatus(ctx, a, stream, &st)
@@ -193,28 +211,39 @@ var ErrUnknownPayout = errors.New("app: no withdrawal is paid out by that provid
 // what payment.SettlePayout decides of the answer; st is left as it now
 // stands. An unanswered call is ErrPayoutUnanswered, and decides nothing.
 func (s *Service) askPayoutStatus(ctx context.Context, a Actor, stream string, st *payment.State) error {
+	_, err := s.askPayoutStatusAt(ctx, a, stream, st)
+	return err
+}
+
+// askPayoutStatusAt is askPayoutStatus, answering the position of the
+// event it recorded (zero: none).
+func (s *Service) askPayoutStatusAt(ctx context.Context, a Actor, stream string, st *payment.State) (eventstore.Position, error) {
 	if st.Record.Type != ledger.Withdrawal || st.Phase == payment.Staged || !st.Exists() {
-		return nil
+		return eventstore.Position{}, nil
 	}
 	if st.Phase == payment.Done && st.Record.Status != ledger.Success {
 		// Returned already: no answer can move anything (SettlePayout),
 		// so the provider is not asked.
-		return nil
+		return eventstore.Position{}, nil
 	}
 	payouts := s.gateways(a.Environment).Payouts
 	if payouts == nil {
-		return ErrPaymentsNotConfigured
+		return eventstore.Position{}, ErrPaymentsNotConfigured
 	}
 	call, cancel := context.WithTimeout(ctx, payment.PayoutCallTimeout)
 	ans, err := payouts.Status(call, st.Record)
 	cancel()
 	if err != nil || ans.Status == payment.ProviderUnknown {
-		return errors.Join(ErrPayoutUnanswered, err)
+		return eventstore.Position{}, errors.Join(ErrPayoutUnanswered, err)
 	}
-	_, err = s.advanceIntent(ctx, a, stream, st, func(_ *Tx, p payment.State) (domain.Event, error) {
-		return payment.SettlePayout(p, ans, s.Engine.Now())
+	res, err := s.advanceIntent(ctx, a, stream, st, func(tx *Tx, p payment.State) (domain.Event, error) {
+		now, err := s.leaseNow(tx.ctx)
+		if err != nil {
+			return nil, err
+		}
+		return payment.SettlePayout(p, ans, now)
 	})
-	return err
+	return res.Position, err
 }
 
 // payoutRecipient is the provider's id of a bank withdrawal's destination:

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
@@ -23,6 +25,13 @@ type Service struct {
 	// provider's event before the resumer asks the provider (default
 	// payment.PayoutPollAfter).
 	PayoutPollAfter time.Duration
+	// LeaseClock is the time payout leases are taken, compared and given
+	// up by, and so every time written into a payout's life: one clock all
+	// instances share (the database's; see postgres.Clock), so that an
+	// instance whose own clock runs ahead never takes a lease another
+	// still holds, nor one behind keeps recording after its lease ended.
+	// nil: the engine's clock (a single process).
+	LeaseClock func(context.Context) (time.Time, error)
 	// accountNames keeps the provider's account resolutions (accounts.go).
 	accountNames accountNames
 	// vaultLocks queue the commands of vaults sharing a wallet (vaults.go).
@@ -55,6 +64,18 @@ func (a Actor) meta() domain.Meta {
 		}
 	}
 	return domain.Meta{MerchantID: a.MerchantID, Environment: a.Environment, Actor: actor, RequestID: a.RequestID}
+}
+
+// leaseNow is the time on the lease clock.
+func (s *Service) leaseNow(ctx context.Context) (time.Time, error) {
+	if s.LeaseClock == nil {
+		return s.Engine.Now(), nil
+	}
+	now, err := s.LeaseClock(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("app: read the lease clock: %w", err)
+	}
+	return now, nil
 }
 
 func (s *Service) payoutPollAfter() time.Duration {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/gateway"
@@ -46,7 +47,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 	// The engine's appends are watched, so that an auth change made through
 	// this server counts for the next request at once (see AuthCache).
 	engine := app.NewEngine(auth.WatchStore(store), aggregateCacheSize)
-	svc := app.NewService(engine)
+	svc := application(engine, pool)
 	for env, addr := range cfg.BSCMasterAddress {
 		if addr != "" {
 			svc.CryptoMaster[env] = addr
@@ -77,6 +78,21 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		Inbox:     events,
 		Closers:   []func(){auth.Close},
 	})
+}
+
+// Application is the application over store for an operator command or
+// a background job, its aggregate cache holding cacheSize aggregates.
+func Application(store eventstore.Store, pool *pgxpool.Pool, cacheSize int) *app.Service {
+	return application(app.NewEngine(store, cacheSize), pool)
+}
+
+// application is the application over engine, its payout leases on the
+// clock of the database in pool: processes on different machines agree
+// on when a lease ends.
+func application(engine *app.Engine, pool *pgxpool.Pool) *app.Service {
+	svc := app.NewService(engine)
+	svc.LeaseClock = postgres.Clock(pool)
+	return svc
 }
 
 // Subscriber is the webhook subscriber over store, its payloads' categories
