@@ -113,6 +113,7 @@ type Server struct {
 	waiter   Waiter
 	limiter  RateLimiter
 	idem     *IdempotencyStore
+	keyUses  *KeyUses
 	metrics  *Metrics
 	ping     func(context.Context) error
 	files    *fileStore
@@ -133,10 +134,12 @@ type Deps struct {
 	// with a nil Waiter: reads do not wait.
 	Last func(context.Context) (eventstore.Position, error)
 	// EventLog is the event store the audit trail reads.
-	EventLog  eventstore.Store
-	Waiter    Waiter
-	Limiter   RateLimiter
-	Idem      *IdempotencyStore
+	EventLog eventstore.Store
+	Waiter   Waiter
+	Limiter  RateLimiter
+	Idem     *IdempotencyStore
+	// KeyUses records when each key was last used (nil: not recorded).
+	KeyUses   *KeyUses
 	Registry  *prometheus.Registry
 	Ping      func(context.Context) error
 	Directory Directory
@@ -179,7 +182,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.DataDir = "./.data"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
+		limiter: d.Limiter, idem: d.Idem, keyUses: d.KeyUses, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL, cfg.FilesQuota)
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -216,6 +219,14 @@ func (s *Server) Close() {
 // App returns the application the server drives (tests issue commands
 // through it directly).
 func (s *Server) App() *app.Service { return s.app }
+
+// now is the application's clock, which key expiry is judged by.
+func (s *Server) now() time.Time {
+	if s.app != nil {
+		return s.app.Now()
+	}
+	return time.Now()
+}
 
 func orNop(l *zap.Logger) *zap.Logger {
 	if l == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -43,7 +44,8 @@ CREATE TABLE IF NOT EXISTS rm_api_keys (
     hint         text NOT NULL,
     revoked      boolean NOT NULL DEFAULT false,
     issued_at    timestamptz NOT NULL
-);`
+);
+ALTER TABLE rm_api_keys ADD COLUMN IF NOT EXISTS expires_at timestamptz;`
 }
 
 func (Merchants) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -63,9 +65,13 @@ func (Merchants) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (merchant_id) DO NOTHING`,
 				id, e.Name, e.Business, e.Country, fees, e.SigningSecrets[domain.Test], e.SigningSecrets[domain.Live], e.CreatedAt)
 		case merchant.KeyIssued:
-			_, err = tx.Exec(ctx, `INSERT INTO rm_api_keys (digest, key_id, merchant_id, environment, role, hint, issued_at)
-				VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (digest) DO NOTHING`,
-				e.Digest, e.ID, id, string(e.Environment), string(e.Role), e.Hint, e.IssuedAt)
+			var expires *time.Time
+			if !e.ExpiresAt.IsZero() {
+				expires = &e.ExpiresAt
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO rm_api_keys (digest, key_id, merchant_id, environment, role, hint, issued_at, expires_at)
+				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (digest) DO NOTHING`,
+				e.Digest, e.ID, id, string(e.Environment), string(e.Role), e.Hint, e.IssuedAt, expires)
 		case merchant.KeyRevoked:
 			_, err = tx.Exec(ctx, `UPDATE rm_api_keys SET revoked = true WHERE key_id = $1`, e.KeyID)
 		case merchant.WebhookURLSet:

@@ -77,7 +77,7 @@ var commands []*command
 // groups are the first words of commands with subcommands.
 var groups = map[string]string{
 	"merchant":    "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
-	"key":         "API keys: issue and revoke",
+	"key":         "API keys: issue, list and revoke",
 	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
 	"events":      "the event log: export a merchant's events",
 	"webhooks":    "webhook tools that need no database",
@@ -87,7 +87,7 @@ func init() {
 	commands = []*command{serveCommand, migrateCommand,
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantSetDefaultsCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
-		keyCreateCommand, keyRevokeCommand,
+		keyCreateCommand, keyListCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }

@@ -45,7 +45,12 @@ type Key struct {
 	Digest      string             `json:"digest"` // hex SHA-256 of the key
 	Hint        string             `json:"hint"`   // prefix and last 4 chars, for display
 	Revoked     bool               `json:"revoked"`
+	// ExpiresAt is when the key stops being accepted (zero: never).
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
+
+// Expired reports whether the key is past its expiry at now.
+func (k Key) Expired(now time.Time) bool { return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) }
 
 // State is the folded merchant.
 type State struct {
@@ -182,6 +187,9 @@ func IssueKey(s State, k KeyIssued) ([]domain.Event, error) {
 	}
 	if k.Role != Standard && k.Role != SuperAdmin {
 		return nil, domain.Invalidf("role must be standard or super_admin")
+	}
+	if !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(k.IssuedAt) {
+		return nil, domain.Invalidf("a key must expire after it is issued")
 	}
 	return []domain.Event{k}, nil
 }

@@ -86,6 +86,12 @@ func TestDecisions(t *testing.T) {
 		{"issue key, bad role", func() ([]domain.Event, error) {
 			return IssueKey(existing, KeyIssued{Key: Key{Environment: domain.Test, Role: "root"}})
 		}, nil, "role must be standard or super_admin"},
+		{"issue key with an expiry", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{ID: "k3", Environment: domain.Test, Role: Standard, ExpiresAt: now.Add(time.Hour)}, IssuedAt: now})
+		}, []domain.Event{KeyIssued{Key: Key{ID: "k3", Environment: domain.Test, Role: Standard, ExpiresAt: now.Add(time.Hour)}, IssuedAt: now}}, ""},
+		{"issue key expiring when issued", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{ID: "k3", Environment: domain.Test, Role: Standard, ExpiresAt: now}, IssuedAt: now})
+		}, nil, "a key must expire after it is issued"},
 		{"revoke", func() ([]domain.Event, error) { return RevokeKey(existing, "k1", now) },
 			[]domain.Event{KeyRevoked{KeyID: "k1", RevokedAt: now}}, ""},
 		{"revoke again is a no-op", func() ([]domain.Event, error) { return RevokeKey(revoked, "k1", now) }, nil, ""},
