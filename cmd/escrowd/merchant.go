@@ -139,21 +139,27 @@ var merchantSetCompatCommand = &command{
 }
 
 var merchantRotateSecretCommand = &command{
-	name: "merchant rotate-secret", args: "--merchant M --env test|live",
-	summary:  "a new webhook signing secret for one environment, printed once",
+	name: "merchant rotate-secret", args: "--merchant M --env test|live [--overlap 24h]",
+	summary: "a new webhook signing secret for one environment, printed once",
+	detail: "--overlap: until that long from now every delivery is signed with both secrets, each signature\n" +
+		"header carrying the new signature and the old one comma-separated, so receivers can move to the\n" +
+		"new secret without refusing a delivery; after it only the new secret signs. Without it the old\n" +
+		"secret stops at once.",
 	database: true,
 	required: []string{"merchant"},
 	define: func(fs *flag.FlagSet) runFunc {
 		id := fs.String("merchant", "", "merchant id (required)")
 		e := fs.String("env", "test", "environment: test or live")
+		overlap := fs.Duration("overlap", 0, "how long the replaced secret keeps signing beside the new one, such as 24h")
 		return func(ctx context.Context, inv *invocation) error {
 			environment, err := parseEnv(*e)
 			if err != nil {
 				return err
 			}
 			secret := app.NewSigningSecret()
-			if err := operatorChange(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
-				return []domain.Event{merchant.SigningSecretRotated{Environment: environment, Secret: secret}}, nil
+			svc := service(inv.env)
+			if err := operatorChange(ctx, inv.env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
+				return merchant.RotateSigningSecret(m, environment, secret, svc.Engine.Now(), *overlap)
 			}); err != nil {
 				return err
 			}
