@@ -14,10 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
@@ -202,7 +204,6 @@ func New(cfg Config, d Deps) *Server {
 	e.Use(textGuard)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", MetricsHandler(reg))
 	s.e = e
 	s.routes()
 	return s
@@ -456,6 +457,8 @@ func (s *Server) readyz(c echo.Context) error {
 func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		id := requestID(c)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
 		err := next(c)
 		if err != nil {
 			c.Error(err)
@@ -464,20 +467,67 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		s.log.Info("request",
 			zap.String("method", c.Request().Method),
 			zap.String("route", c.Path()),
-			zap.String("path", redactKeys(c.Request().URL.Path)),
 			zap.Int("status", res.Status),
 			zap.Int64("bytes", res.Size),
 			zap.Duration("duration", time.Since(start)),
 			zap.String("ip", c.RealIP()),
+			zap.String("path", redactKeys(c.Request().URL.Path)),
+			zap.Inline(requestIDs{c}),
 		)
 		return nil
 	}
 }
 
+const ctxRequestID = "escrowd.requestID"
+
+// requestID is the request's id: the client's X-Request-Id when it is one
+// the API accepts, otherwise a new one, set on the request too, so that
+// the events the request records carry it. An unacceptable id is kept on
+// the request for textGuard to refuse, and never echoed.
+func requestID(c echo.Context) string {
+	if id, ok := c.Get(ctxRequestID).(string); ok {
+		return id
+	}
+	r := c.Request()
+	id := r.Header.Get(echo.HeaderXRequestID)
+	switch {
+	case id == "":
+		id = uuid.NewString()
+		r.Header.Set(echo.HeaderXRequestID, id)
+	case !validRequestID(id):
+		id = uuid.NewString()
+	}
+	c.Set(ctxRequestID, id)
+	return id
+}
+
 func errField(err error) zap.Field { return zap.Error(err) }
 
-func reqField(c echo.Context) zap.Field {
-	return zap.String("path", c.Request().Method+" "+redactKeys(c.Request().URL.Path))
+// reqField is what every log line about a request carries: its method and
+// path (keys redacted), its id, and once it is authenticated the merchant,
+// the key's id and the environment.
+func reqField(c echo.Context) zap.Field { return zap.Inline(requestFields{c}) }
+
+type requestFields struct{ c echo.Context }
+
+func (f requestFields) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	r := f.c.Request()
+	enc.AddString("path", r.Method+" "+redactKeys(r.URL.Path))
+	return requestIDs(f).MarshalLogObject(enc)
+}
+
+// requestIDs are the request's id and, once it is authenticated, its
+// merchant, key id and environment.
+type requestIDs struct{ c echo.Context }
+
+func (f requestIDs) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddString("request_id", requestID(f.c))
+	if p, ok := PrincipalFrom(f.c); ok {
+		enc.AddString("merchant_id", p.MerchantID)
+		enc.AddString("key_id", p.KeyID)
+		enc.AddString("environment", string(p.Environment))
+	}
+	return nil
 }
 
 // loggedKey is anything shaped like an API key (or its start): a client

@@ -19,8 +19,11 @@ import (
 
 // Config is read from environment variables.
 type Config struct {
-	DatabaseURL        string
-	Addr               string
+	DatabaseURL string
+	Addr        string
+	// MetricsAddr is where serve answers GET /metrics, apart from the API
+	// (ESCROW_METRICS_ADDR, default 127.0.0.1:9090; "off": nowhere).
+	MetricsAddr        string
 	EventStore         string
 	KurrentURL         string
 	Hosts              map[string]domain.Environment
@@ -128,11 +131,16 @@ func getenv(k, def string) string {
 	return def
 }
 
+// defaultMetricsAddr keeps the metrics on this machine unless the operator
+// chooses an address a scraper can reach.
+const defaultMetricsAddr = "127.0.0.1:9090"
+
 // LoadConfig reads and validates the configuration.
 func LoadConfig() (Config, error) {
 	c := Config{
 		DatabaseURL:        os.Getenv("DATABASE_URL"),
 		Addr:               getenv("ESCROW_ADDR", ":8080"),
+		MetricsAddr:        getenv("ESCROW_METRICS_ADDR", defaultMetricsAddr),
 		EventStore:         getenv("ESCROW_EVENT_STORE", "postgres"),
 		KurrentURL:         os.Getenv("KURRENTDB_URL"),
 		Hosts:              map[string]domain.Environment{},

@@ -20,11 +20,14 @@ import (
 
 // sandboxDefaults are the settings the sandbox changes unless they are set:
 // no rate limit (a pasted session sends many requests within seconds),
-// webhooks to receivers on this machine, logs for a terminal.
+// webhooks to receivers on this machine, logs for a terminal, metrics on
+// a free port.
 var sandboxDefaults = []struct{ name, value string }{
 	{"ESCROW_RATE_LIMIT_PER_MINUTE", "0"},
 	{"ESCROW_WEBHOOK_ALLOW_PRIVATE", "true"},
 	{"ESCROW_LOG_FORMAT", "console"},
+	// Any free port: a second checkout's sandbox must not find it taken.
+	{"ESCROW_METRICS_ADDR", "127.0.0.1:0"},
 }
 
 // prepareServe claims serve's address (--addr, else ESCROW_ADDR, else
