@@ -78,6 +78,7 @@ var commands []*command
 var groups = map[string]string{
 	"merchant":    "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
 	"key":         "API keys: issue, list and revoke",
+	"keys":        "the data keys of encrypted personal data and secrets: re-wrap them with a new master key",
 	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
 	"events":      "the event log: export a merchant's events",
 	"webhooks":    "webhook tools that need no database",
@@ -87,7 +88,7 @@ func init() {
 	commands = []*command{serveCommand, migrateCommand,
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantSetDefaultsCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
-		keyCreateCommand, keyListCommand, keyRevokeCommand,
+		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }

@@ -23,7 +23,10 @@ type Config struct {
 	Addr        string
 	// MetricsAddr is where serve answers GET /metrics, apart from the API
 	// (ESCROW_METRICS_ADDR, default 127.0.0.1:9090; "off": nowhere).
-	MetricsAddr        string
+	MetricsAddr string
+	// MasterKeyFile names the master key that wraps the data keys
+	// (ESCROW_MASTER_KEY_FILE; 32 random bytes, base64).
+	MasterKeyFile      string
 	EventStore         string
 	KurrentURL         string
 	Hosts              map[string]domain.Environment
@@ -141,6 +144,7 @@ func LoadConfig() (Config, error) {
 		DatabaseURL:        os.Getenv("DATABASE_URL"),
 		Addr:               getenv("ESCROW_ADDR", ":8080"),
 		MetricsAddr:        getenv("ESCROW_METRICS_ADDR", defaultMetricsAddr),
+		MasterKeyFile:      os.Getenv("ESCROW_MASTER_KEY_FILE"),
 		EventStore:         getenv("ESCROW_EVENT_STORE", "postgres"),
 		KurrentURL:         os.Getenv("KURRENTDB_URL"),
 		Hosts:              map[string]domain.Environment{},
