@@ -26,6 +26,8 @@ type Principal struct {
 	Business    bool
 	Country     string
 	Allowlist   []string
+	// ExpiresAt is when the key stops being accepted (zero: never).
+	ExpiresAt time.Time
 }
 
 // CustomerRef is what auth needs to know about the customer named by the
@@ -141,9 +143,14 @@ func (s *Server) authenticate(pol Policy) echo.MiddlewareFunc {
 			if !found || p.Environment != s.environmentOf(r) || !strings.HasPrefix(key, "sk_"+string(p.Environment)+"_") {
 				return deny(domain.Forbidden, "Unauthorized Access")
 			}
+			now := s.now()
+			if !p.ExpiresAt.IsZero() && !now.Before(p.ExpiresAt) {
+				return deny(domain.Unauthenticated, "Access denied")
+			}
 			if p.Environment == domain.Live && len(p.Allowlist) > 0 && !ipAllowed(net.ParseIP(c.RealIP()), p.Allowlist) {
 				return deny(domain.Forbidden, "Unauthorized IP address")
 			}
+			s.keyUses.Used(p.KeyID, now)
 			if s.limiter != nil && s.cfg.RateLimitPerMinute > 0 {
 				d, err := s.limiter.Allow(ctx, p.KeyID, time.Now())
 				if err != nil {

@@ -16,8 +16,12 @@ func customerRefOf(c projections.CustomerAuth) CustomerRef {
 }
 
 func principalOf(k projections.KeyRow) Principal {
-	return Principal{KeyID: k.KeyID, MerchantID: k.MerchantID, Environment: k.Environment, Role: merchant.Role(k.Role),
+	p := Principal{KeyID: k.KeyID, MerchantID: k.MerchantID, Environment: k.Environment, Role: merchant.Role(k.Role),
 		Business: k.Business, Country: k.Country, Allowlist: k.Allowlist}
+	if k.ExpiresAt != nil {
+		p.ExpiresAt = *k.ExpiresAt
+	}
+	return p
 }
 
 // ResolveAt reads the key, and the customer when one is named, with the

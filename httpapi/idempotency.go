@@ -252,7 +252,7 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3 AND completed_at IS NU
 			return lostRace, nil
 		}
 		s.log.Error("idempotency: a request wrote but its response was never stored",
-			zap.String("key_id", scope), zap.String("idempotency_key", key))
+			zap.String("idempotency_key", key), reqField(c))
 		return answered, replayStored(c, rec)
 	}
 	tag, err := s.pool.Exec(ctx, `
@@ -324,8 +324,7 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 		// An append may have committed without our knowing: the key stays
 		// in flight, so a retry waits for the takeover, whose fence tells
 		// whether the request wrote, instead of running it again.
-		s.log.Warn("idempotency: a write's outcome is unknown; the key stays in flight until a retry takes it over",
-			zap.String("key_id", scope))
+		s.log.Warn("idempotency: a write's outcome is unknown; the key stays in flight until a retry takes it over", reqField(c))
 		return nil
 	}
 	if status >= http.StatusInternalServerError && (!reservation.Wrote() || domain.IsResumable(err)) {
@@ -349,7 +348,7 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
 	if err != nil {
 		// The client has its answer; a retry finds the key in flight until
 		// it is presumed abandoned, rather than running the request twice.
-		s.log.Error("idempotency: storing response", zap.Error(err), zap.String("key_id", scope))
+		s.log.Error("idempotency: storing response", zap.Error(err), reqField(c))
 	}
 	return nil
 }

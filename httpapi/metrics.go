@@ -89,7 +89,9 @@ func metricMethod(m string) string {
 	return "OTHER"
 }
 
-// MetricsHandler serves g in the Prometheus exposition format.
-func MetricsHandler(g prometheus.Gatherer) echo.HandlerFunc {
-	return echo.WrapHandler(promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+// MetricsHandler serves g in the Prometheus exposition format. The process
+// serves it on a listener of its own (ESCROW_METRICS_ADDR), never on the
+// API's.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
 }

@@ -23,7 +23,7 @@ func TestMetricsRecordRouteTemplates(t *testing.T) {
 		return c.JSON(http.StatusOK, map[string]string{"id": c.Param("customerId")})
 	})
 	e.POST("/v1/fail", func(c echo.Context) error { return errors.New("boom") })
-	e.GET("/metrics", MetricsHandler(reg))
+	e.GET("/metrics", echo.WrapHandler(MetricsHandler(reg)))
 
 	for _, r := range []struct {
 		method, path string

@@ -279,8 +279,7 @@ type verifyFailure struct {
 func (s *Server) verifyRefusal(c echo.Context, ref string, err error) verifyFailure {
 	var de *domain.Error
 	if !errors.As(err, &de) {
-		s.log.Error("batch verify", zap.String("reference", ref), zap.Error(err),
-			zap.String("request_id", c.Request().Header.Get("X-Request-Id")))
+		s.log.Error("batch verify", zap.String("reference", ref), zap.Error(err), reqField(c))
 	}
 	return verifyFailure{Reference: ref, Status: "error", Message: domain.ErrorMessage(err)}
 }

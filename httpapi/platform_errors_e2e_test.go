@@ -241,7 +241,7 @@ func TestRequestLog(t *testing.T) {
 		{"validation error", req{method: "PUT", path: "/v1/customer/update/" + cust, key: h.sa(), body: map[string]any{}},
 			400, "/v1/customer/update/:customerId", "/v1/customer/update/" + cust, false},
 		{"no key", req{path: "/v1/customers"}, 401, "/v1/customers", "/v1/customers", false},
-		{"unexpected error", req{path: "/v1/probe/boom", key: h.std()}, 500, "/v1/probe/boom", "/v1/probe/boom", true},
+		{"unexpected error", req{path: "/v1/probe/boom", key: h.std(), headers: map[string]string{"X-Request-Id": "trace-42"}}, 500, "/v1/probe/boom", "/v1/probe/boom", true},
 		{"health", req{path: "/healthz"}, 200, "/healthz", "/healthz", false},
 		{"unknown route: no template", req{path: "/v1/nothing-here"}, 404, "", "/v1/nothing-here", false},
 	}
@@ -272,6 +272,21 @@ func TestRequestLog(t *testing.T) {
 			if d, ok := f["duration"].(time.Duration); !ok || d <= 0 {
 				t.Fatalf("duration %v (%T)", f["duration"], f["duration"])
 			}
+			// Every request has an id, made here unless the client sent one,
+			// echoed and logged; an authenticated one logs who made it.
+			if id := r.Header.Get("X-Request-Id"); id == "" || f["request_id"] != id {
+				t.Fatalf("request id %q echoed, %v logged", id, f["request_id"])
+			}
+			if sent := c.r.headers["X-Request-Id"]; sent != "" && r.Header.Get("X-Request-Id") != sent {
+				t.Fatalf("the client's request id %q came back as %q", sent, r.Header.Get("X-Request-Id"))
+			}
+			if c.r.key != "" && c.status != 401 {
+				if f["merchant_id"] != h.m.MerchantID || f["environment"] != "test" || !strings.HasPrefix(fmt.Sprint(f["key_id"]), "key_") {
+					t.Fatalf("request line %v lacks the merchant, key or environment", f)
+				}
+			} else if _, ok := f["key_id"]; ok {
+				t.Fatalf("an unauthenticated request logged a key: %v", f)
+			}
 			failed := logs.FilterMessage("request failed").All()
 			if !c.internalError {
 				if len(failed) != 0 {
@@ -281,6 +296,9 @@ func TestRequestLog(t *testing.T) {
 			}
 			if len(failed) != 1 || failed[0].Level != zapcore.ErrorLevel || !strings.Contains(fmt.Sprint(failed[0].ContextMap()["error"]), "secret_table") {
 				t.Fatalf("internal error not logged with its cause: %v", failed)
+			}
+			if ff := failed[0].ContextMap(); ff["request_id"] != f["request_id"] || ff["key_id"] != f["key_id"] || ff["merchant_id"] != h.m.MerchantID {
+				t.Fatalf("the failure's line %v does not name the request %v", ff, f)
 			}
 			if want := `{"status":500,"message":"Internal server error","data":{}}`; strings.TrimSpace(string(r.Raw)) != want {
 				t.Fatalf("500 body %s, want %s", r.Raw, want)

@@ -70,7 +70,7 @@ func (s *Server) paystackHook(c echo.Context) error {
 	s.inbox.Notify()
 	if !fresh {
 		s.log.Info("provider event delivered again", zap.String("provider", kept.Provider),
-			zap.String("environment", string(env)), zap.String("event_id", kept.ID))
+			zap.String("environment", string(env)), zap.String("event_id", kept.ID), reqField(c))
 	}
 	return respond(c, http.StatusOK, "Event received", nil)
 }

@@ -63,7 +63,6 @@ var paramKinds = map[string]string{"customerId": "customerId", "paymentToken": "
 var tenancyMatrix = map[string]matrixRow{
 	"GET /healthz":      {public: "liveness probe: no data"},
 	"GET /readyz":       {public: "readiness probe: lags and positions, no tenant data"},
-	"GET /metrics":      {public: "operators' scrape target: must carry no tenant data"},
 	"GET /files/:name":  {public: "uploaded images by unguessable name"},
 	"HEAD /files/:name": {public: "uploaded images by unguessable name"},
 	"GET /files/:owner/:name": {public: "uploaded files by unguessable name, in their merchant environment's folder",

@@ -14,10 +14,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
@@ -113,6 +115,7 @@ type Server struct {
 	waiter   Waiter
 	limiter  RateLimiter
 	idem     *IdempotencyStore
+	keyUses  *KeyUses
 	metrics  *Metrics
 	ping     func(context.Context) error
 	files    *fileStore
@@ -133,10 +136,12 @@ type Deps struct {
 	// with a nil Waiter: reads do not wait.
 	Last func(context.Context) (eventstore.Position, error)
 	// EventLog is the event store the audit trail reads.
-	EventLog  eventstore.Store
-	Waiter    Waiter
-	Limiter   RateLimiter
-	Idem      *IdempotencyStore
+	EventLog eventstore.Store
+	Waiter   Waiter
+	Limiter  RateLimiter
+	Idem     *IdempotencyStore
+	// KeyUses records when each key was last used (nil: not recorded).
+	KeyUses   *KeyUses
 	Registry  *prometheus.Registry
 	Ping      func(context.Context) error
 	Directory Directory
@@ -179,7 +184,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.DataDir = "./.data"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
+		limiter: d.Limiter, idem: d.Idem, keyUses: d.KeyUses, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
 	s.files = newFileStore(cfg.DataDir, cfg.PublicURL, cfg.FilesQuota)
 	if s.log == nil {
 		s.log = zap.NewNop()
@@ -199,7 +204,6 @@ func New(cfg Config, d Deps) *Server {
 	e.Use(textGuard)
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", MetricsHandler(reg))
 	s.e = e
 	s.routes()
 	return s
@@ -216,6 +220,14 @@ func (s *Server) Close() {
 // App returns the application the server drives (tests issue commands
 // through it directly).
 func (s *Server) App() *app.Service { return s.app }
+
+// now is the application's clock, which key expiry is judged by.
+func (s *Server) now() time.Time {
+	if s.app != nil {
+		return s.app.Now()
+	}
+	return time.Now()
+}
 
 func orNop(l *zap.Logger) *zap.Logger {
 	if l == nil {
@@ -445,6 +457,8 @@ func (s *Server) readyz(c echo.Context) error {
 func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
+		id := requestID(c)
+		c.Response().Header().Set(echo.HeaderXRequestID, id)
 		err := next(c)
 		if err != nil {
 			c.Error(err)
@@ -453,20 +467,67 @@ func (s *Server) requestLog(next echo.HandlerFunc) echo.HandlerFunc {
 		s.log.Info("request",
 			zap.String("method", c.Request().Method),
 			zap.String("route", c.Path()),
-			zap.String("path", redactKeys(c.Request().URL.Path)),
 			zap.Int("status", res.Status),
 			zap.Int64("bytes", res.Size),
 			zap.Duration("duration", time.Since(start)),
 			zap.String("ip", c.RealIP()),
+			zap.String("path", redactKeys(c.Request().URL.Path)),
+			zap.Inline(requestIDs{c}),
 		)
 		return nil
 	}
 }
 
+const ctxRequestID = "escrowd.requestID"
+
+// requestID is the request's id: the client's X-Request-Id when it is one
+// the API accepts, otherwise a new one, set on the request too, so that
+// the events the request records carry it. An unacceptable id is kept on
+// the request for textGuard to refuse, and never echoed.
+func requestID(c echo.Context) string {
+	if id, ok := c.Get(ctxRequestID).(string); ok {
+		return id
+	}
+	r := c.Request()
+	id := r.Header.Get(echo.HeaderXRequestID)
+	switch {
+	case id == "":
+		id = uuid.NewString()
+		r.Header.Set(echo.HeaderXRequestID, id)
+	case !validRequestID(id):
+		id = uuid.NewString()
+	}
+	c.Set(ctxRequestID, id)
+	return id
+}
+
 func errField(err error) zap.Field { return zap.Error(err) }
 
-func reqField(c echo.Context) zap.Field {
-	return zap.String("path", c.Request().Method+" "+redactKeys(c.Request().URL.Path))
+// reqField is what every log line about a request carries: its method and
+// path (keys redacted), its id, and once it is authenticated the merchant,
+// the key's id and the environment.
+func reqField(c echo.Context) zap.Field { return zap.Inline(requestFields{c}) }
+
+type requestFields struct{ c echo.Context }
+
+func (f requestFields) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	r := f.c.Request()
+	enc.AddString("path", r.Method+" "+redactKeys(r.URL.Path))
+	return requestIDs(f).MarshalLogObject(enc)
+}
+
+// requestIDs are the request's id and, once it is authenticated, its
+// merchant, key id and environment.
+type requestIDs struct{ c echo.Context }
+
+func (f requestIDs) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	enc.AddString("request_id", requestID(f.c))
+	if p, ok := PrincipalFrom(f.c); ok {
+		enc.AddString("merchant_id", p.MerchantID)
+		enc.AddString("key_id", p.KeyID)
+		enc.AddString("environment", string(p.Environment))
+	}
+	return nil
 }
 
 // loggedKey is anything shaped like an API key (or its start): a client

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,8 +30,6 @@ CREATE TABLE IF NOT EXISTS rm_merchants (
     fees            jsonb NOT NULL,
     webhook_test    text NOT NULL DEFAULT '',
     webhook_live    text NOT NULL DEFAULT '',
-    secret_test     text NOT NULL DEFAULT '',
-    secret_live     text NOT NULL DEFAULT '',
     allowlist       text[] NOT NULL DEFAULT '{}',
     created_at      timestamptz NOT NULL
 );
@@ -43,7 +42,12 @@ CREATE TABLE IF NOT EXISTS rm_api_keys (
     hint         text NOT NULL,
     revoked      boolean NOT NULL DEFAULT false,
     issued_at    timestamptz NOT NULL
-);`
+);
+ALTER TABLE rm_api_keys ADD COLUMN IF NOT EXISTS expires_at timestamptz;
+-- Signing secrets are read from the merchant's events when a delivery is
+-- signed, never from here: a copy would put every merchant's secret in
+-- each backup of the read models.
+ALTER TABLE rm_merchants DROP COLUMN IF EXISTS secret_test, DROP COLUMN IF EXISTS secret_live;`
 }
 
 func (Merchants) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -59,19 +63,21 @@ func (Merchants) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		switch e := ev.(type) {
 		case merchant.Created:
 			fees, _ := json.Marshal(e.Fees)
-			_, err = tx.Exec(ctx, `INSERT INTO rm_merchants (merchant_id, name, business, country, fees, secret_test, secret_live, created_at)
-				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (merchant_id) DO NOTHING`,
-				id, e.Name, e.Business, e.Country, fees, e.SigningSecrets[domain.Test], e.SigningSecrets[domain.Live], e.CreatedAt)
+			_, err = tx.Exec(ctx, `INSERT INTO rm_merchants (merchant_id, name, business, country, fees, created_at)
+				VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (merchant_id) DO NOTHING`,
+				id, e.Name, e.Business, e.Country, fees, e.CreatedAt)
 		case merchant.KeyIssued:
-			_, err = tx.Exec(ctx, `INSERT INTO rm_api_keys (digest, key_id, merchant_id, environment, role, hint, issued_at)
-				VALUES ($1,$2,$3,$4,$5,$6,$7) ON CONFLICT (digest) DO NOTHING`,
-				e.Digest, e.ID, id, string(e.Environment), string(e.Role), e.Hint, e.IssuedAt)
+			var expires *time.Time
+			if !e.ExpiresAt.IsZero() {
+				expires = &e.ExpiresAt
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO rm_api_keys (digest, key_id, merchant_id, environment, role, hint, issued_at, expires_at)
+				VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (digest) DO NOTHING`,
+				e.Digest, e.ID, id, string(e.Environment), string(e.Role), e.Hint, e.IssuedAt, expires)
 		case merchant.KeyRevoked:
 			_, err = tx.Exec(ctx, `UPDATE rm_api_keys SET revoked = true WHERE key_id = $1`, e.KeyID)
 		case merchant.WebhookURLSet:
 			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET webhook_`+envColumn(e.Environment)+` = $2 WHERE merchant_id = $1`, id, e.URL)
-		case merchant.SigningSecretRotated:
-			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET secret_`+envColumn(e.Environment)+` = $2 WHERE merchant_id = $1`, id, e.Secret)
 		case merchant.AllowlistSet:
 			_, err = tx.Exec(ctx, `UPDATE rm_merchants SET allowlist = $2 WHERE merchant_id = $1`, id, nonNil(e.Entries))
 		case merchant.FeesSet:

@@ -31,12 +31,14 @@ type KeyRow struct {
 	Business    bool
 	Country     string
 	Allowlist   []string
+	// ExpiresAt is when the key stops being accepted (nil: never).
+	ExpiresAt *time.Time
 }
 
 // Which keys authenticate, and what of them auth reads. The digest is $1;
 // scan with keyTargets.
 const (
-	keyColumns = `k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist`
+	keyColumns = `k.key_id, k.merchant_id, k.environment, k.role, m.business, m.country, m.allowlist, k.expires_at`
 	keyFrom    = `rm_api_keys k JOIN rm_merchants m USING (merchant_id)`
 	keyWhere   = `k.digest = $1 AND NOT k.revoked`
 )
@@ -44,7 +46,7 @@ const (
 // keyTargets are the scan targets of keyColumns; env receives the
 // environment's text.
 func (k *KeyRow) keyTargets(env *string) []any {
-	return []any{&k.KeyID, &k.MerchantID, env, &k.Role, &k.Business, &k.Country, &k.Allowlist}
+	return []any{&k.KeyID, &k.MerchantID, env, &k.Role, &k.Business, &k.Country, &k.Allowlist, &k.ExpiresAt}
 }
 
 // Country is the embedded country of a customer record.
@@ -222,4 +224,35 @@ func (q *Queries) KeyAndCustomerAt(ctx context.Context, digest, customerID strin
 			Blocked: *cst == "blocked", Permissions: customer.Permissions{CanBuy: *canBuy, CanSell: *canSell, CanWithdraw: *canW}}
 	}
 	return a, nil
+}
+
+// KeyListing is one of a merchant's API keys as `escrowd key list` shows
+// it. LastUsedAt comes from api_key_uses, which the serving processes
+// write outside the event log (httpapi.KeyUses), so a rebuild keeps it.
+type KeyListing struct {
+	KeyID       string             `json:"keyId"`
+	Environment domain.Environment `json:"environment"`
+	Role        string             `json:"role"`
+	Hint        string             `json:"hint"`
+	Revoked     bool               `json:"revoked"`
+	IssuedAt    time.Time          `json:"issuedAt"`
+	ExpiresAt   *time.Time         `json:"expiresAt"`
+	LastUsedAt  *time.Time         `json:"lastUsedAt"`
+}
+
+// Keys lists a merchant's API keys, oldest first.
+func (q *Queries) Keys(ctx context.Context, merchantID string) ([]KeyListing, error) {
+	rows, err := q.pool.Query(ctx, `SELECT k.key_id, k.environment, k.role, k.hint, k.revoked, k.issued_at, k.expires_at, u.last_used_at
+		FROM rm_api_keys k LEFT JOIN api_key_uses u USING (key_id)
+		WHERE k.merchant_id = $1 ORDER BY k.issued_at, k.key_id`, merchantID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (KeyListing, error) {
+		var k KeyListing
+		var env string
+		err := r.Scan(&k.KeyID, &env, &k.Role, &k.Hint, &k.Revoked, &k.IssuedAt, &k.ExpiresAt, &k.LastUsedAt)
+		k.Environment = domain.Environment(env)
+		return k, err
+	})
 }

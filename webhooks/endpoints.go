@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -11,6 +12,10 @@ import (
 type Endpoint struct {
 	URL    string // "" when the merchant has none
 	Secret string
+	// Previous is the secret Secret replaced, which signs deliveries
+	// beside it until PreviousUntil ("" when there is none).
+	Previous      string
+	PreviousUntil time.Time
 	// Profile chooses the delivery's conventions (compat.go).
 	Profile merchant.Profile
 }
@@ -39,5 +44,9 @@ func (e MerchantEndpoints) Endpoint(ctx context.Context, merchantID string, env 
 	if err != nil {
 		return Endpoint{}, err
 	}
-	return Endpoint{URL: m.Webhooks[env], Secret: m.SigningSecrets[env], Profile: m.Profile()}, nil
+	ep := Endpoint{URL: m.Webhooks[env], Secret: m.SigningSecrets[env], Profile: m.Profile()}
+	if o, ok := m.Overlaps[env]; ok {
+		ep.Previous, ep.PreviousUntil = o.Secret, o.Until
+	}
+	return ep, nil
 }

@@ -165,7 +165,7 @@ func (d *Dispatcher) send(ctx context.Context, c leasedAttempt, ep Endpoint) (in
 	req.Header.Set("Content-Type", "application/json")
 	headers, userAgent := conventions(ep.Profile, d.SignatureHeaders, d.UserAgent)
 	req.Header.Set("User-Agent", userAgent)
-	sig := Sign(ep.Secret, c.Body)
+	sig := signatures(ep, c.Body, d.Now())
 	for _, name := range headers {
 		req.Header.Set(name, sig)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"strings"
+	"time"
 
 	"golang.org/x/net/http/httpguts"
 )
@@ -28,14 +29,29 @@ func Sign(secret string, body []byte) string {
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
-// Verify checks a received signature in constant time.
-func Verify(secret string, body []byte, signature string) bool {
-	got, err := hex.DecodeString(strings.TrimSpace(signature))
-	if err != nil {
-		return false
+// signatures is the value of a delivery's signature headers at now: the
+// signature with the endpoint's secret, then, while a rotation's overlap
+// lasts, a comma and the signature with the secret it replaced.
+func signatures(ep Endpoint, body []byte, now time.Time) string {
+	sig := Sign(ep.Secret, body)
+	if ep.Previous != "" && now.Before(ep.PreviousUntil) {
+		sig += "," + Sign(ep.Previous, body)
 	}
+	return sig
+}
+
+// Verify checks a received signature header in constant time: true when
+// one of its comma-separated signatures is body's with secret.
+func Verify(secret string, body []byte, header string) bool {
 	want, _ := hex.DecodeString(Sign(secret, body))
-	return hmac.Equal(got, want)
+	ok := false
+	for _, sig := range strings.Split(header, ",") {
+		got, err := hex.DecodeString(strings.TrimSpace(sig))
+		if err == nil && hmac.Equal(got, want) {
+			ok = true
+		}
+	}
+	return ok
 }
 
 // ParseSignatureHeaders reads ESCROW_WEBHOOK_SIGNATURE_HEADERS: a

@@ -20,8 +20,14 @@ import (
 
 // Config is read from environment variables.
 type Config struct {
-	DatabaseURL        string
-	Addr               string
+	DatabaseURL string
+	Addr        string
+	// MetricsAddr is where serve answers GET /metrics, apart from the API
+	// (ESCROW_METRICS_ADDR, default 127.0.0.1:9090; "off": nowhere).
+	MetricsAddr string
+	// MasterKeyFile names the master key that wraps the data keys
+	// (ESCROW_MASTER_KEY_FILE; 32 random bytes, base64).
+	MasterKeyFile      string
 	EventStore         string
 	KurrentURL         string
 	Hosts              map[string]domain.Environment
@@ -134,11 +140,17 @@ func getenv(k, def string) string {
 	return def
 }
 
+// defaultMetricsAddr keeps the metrics on this machine unless the operator
+// chooses an address a scraper can reach.
+const defaultMetricsAddr = "127.0.0.1:9090"
+
 // LoadConfig reads and validates the configuration.
 func LoadConfig() (Config, error) {
 	c := Config{
 		DatabaseURL:        os.Getenv("DATABASE_URL"),
 		Addr:               getenv("ESCROW_ADDR", ":8080"),
+		MetricsAddr:        getenv("ESCROW_METRICS_ADDR", defaultMetricsAddr),
+		MasterKeyFile:      os.Getenv("ESCROW_MASTER_KEY_FILE"),
 		EventStore:         getenv("ESCROW_EVENT_STORE", "postgres"),
 		KurrentURL:         os.Getenv("KURRENTDB_URL"),
 		Hosts:              map[string]domain.Environment{},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -193,5 +194,20 @@ func TestLoadConfigDeadlines(t *testing.T) {
 				t.Fatalf("interval %s lease %s, err %v; want %v", c.DeadlinesInterval, c.DeadlinesLease, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLoadConfigMetricsAddr: the metrics listener defaults to this
+// machine's port 9090, apart from the API's address.
+func TestLoadConfigMetricsAddr(t *testing.T) {
+	db := pgtest.ServerURL(t)
+	t.Setenv("ESCROW_METRICS_ADDR", "")
+	os.Unsetenv("ESCROW_METRICS_ADDR") // restored by t.Setenv
+	if c := mustConfig(t, db); c.MetricsAddr != "127.0.0.1:9090" {
+		t.Fatalf("default metrics address %q", c.MetricsAddr)
+	}
+	t.Setenv("ESCROW_METRICS_ADDR", "off")
+	if c := mustConfig(t, db); c.MetricsAddr != "off" {
+		t.Fatalf("metrics address %q", c.MetricsAddr)
 	}
 }

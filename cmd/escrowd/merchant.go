@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/term"
 
@@ -139,21 +140,27 @@ var merchantSetCompatCommand = &command{
 }
 
 var merchantRotateSecretCommand = &command{
-	name: "merchant rotate-secret", args: "--merchant M --env test|live",
-	summary:  "a new webhook signing secret for one environment, printed once",
+	name: "merchant rotate-secret", args: "--merchant M --env test|live [--overlap 24h]",
+	summary: "a new webhook signing secret for one environment, printed once",
+	detail: "--overlap: until that long from now every delivery is signed with both secrets, each signature\n" +
+		"header carrying the new signature and the old one comma-separated, so receivers can move to the\n" +
+		"new secret without refusing a delivery; after it only the new secret signs. Without it the old\n" +
+		"secret stops at once.",
 	database: true,
 	required: []string{"merchant"},
 	define: func(fs *flag.FlagSet) runFunc {
 		id := fs.String("merchant", "", "merchant id (required)")
 		e := fs.String("env", "test", "environment: test or live")
+		overlap := fs.Duration("overlap", 0, "how long the replaced secret keeps signing beside the new one, such as 24h")
 		return func(ctx context.Context, inv *invocation) error {
 			environment, err := parseEnv(*e)
 			if err != nil {
 				return err
 			}
 			secret := app.NewSigningSecret()
-			if err := operatorChange(ctx, inv.env, service(inv.env), *id, func(m merchant.State) ([]domain.Event, error) {
-				return []domain.Event{merchant.SigningSecretRotated{Environment: environment, Secret: secret}}, nil
+			svc := service(inv.env)
+			if err := operatorChange(ctx, inv.env, svc, *id, func(m merchant.State) ([]domain.Event, error) {
+				return merchant.RotateSigningSecret(m, environment, secret, svc.Engine.Now(), *overlap)
 			}); err != nil {
 				return err
 			}
@@ -368,20 +375,26 @@ func printMerchant(env *cliEnv, out app.CreatedMerchant, asJSON bool) error {
 }
 
 var keyCreateCommand = &command{
-	name: "key create", args: "--merchant M --env test|live [--role standard|super_admin]",
-	summary:  "a new API key, printed once as JSON (only its digest is stored)",
+	name: "key create", args: "--merchant M --env test|live [--role standard|super_admin] [--expires-in 720h]",
+	summary: "a new API key, printed once as JSON (only its digest is stored)",
+	detail: "--expires-in: the key is refused (401 Access denied) once that long has passed since it was\n" +
+		"issued; without it the key is accepted until it is revoked.",
 	database: true,
 	required: []string{"merchant"},
 	define: func(fs *flag.FlagSet) runFunc {
 		id := fs.String("merchant", "", "merchant id (required)")
 		e := fs.String("env", "test", "environment: test or live")
 		role := fs.String("role", "standard", "standard or super_admin")
+		expiresIn := fs.Duration("expires-in", 0, "how long the key is accepted, such as 720h (default: until revoked)")
 		return func(ctx context.Context, inv *invocation) error {
 			environment, err := parseEnv(*e)
 			if err != nil {
 				return err
 			}
-			k, pos, err := service(inv.env).IssueKey(ctx, *id, environment, merchant.Role(*role), httpapi.KeyDigest)
+			if *expiresIn < 0 || (*expiresIn > 0 && *expiresIn < time.Minute) {
+				return usageError("--expires-in must be at least a minute, such as 720h")
+			}
+			k, pos, err := service(inv.env).IssueKey(ctx, *id, environment, merchant.Role(*role), httpapi.KeyDigest, *expiresIn)
 			if err != nil {
 				return err
 			}
@@ -389,6 +402,57 @@ var keyCreateCommand = &command{
 				return err
 			}
 			return json.NewEncoder(inv.stdout).Encode(k)
+		}
+	},
+}
+
+var keyListCommand = &command{
+	name: "key list", args: "--merchant M [--json]",
+	summary: "the merchant's API keys: hint, role, expiry, revocation and last use",
+	detail: "The last use is written by each serving process at most once a minute per key, so it may be\n" +
+		"up to a minute old; a key never used since it was issued shows none.",
+	database: true,
+	required: []string{"merchant"},
+	define: func(fs *flag.FlagSet) runFunc {
+		id := fs.String("merchant", "", "merchant id (required)")
+		asJSON := fs.Bool("json", false, "print JSON")
+		return func(ctx context.Context, inv *invocation) error {
+			last, err := inv.env.Store.Last(ctx)
+			if err != nil {
+				return err
+			}
+			if err := publish(ctx, inv.env, last); err != nil {
+				return err
+			}
+			keys, err := projections.NewQueries(inv.env.Pool).Keys(ctx, *id)
+			if err != nil {
+				return err
+			}
+			if len(keys) == 0 {
+				return domain.Errorf(domain.NotFound, "Merchant not found")
+			}
+			if *asJSON {
+				return printIndented(inv.stdout, keys)
+			}
+			stamp := func(t *time.Time, none string) string {
+				if t == nil {
+					return none
+				}
+				return t.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(inv.stdout, "%-30s %-4s %-11s %-20s %-8s %-20s %s\n", "KEY", "ENV", "ROLE", "HINT", "STATE", "EXPIRES", "LAST USED")
+			for _, k := range keys {
+				state := "active"
+				switch {
+				case k.Revoked:
+					state = "revoked"
+				case k.ExpiresAt != nil && !time.Now().Before(*k.ExpiresAt):
+					state = "expired"
+				}
+				fmt.Fprintf(inv.stdout, "%-30s %-4s %-11s %-20s %-8s %-20s %s\n", k.KeyID, k.Environment, k.Role, k.Hint, state,
+					stamp(k.ExpiresAt, "never"), stamp(k.LastUsedAt, "never"))
+			}
+			return nil
 		}
 	},
 }

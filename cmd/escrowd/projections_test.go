@@ -143,9 +143,10 @@ func countSince(t *testing.T, env *cliEnv, after, upTo eventstore.Position) int6
 // checks the subscriber's lag and /metrics has the outbox gauges.
 func TestServeReportsWebhookSubscriber(t *testing.T) {
 	db := pgtest.NewURL(t)
-	port := freePort(t)
+	port, metricsPort := freePort(t), freePort(t)
 	t.Setenv("ESCROW_LOG_FORMAT", "console")
 	t.Setenv("ESCROW_WEBHOOK_RETENTION", "48h")
+	t.Setenv("ESCROW_METRICS_ADDR", fmt.Sprintf("127.0.0.1:%d", metricsPort))
 	if _, err := cli(t, db, "merchant", "create", "--name", "Acme"); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func TestServeReportsWebhookSubscriber(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	get := func(path string) (int, string) {
+	getAt := func(port int, path string) (int, string) {
 		res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
 		if err != nil {
 			return 0, ""
@@ -166,12 +167,16 @@ func TestServeReportsWebhookSubscriber(t *testing.T) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
+	get := func(path string) (int, string) { return getAt(port, path) }
 	waitUntil(t, "ready with the webhook subscriber's lag", func() bool {
 		code, body := get("/readyz")
 		return code == 200 && strings.Contains(body, `"webhookLag":0`) && strings.Contains(body, `"projectionLag":0`)
 	})
+	if code, _ := get("/metrics"); code != http.StatusNotFound {
+		t.Fatalf("the API's address answers /metrics: %d", code)
+	}
 	waitUntil(t, "the outbox gauges", func() bool {
-		_, body := get("/metrics")
+		_, body := getAt(metricsPort, "/metrics")
 		return strings.Contains(body, "escrowd_webhook_outbox_pending 0") &&
 			strings.Contains(body, "escrowd_webhook_outbox_oldest_pending_age_seconds 0") &&
 			strings.Contains(body, "escrowd_webhook_outbox_failed 0") &&

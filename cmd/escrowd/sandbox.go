@@ -7,8 +7,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/escrowd/escrowd/internal/keyring"
 )
 
 // The sandbox is what `make run` runs (`escrowd serve --demo`): a server
@@ -16,15 +19,20 @@ import (
 // anything else happens, so a second checkout started beside a running one
 // is told at once that the port is taken, before any key is printed; then
 // it starts the checkout's throwaway database when DATABASE_URL is unset,
-// and relaxes two production defaults a trial would trip over.
+// makes the throwaway setup a master key (ESCROW_MASTER_KEY_FILE) unless
+// one is named, and relaxes two production defaults a trial would trip
+// over.
 
 // sandboxDefaults are the settings the sandbox changes unless they are set:
 // no rate limit (a pasted session sends many requests within seconds),
-// webhooks to receivers on this machine, logs for a terminal.
+// webhooks to receivers on this machine, logs for a terminal, metrics on
+// a free port.
 var sandboxDefaults = []struct{ name, value string }{
 	{"ESCROW_RATE_LIMIT_PER_MINUTE", "0"},
 	{"ESCROW_WEBHOOK_ALLOW_PRIVATE", "true"},
 	{"ESCROW_LOG_FORMAT", "console"},
+	// Any free port: a second checkout's sandbox must not find it taken.
+	{"ESCROW_METRICS_ADDR", "127.0.0.1:0"},
 }
 
 // prepareServe claims serve's address (--addr, else ESCROW_ADDR, else
@@ -54,6 +62,16 @@ func prepareServe(fs *flag.FlagSet, inv *invocation) error {
 		if os.Getenv(d.name) == "" {
 			os.Setenv(d.name, d.value)
 		}
+	}
+	if os.Getenv("ESCROW_MASTER_KEY_FILE") == "" {
+		// The throwaway setup's master key, kept beside its files.
+		path := filepath.Join(getenv("ESCROW_DATA_DIR", "./.data"), "master.key")
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			if err := keyring.CreateMasterFile(path); err != nil {
+				return fmt.Errorf("creating the sandbox's master key: %w", err)
+			}
+		}
+		os.Setenv("ESCROW_MASTER_KEY_FILE", path)
 	}
 	if os.Getenv("DATABASE_URL") == "" {
 		url, err := startThrowawayDatabase()

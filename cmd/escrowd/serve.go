@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -106,6 +107,26 @@ those in flight finish (up to 15 s) and logs when it has stopped.`,
 	},
 }
 
+// listenMetrics claims the metrics address, saying what to do when it is
+// taken.
+func listenMetrics(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("the metrics address %s is taken; choose another with ESCROW_METRICS_ADDR (or off)", addr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ESCROW_METRICS_ADDR: %w", err)
+	}
+	return ln, nil
+}
+
+// metricsMux serves GET /metrics and nothing else.
+func metricsMux(reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg))
+	return mux
+}
+
 // serve runs the roles until ctx ends (a signal), logging the shutdown; the
 // API serves on ln.
 func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Listener) error {
@@ -129,8 +150,34 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 	if as, ok := env.Store.(interface{ AppendStats() postgres.AppendStats }); ok {
 		reg.MustRegister(newAppendCollector(as))
 	}
+	var metrics net.Listener
+	if cfg.MetricsAddr != "off" {
+		var err error
+		if metrics, err = listenMetrics(cfg.MetricsAddr); err != nil {
+			return err
+		}
+		defer metrics.Close()
+	}
 	signaled := ctx
 	g, ctx := errgroup.WithContext(ctx)
+	if metrics != nil {
+		// The metrics have a listener of their own, so that the API's
+		// address (public, behind a load balancer) never exposes them.
+		msrv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			env.Log.Info("metrics listening", zap.String("addr", metrics.Addr().String()))
+			if err := msrv.Serve(metrics); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-ctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return msrv.Shutdown(sctx)
+		})
+	}
 	g.Go(func() error {
 		<-ctx.Done()
 		if signaled.Err() != nil { // a signal, not a failed role

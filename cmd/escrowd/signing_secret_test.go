@@ -11,7 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
@@ -149,5 +151,37 @@ func TestWebhookSignatureHeadersConfig(t *testing.T) {
 	t.Setenv("ESCROW_WEBHOOK_USER_AGENT", "bad\nagent")
 	if _, err := LoadConfig(); err == nil {
 		t.Fatal("a user agent with a line break accepted")
+	}
+}
+
+// TestRotateSecretOverlap: `merchant rotate-secret --overlap` keeps the
+// replaced secret signing until the overlap ends; an overlap past the
+// maximum is refused.
+func TestRotateSecretOverlap(t *testing.T) {
+	db := pgtest.NewURL(t)
+	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m app.CreatedMerchant
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli(t, db, "merchant", "rotate-secret", "--merchant", m.MerchantID, "--overlap", "721h"); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("--overlap 721h: %v", err)
+	}
+	before := time.Now()
+	secret, err := cli(t, db, "merchant", "rotate-secret", "--merchant", m.MerchantID, "--overlap", "24h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := service(testEnv(t, db)).Merchant(context.Background(), m.MerchantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := st.Overlaps[domain.Test]
+	if st.SigningSecrets[domain.Test] != strings.TrimSpace(secret) || o.Secret != m.SigningSecrets[domain.Test] ||
+		o.Until.Before(before.Add(24*time.Hour)) || o.Until.After(time.Now().Add(24*time.Hour)) {
+		t.Fatalf("after rotate-secret --overlap 24h: secret %q, overlap %+v", st.SigningSecrets[domain.Test], o)
 	}
 }

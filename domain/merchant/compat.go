@@ -45,6 +45,12 @@ func applyCompat(s State, e CompatSet) State {
 	if len(e.SigningSecrets) > 0 {
 		s.SigningSecrets = maps.Clone(s.SigningSecrets)
 		maps.Copy(s.SigningSecrets, e.SigningSecrets)
+		// A secret replaced by the switch stops at once, as after a
+		// rotation without an overlap.
+		s.Overlaps = maps.Clone(s.Overlaps)
+		for env := range e.SigningSecrets {
+			delete(s.Overlaps, env)
+		}
 	}
 	return s
 }

@@ -45,7 +45,12 @@ type Key struct {
 	Digest      string             `json:"digest"` // hex SHA-256 of the key
 	Hint        string             `json:"hint"`   // prefix and last 4 chars, for display
 	Revoked     bool               `json:"revoked"`
+	// ExpiresAt is when the key stops being accepted (zero: never).
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
+
+// Expired reports whether the key is past its expiry at now.
+func (k Key) Expired(now time.Time) bool { return !k.ExpiresAt.IsZero() && !now.Before(k.ExpiresAt) }
 
 // State is the folded merchant.
 type State struct {
@@ -57,13 +62,22 @@ type State struct {
 	Keys           map[string]Key
 	Webhooks       map[domain.Environment]string
 	SigningSecrets map[domain.Environment]string
-	Allowlist      []string
+	// Overlaps are the secrets replaced by a rotation with an overlap,
+	// per environment: deliveries are signed with them too until then.
+	Overlaps  map[domain.Environment]SecretOverlap
+	Allowlist []string
 	// Compat is the compatibility profile ("" until one is set: see
 	// Profile).
 	Compat Profile
 	// EscrowDefaults fill what an escrow request leaves out (defaults.go).
 	EscrowDefaults EscrowDefaults
 	CreatedAt      time.Time
+}
+
+// SecretOverlap is a replaced signing secret still in use until Until.
+type SecretOverlap struct {
+	Secret string
+	Until  time.Time
 }
 
 // Exists reports whether the merchant was created.
@@ -92,9 +106,13 @@ type (
 		Environment domain.Environment `json:"environment"`
 		URL         string             `json:"url"`
 	}
+	// SigningSecretRotated makes Secret the signing secret of Environment.
+	// With OverlapUntil the secret it replaces keeps signing deliveries
+	// beside it until then, so receivers can switch without a gap.
 	SigningSecretRotated struct {
-		Environment domain.Environment `json:"environment"`
-		Secret      string             `json:"secret"`
+		Environment  domain.Environment `json:"environment"`
+		Secret       string             `json:"secret"`
+		OverlapUntil time.Time          `json:"overlapUntil,omitzero"`
 	}
 	AllowlistSet struct {
 		Entries []string `json:"entries"`
@@ -144,8 +162,18 @@ func Apply(s State, ev domain.Event) State {
 		s.Webhooks = maps.Clone(s.Webhooks)
 		s.Webhooks[e.Environment] = e.URL
 	case SigningSecretRotated:
+		replaced := s.SigningSecrets[e.Environment]
 		s.SigningSecrets = maps.Clone(s.SigningSecrets)
 		s.SigningSecrets[e.Environment] = e.Secret
+		s.Overlaps = maps.Clone(s.Overlaps)
+		if !e.OverlapUntil.IsZero() && replaced != "" && replaced != e.Secret {
+			if s.Overlaps == nil {
+				s.Overlaps = map[domain.Environment]SecretOverlap{}
+			}
+			s.Overlaps[e.Environment] = SecretOverlap{Secret: replaced, Until: e.OverlapUntil}
+		} else {
+			delete(s.Overlaps, e.Environment)
+		}
 	case AllowlistSet:
 		s.Allowlist = slices.Clone(e.Entries)
 	case FeesSet:
@@ -183,6 +211,9 @@ func IssueKey(s State, k KeyIssued) ([]domain.Event, error) {
 	if k.Role != Standard && k.Role != SuperAdmin {
 		return nil, domain.Invalidf("role must be standard or super_admin")
 	}
+	if !k.ExpiresAt.IsZero() && !k.ExpiresAt.After(k.IssuedAt) {
+		return nil, domain.Invalidf("a key must expire after it is issued")
+	}
 	return []domain.Event{k}, nil
 }
 
@@ -196,6 +227,34 @@ func RevokeKey(s State, keyID string, at time.Time) ([]domain.Event, error) {
 		return nil, nil
 	}
 	return []domain.Event{KeyRevoked{KeyID: keyID, RevokedAt: at}}, nil
+}
+
+// MaxSecretOverlap is the longest overlap a rotation may give the secret
+// it replaces: long enough for any receiver's deployment, short enough
+// that a secret believed replaced does not go on signing for long.
+const MaxSecretOverlap = 30 * 24 * time.Hour
+
+// RotateSigningSecret decides making secret the signing secret of env at
+// at; with a positive overlap the replaced secret signs deliveries too
+// until at+overlap.
+func RotateSigningSecret(s State, env domain.Environment, secret string, at time.Time, overlap time.Duration) ([]domain.Event, error) {
+	if !s.Exists() {
+		return nil, domain.Errorf(domain.NotFound, "Merchant not found")
+	}
+	if !env.Valid() {
+		return nil, domain.Invalidf("environment must be test or live")
+	}
+	if overlap < 0 || overlap > MaxSecretOverlap {
+		return nil, domain.Invalidf("the overlap must be between 0 and %s", MaxSecretOverlap)
+	}
+	if len(secret) < MinSigningSecretLength {
+		return nil, domain.Invalidf("the signing secret must be at least %d characters", MinSigningSecretLength)
+	}
+	ev := SigningSecretRotated{Environment: env, Secret: secret}
+	if overlap > 0 {
+		ev.OverlapUntil = at.Add(overlap)
+	}
+	return []domain.Event{ev}, nil
 }
 
 // MinSigningSecretLength is the shortest signing secret an operator may

@@ -86,6 +86,12 @@ func TestDecisions(t *testing.T) {
 		{"issue key, bad role", func() ([]domain.Event, error) {
 			return IssueKey(existing, KeyIssued{Key: Key{Environment: domain.Test, Role: "root"}})
 		}, nil, "role must be standard or super_admin"},
+		{"issue key with an expiry", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{ID: "k3", Environment: domain.Test, Role: Standard, ExpiresAt: now.Add(time.Hour)}, IssuedAt: now})
+		}, []domain.Event{KeyIssued{Key: Key{ID: "k3", Environment: domain.Test, Role: Standard, ExpiresAt: now.Add(time.Hour)}, IssuedAt: now}}, ""},
+		{"issue key expiring when issued", func() ([]domain.Event, error) {
+			return IssueKey(existing, KeyIssued{Key: Key{ID: "k3", Environment: domain.Test, Role: Standard, ExpiresAt: now}, IssuedAt: now})
+		}, nil, "a key must expire after it is issued"},
 		{"revoke", func() ([]domain.Event, error) { return RevokeKey(existing, "k1", now) },
 			[]domain.Event{KeyRevoked{KeyID: "k1", RevokedAt: now}}, ""},
 		{"revoke again is a no-op", func() ([]domain.Event, error) { return RevokeKey(revoked, "k1", now) }, nil, ""},
@@ -157,5 +163,47 @@ func TestSetSigningSecret(t *testing.T) {
 				t.Fatalf("got %#v %v, want %#v", got, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestRotateSigningSecretWithOverlap(t *testing.T) {
+	m := fold(created())
+	old := m.SigningSecrets[domain.Test]
+	const next = "whsec_0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name    string
+		overlap time.Duration
+		secret  string
+		wantErr string
+	}{
+		{"negative overlap", -time.Hour, next, "the overlap must be between 0 and 720h0m0s"},
+		{"overlap too long", MaxSecretOverlap + time.Second, next, "the overlap must be between 0 and 720h0m0s"},
+		{"short secret", time.Hour, "short", "the signing secret must be at least 32 characters"},
+	} {
+		if _, err := RotateSigningSecret(m, domain.Test, tc.secret, now, tc.overlap); domain.ErrorMessage(err) != tc.wantErr {
+			t.Fatalf("%s: err %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+	evs, err := RotateSigningSecret(m, domain.Test, next, now, 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (SigningSecretRotated{Environment: domain.Test, Secret: next, OverlapUntil: now.Add(24 * time.Hour)}); len(evs) != 1 || evs[0] != want {
+		t.Fatalf("events %+v", evs)
+	}
+	overlapped := Apply(m, evs[0])
+	if overlapped.SigningSecrets[domain.Test] != next || overlapped.Overlaps[domain.Test] != (SecretOverlap{Secret: old, Until: now.Add(24 * time.Hour)}) {
+		t.Fatalf("state after the rotation %+v", overlapped)
+	}
+	if _, ok := overlapped.Overlaps[domain.Live]; ok {
+		t.Fatal("the other environment has an overlap")
+	}
+	// A rotation without an overlap ends the one in force.
+	plain, _ := RotateSigningSecret(overlapped, domain.Test, next+"x", now, 0)
+	if s := Apply(overlapped, plain[0]); len(s.Overlaps) != 0 || s.SigningSecrets[domain.Test] != next+"x" {
+		t.Fatalf("state after a plain rotation %+v", s)
+	}
+	if len(overlapped.Overlaps) != 1 {
+		t.Fatal("Apply mutated its input")
 	}
 }

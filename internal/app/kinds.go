@@ -18,7 +18,7 @@ import (
 // snapshots (TestSnapshotAtEveryRevisionEqualsReplay covers each); the
 // others' streams stay short.
 var (
-	MerchantKind    = Kind[merchant.State]{Name: "merchant", Registry: merchant.Registry, Apply: merchant.Apply, Snapshot: "merchant/1"}
+	MerchantKind    = Kind[merchant.State]{Name: "merchant", Registry: merchant.Registry, Apply: merchant.Apply, Snapshot: "merchant/2"}
 	CustomerKind    = Kind[customer.State]{Name: "customer", Registry: customer.Registry, Apply: customer.Apply, Snapshot: "customer/1"}
 	ReservationKind = Kind[customer.Reservation]{Name: "reservation", Registry: customer.ReservationRegistry, Apply: customer.ApplyReservation}
 	WhitelistKind   = Kind[whitelist.State]{Name: "whitelist", Registry: whitelist.Registry, Apply: whitelist.Apply}

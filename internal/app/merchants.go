@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
@@ -43,6 +44,8 @@ type IssuedKey struct {
 	Key         string             `json:"key"`
 	Environment domain.Environment `json:"environment"`
 	Role        merchant.Role      `json:"role"`
+	// ExpiresAt is when the key stops being accepted (absent: never).
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
 // CreatedMerchant is what `merchant create` prints.
@@ -132,9 +135,18 @@ func (s *Service) newKey(env domain.Environment, role merchant.Role, digest KeyD
 	}
 }
 
-// IssueKey issues one more key.
-func (s *Service) IssueKey(ctx context.Context, merchantID string, env domain.Environment, role merchant.Role, digest KeyDigest) (IssuedKey, eventstore.Position, error) {
+// IssueKey issues one more key, accepted for lifetime from now (zero:
+// until it is revoked).
+func (s *Service) IssueKey(ctx context.Context, merchantID string, env domain.Environment, role merchant.Role, digest KeyDigest,
+	lifetime time.Duration) (IssuedKey, eventstore.Position, error) {
+	if lifetime < 0 {
+		return IssuedKey{}, eventstore.Position{}, domain.Invalidf("a key's lifetime must be positive")
+	}
 	k := s.newKey(env, role, digest)
+	if lifetime > 0 {
+		k.event.ExpiresAt = k.event.IssuedAt.Add(lifetime)
+		k.plain.ExpiresAt = k.event.ExpiresAt
+	}
 	res, err := s.Engine.Do(ctx, Actor{MerchantID: merchantID}.meta(), func(tx *Tx) error {
 		m, err := Read(tx, MerchantKind, merchantID)
 		if err != nil {

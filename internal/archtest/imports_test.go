@@ -66,6 +66,9 @@ var rules = []rule{
 	// The providers' inbound events, kept before they are acknowledged.
 	{pkg: "internal/inbox", may: domainPkgs, testsMay: []string{"internal/pgtest", "migrations"}},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},
+	// Envelope encryption: data keys in PostgreSQL, wrapped by a master
+	// key from a file.
+	{pkg: "internal/keyring", testsMay: []string{"internal/pgtest"}},
 	// A payment provider's client (no rule of money: it reports what the
 	// provider answered), and the simulator of that provider that tests and
 	// trials run against. Only cmd and tests import the simulator.

@@ -61,6 +61,7 @@ func newFleet(t testing.TB, bin, dir, dbURL string) *fleet {
 		"ESCROW_WEBHOOK_ALLOW_PRIVATE=true",
 		"ESCROW_DATA_DIR=" + filepath.Join(dir, "data"),
 		"ESCROW_LOG_FORMAT=json",
+		"ESCROW_METRICS_ADDR=127.0.0.1:0", // each process its own free port
 	}}
 	t.Cleanup(f.stopAll)
 	return f

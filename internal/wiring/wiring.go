@@ -56,6 +56,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 	// Providers' events are kept by any API process and processed by the
 	// worker of each (the inbox's claims keep them from taking one event
 	// at once).
+	uses := httpapi.NewKeyUses(pool, log)
 	events := (&inbox.Worker{Store: inbox.Store{Pool: pool}, Log: log,
 		Handle: func(ctx context.Context, it inbox.Item) (string, error) {
 			return svc.ProcessProviderEvent(ctx, it.Environment, it.Provider, it.Body)
@@ -71,12 +72,13 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		// A request's commands write under its idempotency reservation: the
 		// engine fences them (see httpapi.ReservationFencer).
 		Idem:      httpapi.NewIdempotencyStore(pool, httpapi.WithIdempotencyLogger(log), httpapi.WithIdempotencyFence(engine)),
+		KeyUses:   uses,
 		Registry:  reg,
 		Ping:      pool.Ping,
 		Directory: auth,
 		Webhooks:  webhooks.NewOutbox(pool),
 		Inbox:     events,
-		Closers:   []func(){auth.Close},
+		Closers:   []func(){auth.Close, uses.Close},
 	})
 }
 

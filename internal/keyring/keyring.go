@@ -1,0 +1,299 @@
+package keyring
+
+import (
+	"context"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Subject is whose data a data key seals.
+type Subject string
+
+// Customer and Merchant are the subjects of a customer's and a merchant's
+// data.
+func Customer(id string) Subject { return Subject("customer:" + id) }
+func Merchant(id string) Subject { return Subject("merchant:" + id) }
+
+// blindIndexSubject holds the key of the blind indexes: one for the whole
+// service, never destroyed, so an index stays the same across master keys.
+const blindIndexSubject Subject = "blind-index"
+
+// ErrErased is the answer for a subject whose data key was destroyed.
+var ErrErased = errors.New("keyring: the data was erased (its key was destroyed)")
+
+// ErrNoKey is the answer for a subject that never had anything sealed.
+var ErrNoKey = errors.New("keyring: the subject has no data key")
+
+// Cache bounds: an unwrapped data key is kept at most cacheTTL, which
+// bounds how long a process that holds it goes on opening a subject's data
+// after another process destroyed its key; at most cacheMax are kept.
+const (
+	cacheTTL = time.Minute
+	cacheMax = 100_000
+)
+
+// Keyring seals and opens subjects' data with their data keys (table
+// data_keys), wrapped by the current master key; keys wrapped by a
+// previous master still open, until RotateMaster re-wraps them.
+type Keyring struct {
+	pool     *pgxpool.Pool
+	current  Master
+	previous map[string]Master
+	now      func() time.Time
+
+	mu    sync.Mutex
+	cache map[Subject]cachedKey
+	blind []byte
+}
+
+// cachedKey is an unwrapped key, or (aead nil) a destroyed one: a
+// destruction is for good, so it is kept until the cache starts over.
+type cachedKey struct {
+	aead    cipher.AEAD
+	expires time.Time
+}
+
+// New is the keyring over pool's data_keys, wrapping new keys with
+// current; previous are earlier master keys whose wrapped keys still open.
+func New(pool *pgxpool.Pool, current Master, previous ...Master) *Keyring {
+	k := &Keyring{pool: pool, current: current, previous: map[string]Master{}, now: time.Now, cache: map[Subject]cachedKey{}}
+	for _, m := range previous {
+		if m.id != current.id {
+			k.previous[m.id] = m
+		}
+	}
+	return k
+}
+
+// Seal encrypts plaintext under s's data key, made on first use, bound to
+// aad (what the value is: a field's name, say), so a sealed value moved to
+// another field or subject does not open.
+func (k *Keyring) Seal(ctx context.Context, s Subject, plaintext, aad []byte) ([]byte, error) {
+	aead, err := k.key(ctx, s, true)
+	if err != nil {
+		return nil, err
+	}
+	return seal(aead, plaintext, sealAAD(s, aad)), nil
+}
+
+// Open decrypts what Seal sealed for s with aad: ErrErased once s's key is
+// destroyed.
+func (k *Keyring) Open(ctx context.Context, s Subject, sealed, aad []byte) ([]byte, error) {
+	aead, err := k.key(ctx, s, false)
+	if err != nil {
+		return nil, err
+	}
+	return open(aead, sealed, sealAAD(s, aad))
+}
+
+func sealAAD(s Subject, aad []byte) []byte {
+	return append([]byte("escrowd sealed\x00"+string(s)+"\x00"), aad...)
+}
+
+// Destroy destroys s's data key for good: nothing sealed with it opens
+// again, in this process at once and in others within the cache's TTL. A
+// subject without a key gets a destroyed one, so none is made later. It
+// reports whether a key was destroyed now (false: it already was).
+func (k *Keyring) Destroy(ctx context.Context, s Subject) (bool, error) {
+	if s == blindIndexSubject {
+		return false, errors.New("keyring: the blind-index key is not destroyed")
+	}
+	tag, err := k.pool.Exec(ctx, `INSERT INTO data_keys (subject, wrapped, master_id, destroyed_at) VALUES ($1, NULL, $2, now())
+		ON CONFLICT (subject) DO UPDATE SET wrapped = NULL, destroyed_at = now() WHERE data_keys.wrapped IS NOT NULL`, string(s), k.current.id)
+	if err != nil {
+		return false, err
+	}
+	k.remember(s, cachedKey{})
+	return tag.RowsAffected() > 0, nil
+}
+
+// Destroyed reports whether s's data key was destroyed.
+func (k *Keyring) Destroyed(ctx context.Context, s Subject) (bool, error) {
+	var destroyed bool
+	err := k.pool.QueryRow(ctx, `SELECT wrapped IS NULL FROM data_keys WHERE subject = $1`, string(s)).Scan(&destroyed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return destroyed, err
+}
+
+// key is s's data key as an AEAD, made when create is set and s has none.
+func (k *Keyring) key(ctx context.Context, s Subject, create bool) (cipher.AEAD, error) {
+	now := k.now()
+	k.mu.Lock()
+	if c, ok := k.cache[s]; ok && c.aead == nil {
+		k.mu.Unlock()
+		return nil, ErrErased
+	} else if ok && now.Before(c.expires) {
+		k.mu.Unlock()
+		return c.aead, nil
+	}
+	k.mu.Unlock()
+	raw, err := k.load(ctx, s, create)
+	if errors.Is(err, ErrErased) {
+		k.remember(s, cachedKey{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	aead, err := newAEAD(raw)
+	if err != nil {
+		return nil, err
+	}
+	k.remember(s, cachedKey{aead: aead, expires: now.Add(cacheTTL)})
+	return aead, nil
+}
+
+func (k *Keyring) remember(s Subject, c cachedKey) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.cache) >= cacheMax {
+		clear(k.cache)
+	}
+	k.cache[s] = c
+}
+
+// load reads and unwraps s's data key, making one first when create is
+// set and s has none. Two processes making one at once agree on the first
+// stored.
+func (k *Keyring) load(ctx context.Context, s Subject, create bool) ([]byte, error) {
+	for range 3 {
+		var (
+			wrapped  []byte
+			masterID string
+		)
+		err := k.pool.QueryRow(ctx, `SELECT wrapped, master_id FROM data_keys WHERE subject = $1`, string(s)).Scan(&wrapped, &masterID)
+		switch {
+		case err == nil && wrapped == nil:
+			return nil, ErrErased
+		case err == nil:
+			return k.unwrap(s, wrapped, masterID)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, err
+		case !create:
+			return nil, ErrNoKey
+		}
+		raw := make([]byte, keySize)
+		if _, err := rand.Read(raw); err != nil {
+			return nil, err
+		}
+		tag, err := k.pool.Exec(ctx, `INSERT INTO data_keys (subject, wrapped, master_id) VALUES ($1, $2, $3) ON CONFLICT (subject) DO NOTHING`,
+			string(s), k.current.wrap(string(s), raw), k.current.id)
+		if err != nil {
+			return nil, err
+		}
+		if tag.RowsAffected() == 1 {
+			return raw, nil
+		}
+		// Another process made it first: read theirs.
+	}
+	return nil, fmt.Errorf("keyring: the data key of %s could not be read or made", s)
+}
+
+func (k *Keyring) unwrap(s Subject, wrapped []byte, masterID string) ([]byte, error) {
+	m := k.current
+	if masterID != m.id {
+		var ok bool
+		if m, ok = k.previous[masterID]; !ok {
+			return nil, fmt.Errorf("keyring: the data key of %s is wrapped by master key %s, which this process does not have", s, masterID)
+		}
+	}
+	return m.unwrap(string(s), wrapped)
+}
+
+// RotateMaster re-wraps every data key wrapped by a previous master with
+// the current one, in batches, each in a transaction of its own; nothing
+// sealed is touched. Keys wrapped by a master this keyring lacks are an
+// error (naming it) after the others are re-wrapped. It returns how many
+// keys it re-wrapped.
+func (k *Keyring) RotateMaster(ctx context.Context) (int, error) {
+	const batch = 500
+	total := 0
+	after := ""
+	var unknown error
+	for {
+		n, last, err := k.rewrapBatch(ctx, after, batch, &unknown)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if last == "" {
+			return total, unknown
+		}
+		after = last
+	}
+}
+
+func (k *Keyring) rewrapBatch(ctx context.Context, after string, limit int, unknown *error) (n int, last string, err error) {
+	err = pgx.BeginFunc(ctx, k.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT subject, wrapped, master_id FROM data_keys
+			WHERE wrapped IS NOT NULL AND master_id <> $1 AND subject > $2 ORDER BY subject LIMIT $3 FOR UPDATE`, k.current.id, after, limit)
+		if err != nil {
+			return err
+		}
+		type row struct {
+			subject, master string
+			wrapped         []byte
+		}
+		found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			return x, r.Scan(&x.subject, &x.wrapped, &x.master)
+		})
+		if err != nil {
+			return err
+		}
+		for _, x := range found {
+			last = x.subject
+			raw, err := k.unwrap(Subject(x.subject), x.wrapped, x.master)
+			if err != nil {
+				*unknown = err
+				continue
+			}
+			if _, err := tx.Exec(ctx, `UPDATE data_keys SET wrapped = $2, master_id = $3 WHERE subject = $1`,
+				x.subject, k.current.wrap(x.subject, raw), k.current.id); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, "", err
+	}
+	return n, last, nil
+}
+
+// BlindIndex is a keyed hash of value for purpose ("email", "phone"): equal
+// values of one purpose have equal indexes, so a read model can look a
+// value up by its index without storing it; without the key the index
+// tells nothing about the value. Callers normalise values first (an
+// email's case).
+func (k *Keyring) BlindIndex(ctx context.Context, purpose, value string) (string, error) {
+	k.mu.Lock()
+	key := k.blind
+	k.mu.Unlock()
+	if key == nil {
+		raw, err := k.load(ctx, blindIndexSubject, true)
+		if err != nil {
+			return "", err
+		}
+		k.mu.Lock()
+		k.blind, key = raw, raw
+		k.mu.Unlock()
+	}
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(purpose))
+	mac.Write([]byte{0})
+	mac.Write([]byte(value))
+	return hex.EncodeToString(mac.Sum(nil)), nil
+}

@@ -1,0 +1,246 @@
+package keyring
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/escrowd/escrowd/internal/pgtest"
+)
+
+func newMaster(t *testing.T) Master {
+	t.Helper()
+	key := make([]byte, keySize)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewMaster(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestSealOpensOnlyForItsSubjectAndAAD(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	k := New(pool, newMaster(t))
+	ada, bola := Customer("c_ada"), Customer("c_bola")
+	sealed, err := k.Seal(ctx, ada, []byte("22212345678"), []byte("bvn"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(sealed, []byte("22212345678")) {
+		t.Fatal("the sealed value holds the plaintext")
+	}
+	again, _ := k.Seal(ctx, ada, []byte("22212345678"), []byte("bvn"))
+	if bytes.Equal(sealed, again) {
+		t.Fatal("two seals of one value are equal: the nonce is not fresh")
+	}
+	got, err := New(pool, k.current).Open(ctx, ada, sealed, []byte("bvn")) // another process
+	if err != nil || string(got) != "22212345678" {
+		t.Fatalf("open: %q %v", got, err)
+	}
+	if _, err := k.Seal(ctx, bola, []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for name, open := range map[string]func() ([]byte, error){
+		"other field":   func() ([]byte, error) { return k.Open(ctx, ada, sealed, []byte("phone")) },
+		"other subject": func() ([]byte, error) { return k.Open(ctx, bola, sealed, []byte("bvn")) },
+		"altered": func() ([]byte, error) {
+			b := bytes.Clone(sealed)
+			b[len(b)-1] ^= 1
+			return k.Open(ctx, ada, b, []byte("bvn"))
+		},
+	} {
+		if _, err := open(); err == nil {
+			t.Fatalf("%s: opened", name)
+		}
+	}
+	if _, err := k.Open(ctx, Customer("c_never"), sealed, nil); !errors.Is(err, ErrNoKey) {
+		t.Fatalf("a subject without a key: %v", err)
+	}
+	var wrapped []byte
+	if err := pool.QueryRow(ctx, `SELECT wrapped FROM data_keys WHERE subject = 'customer:c_ada'`).Scan(&wrapped); err != nil || len(wrapped) != 12+keySize+16 {
+		t.Fatalf("stored key %d bytes, %v", len(wrapped), err)
+	}
+}
+
+// TestDestroyErases: once a subject's key is destroyed nothing sealed with
+// it opens, in this process or a fresh one, nothing more is sealed for it,
+// and the stored row keeps no key.
+func TestDestroyErases(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	m := newMaster(t)
+	k := New(pool, m)
+	ada := Customer("c_ada")
+	sealed, err := k.Seal(ctx, ada, []byte("ada@example.com"), []byte("email"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Open(ctx, ada, sealed, []byte("email")); err != nil { // cached now
+		t.Fatal(err)
+	}
+	other := New(pool, m)
+	if _, err := other.Open(ctx, ada, sealed, []byte("email")); err != nil {
+		t.Fatal(err)
+	}
+	if did, err := k.Destroy(ctx, ada); err != nil || !did {
+		t.Fatalf("destroy: %v %v", did, err)
+	}
+	if did, err := k.Destroy(ctx, ada); err != nil || did {
+		t.Fatalf("destroy again: %v %v", did, err)
+	}
+	for name, kr := range map[string]*Keyring{"this process": k, "a fresh process": New(pool, m)} {
+		if _, err := kr.Open(ctx, ada, sealed, []byte("email")); !errors.Is(err, ErrErased) {
+			t.Fatalf("%s opens after the destruction: %v", name, err)
+		}
+		if _, err := kr.Seal(ctx, ada, []byte("new"), nil); !errors.Is(err, ErrErased) {
+			t.Fatalf("%s seals after the destruction: %v", name, err)
+		}
+	}
+	if d, err := k.Destroyed(ctx, ada); err != nil || !d {
+		t.Fatalf("destroyed %v %v", d, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM data_keys WHERE wrapped IS NOT NULL AND subject = 'customer:c_ada'`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a destroyed key is still stored: %d %v", n, err)
+	}
+	// A subject destroyed before anything was sealed never gets a key.
+	if _, err := k.Destroy(ctx, Customer("c_early")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(pool, m).Seal(ctx, Customer("c_early"), []byte("x"), nil); !errors.Is(err, ErrErased) {
+		t.Fatalf("sealed for a subject destroyed first: %v", err)
+	}
+	if _, err := k.Destroy(ctx, blindIndexSubject); err == nil {
+		t.Fatal("the blind-index key was destroyed")
+	}
+}
+
+// TestRotateMasterRewrapsWithoutTouchingSealedData: after a rotation every
+// key is wrapped by the new master only, and what was sealed before opens
+// with the new master alone; blind indexes stay the same.
+func TestRotateMasterRewrapsWithoutTouchingSealedData(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	oldM, newM := newMaster(t), newMaster(t)
+	before := New(pool, oldM)
+	sealed := map[Subject][]byte{}
+	for _, s := range []Subject{Customer("c_1"), Customer("c_2"), Merchant("m_1")} {
+		b, err := before.Seal(ctx, s, []byte("value of "+string(s)), []byte("f"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sealed[s] = b
+	}
+	idx, err := before.BlindIndex(ctx, "email", "ada@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := before.Destroy(ctx, Customer("c_gone")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(pool, newM).RotateMaster(ctx); err == nil || !strings.Contains(err.Error(), oldM.ID()) {
+		t.Fatalf("rotation without the old master: %v", err)
+	}
+	n, err := New(pool, newM, oldM).RotateMaster(ctx)
+	if err != nil || n != 4 { // three subjects and the blind-index key
+		t.Fatalf("re-wrapped %d, %v", n, err)
+	}
+	if n, err := New(pool, newM, oldM).RotateMaster(ctx); err != nil || n != 0 {
+		t.Fatalf("a second rotation re-wrapped %d, %v", n, err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM data_keys WHERE wrapped IS NOT NULL AND master_id <> $1`, newM.ID()).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d keys not re-wrapped: %v", left, err)
+	}
+	after := New(pool, newM)
+	for s, b := range sealed {
+		got, err := after.Open(ctx, s, b, []byte("f"))
+		if err != nil || string(got) != "value of "+string(s) {
+			t.Fatalf("%s after the rotation: %q %v", s, got, err)
+		}
+	}
+	if got, err := after.BlindIndex(ctx, "email", "ada@example.com"); err != nil || got != idx {
+		t.Fatalf("blind index changed with the master: %s %v", got, err)
+	}
+	if _, err := New(pool, oldM).Open(ctx, Customer("c_1"), sealed[Customer("c_1")], []byte("f")); err == nil {
+		t.Fatal("the old master still opens a re-wrapped key")
+	}
+}
+
+func TestBlindIndex(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	m := newMaster(t)
+	a, _ := New(pool, m).BlindIndex(ctx, "email", "ada@example.com")
+	b, _ := New(pool, m).BlindIndex(ctx, "email", "ada@example.com")
+	c, _ := New(pool, m).BlindIndex(ctx, "phone", "ada@example.com")
+	d, _ := New(pool, m).BlindIndex(ctx, "email", "bola@example.com")
+	if a == "" || a != b || a == c || a == d || strings.Contains(a, "ada") {
+		t.Fatalf("indexes %s %s %s %s", a, b, c, d)
+	}
+}
+
+// TestFirstSealsRaceToOneKey: processes sealing a subject's first values at
+// once agree on one data key.
+func TestFirstSealsRaceToOneKey(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	m := newMaster(t)
+	var wg sync.WaitGroup
+	sealed := make([][]byte, 8)
+	errs := make([]error, 8)
+	for i := range sealed {
+		wg.Go(func() { sealed[i], errs[i] = New(pool, m).Seal(ctx, Merchant("m_race"), []byte("secret"), nil) })
+	}
+	wg.Wait()
+	reader := New(pool, m)
+	for i, b := range sealed {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if got, err := reader.Open(ctx, Merchant("m_race"), b, nil); err != nil || string(got) != "secret" {
+			t.Fatalf("seal %d does not open: %v", i, err)
+		}
+	}
+}
+
+func TestMasterFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys", "master.key")
+	if err := CreateMasterFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("master key file mode %v %v", fi.Mode(), err)
+	}
+	m, err := LoadMaster(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := LoadMaster(path)
+	if err != nil || again.ID() != m.ID() || len(m.ID()) != 16 {
+		t.Fatalf("ids %s %s %v", m.ID(), again.ID(), err)
+	}
+	if err := CreateMasterFile(path); err == nil {
+		t.Fatal("an existing master key file was replaced")
+	}
+	short := filepath.Join(t.TempDir(), "short.key")
+	os.WriteFile(short, []byte("c2hvcnQ=\n"), 0o600)
+	if _, err := LoadMaster(short); err == nil || !strings.Contains(err.Error(), "32 bytes") {
+		t.Fatalf("short key: %v", err)
+	}
+	junk := filepath.Join(t.TempDir(), "junk.key")
+	os.WriteFile(junk, []byte("not base64!!"), 0o600)
+	if _, err := LoadMaster(junk); err == nil || !strings.Contains(err.Error(), "base64") {
+		t.Fatalf("junk key: %v", err)
+	}
+}
