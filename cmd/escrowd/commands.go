@@ -81,6 +81,7 @@ var groups = map[string]string{
 	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
 	"events":      "the event log: export a merchant's events",
 	"webhooks":    "webhook tools that need no database",
+	"files":       "uploaded files: move them into the file store, collect orphans",
 }
 
 func init() {
@@ -89,7 +90,7 @@ func init() {
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
 		keyCreateCommand, keyRevokeCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
-		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
+		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 
 func findCommand(name string) *command {
