@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"time"
 
@@ -72,18 +71,18 @@ func collectFiles(ctx context.Context, env *cliEnv, backend files.Backend, minAg
 	return files.Collect(ctx, backend, time.Now().Add(-minAge), fileReferences(env), dryRun, each)
 }
 
-// runFileCollection collects orphan files a few minutes after the start
-// and then every collectEvery, until ctx ends; a failed round is logged and
-// the next one tries again.
-func runFileCollection(ctx context.Context, env *cliEnv, backend files.Backend) error {
-	wait := 5*time.Minute + rand.N(5*time.Minute) // instances started together spread out
+// runFileCollection collects orphan files first after wait and then every
+// every, until ctx ends; a failed round is logged and the next one tries
+// again. serve runs it with a few minutes' first wait (spread at random, so
+// instances started together do not collect together) and collectEvery.
+func runFileCollection(ctx context.Context, env *cliEnv, backend files.Backend, wait, every time.Duration) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		wait = collectEvery
+		wait = every
 		c, err := collectFiles(ctx, env, backend, collectMinAge, false, nil)
 		if err != nil {
 			if ctx.Err() == nil {

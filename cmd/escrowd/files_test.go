@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
@@ -20,8 +21,8 @@ import (
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // storedName is a name the file store hands out, of owner, ending in digit.
@@ -180,5 +181,43 @@ func TestFilesMoveIntoS3(t *testing.T) {
 	var rows int
 	if err := testEnv(t, db).Pool.QueryRow(ctx, `SELECT count(*) FROM stored_files`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("%d files in the database (%v), want none", rows, err)
+	}
+}
+
+// TestServeCollectsOrphans: the collection serve runs removes an orphan by
+// itself, and stops when serve does.
+func TestServeCollectsOrphans(t *testing.T) {
+	db := pgtest.NewURL(t)
+	env := testEnv(t, db)
+	backend := files.Postgres{Pool: env.Pool}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	orphan := storedName(files.Owner("m", "test"), "4")
+	if err := backend.Put(ctx, files.NewObject(orphan, []byte("orphan"))); err != nil {
+		t.Fatal(err)
+	}
+	// min-age is an hour: make the file old enough.
+	if _, err := env.Pool.Exec(ctx, `UPDATE stored_files SET created_at = now() - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- runFileCollection(ctx, env, backend, 0, 10*time.Millisecond) }()
+	for {
+		_, err := backend.Get(ctx, orphan)
+		if errors.Is(err, files.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the collection stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("stopped with %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -174,7 +175,10 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		// Files nothing refers to any more are collected by every API
 		// process, every few hours (escrowd files collect does the same on
 		// demand).
-		g.Go(func() error { return ignoreCanceled(runFileCollection(ctx, env, api.Files().Backend())) })
+		firstCollection := 5*time.Minute + rand.N(5*time.Minute)
+		g.Go(func() error {
+			return ignoreCanceled(runFileCollection(ctx, env, api.Files().Backend(), firstCollection, collectEvery))
+		})
 		// Providers' events kept by any API process are processed by
 		// every one (each event by one at a time).
 		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })

@@ -25,7 +25,8 @@ type References interface {
 // CollectEach is told of every orphan Collect finds; nil is quiet.
 type CollectEach func(Info)
 
-// Collect removes the stored files that nothing refers to: a deleted or
+// Collect removes the stored files that nothing refers to (of the names a
+// store hands out; nothing else in the backend is touched): a deleted or
 // expired escrow's, a replaced category image, an upload whose command
 // failed in a process that stopped before removing it. Only files stored
 // before before are considered (a file is stored before the command that
@@ -40,7 +41,9 @@ func Collect(ctx context.Context, backend Backend, before time.Time, references 
 	var c Collected
 	var candidates []Info
 	err := backend.List(ctx, func(i Info) error {
-		if i.Created.Before(before) {
+		// Only names a store hands out: whatever else shares a bucket is
+		// not the service's to remove.
+		if ValidName(i.Name) && i.Created.Before(before) {
 			candidates = append(candidates, i)
 		}
 		return nil

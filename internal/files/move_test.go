@@ -174,7 +174,8 @@ func (c corrupting) Get(ctx context.Context, name string) (Object, error) {
 func TestCollectRemovesOnlyOldUnreferencedFiles(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b Backend) {
 		kept, orphan := nameIn(ownerA, "1", "png"), nameIn(ownerA, "2", "png")
-		for _, n := range []string{kept, orphan} {
+		foreign := "backups/escrowd.dump" // something else in a shared bucket
+		for _, n := range []string{kept, orphan, foreign} {
 			if err := b.Put(ctx, NewObject(n, []byte(n))); err != nil {
 				t.Fatal(err)
 			}
@@ -212,6 +213,9 @@ func TestCollectRemovesOnlyOldUnreferencedFiles(t *testing.T) {
 		}
 		if _, err := b.Get(ctx, kept); err != nil {
 			t.Fatalf("a referred-to file was collected: %v", err)
+		}
+		if _, err := b.Get(ctx, foreign); err != nil {
+			t.Fatalf("an object the service never stored was collected: %v", err)
 		}
 	})
 }
