@@ -60,11 +60,16 @@ fuzz:
 	  done
 
 # The chaos harness (internal/chaos) for CHAOS_DURATION of workload under
-# kills and database restarts; it starts a PostgreSQL of its own, so it
-# needs the server binaries but no DATABASE_URL. `make test` runs it for 40 s.
+# kills and database restarts (TestChaos starts a PostgreSQL of its own),
+# then the three instances behind a proxy for INSTANCES_DURATION of
+# workload under kills (TestThreeInstances, on the throwaway database
+# unless DATABASE_URL is set). `make test` runs them for 40 s and 6 s.
 CHAOS_DURATION ?= 10m
+INSTANCES_DURATION ?= 5m
 chaos:
-	$(GO) test -count=1 -v -run '^TestChaos$$' -timeout 60m ./internal/chaos/ -chaos.duration=$(CHAOS_DURATION)
+	@DATABASE_URL="$(DBURL)" && export DATABASE_URL && \
+	  $(GO) test -count=1 -v -run '^(TestChaos|TestThreeInstances)$$' -timeout 90m ./internal/chaos/ \
+	    -chaos.duration=$(CHAOS_DURATION) -instances.duration=$(INSTANCES_DURATION)
 
 # The official KurrentDB Go client's own integration tests (appends,
 # multi-stream appends, AppendRecords, stream and $all reads,

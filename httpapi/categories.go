@@ -89,9 +89,9 @@ func (s *Server) categoryInput(c echo.Context) (categoryInput, error) {
 }
 
 // discard removes an uploaded image the command did not keep.
-func (s *Server) discard(in categoryInput) {
+func (s *Server) discard(c echo.Context, in categoryInput) {
 	if in.ImageURL != nil {
-		s.files.Remove([]string{*in.ImageURL})
+		s.removeFiles(c, []string{*in.ImageURL})
 	}
 }
 
@@ -103,7 +103,7 @@ func (s *Server) createCategory(c echo.Context) error {
 	id, pos, err := s.app.CreateCategory(c.Request().Context(), actor(c),
 		category.New{Name: deref(in.Name), Description: deref(in.Description), ImageURL: deref(in.ImageURL)}, in.Position)
 	if err != nil {
-		s.discard(in)
+		s.discard(c, in)
 		return err
 	}
 	return s.respondCategory(c, id, pos, http.StatusCreated, "Category created successfully")
@@ -117,17 +117,17 @@ func (s *Server) editCategory(c echo.Context) error {
 	id := c.Param("id")
 	before, err := s.app.Category(c.Request().Context(), id)
 	if err != nil {
-		s.discard(in)
+		s.discard(c, in)
 		return err
 	}
 	pos, err := s.app.UpdateCategory(c.Request().Context(), actor(c), id,
 		category.Edit{Name: in.Name, Description: in.Description, ImageURL: in.ImageURL}, in.Position)
 	if err != nil {
-		s.discard(in)
+		s.discard(c, in)
 		return err
 	}
 	if in.ImageURL != nil && before.ImageURL != "" && before.ImageURL != *in.ImageURL {
-		s.files.Remove([]string{before.ImageURL}) // replaced: no longer shown
+		s.removeFiles(c, []string{before.ImageURL}) // replaced: no longer shown
 	}
 	return s.respondCategory(c, id, pos, http.StatusOK, "Category updated successfully")
 }
@@ -167,7 +167,7 @@ func (s *Server) deleteCategory(c echo.Context) error {
 		return err
 	}
 	if before.ImageURL != "" {
-		s.files.Remove([]string{before.ImageURL})
+		s.removeFiles(c, []string{before.ImageURL})
 	}
 	return respond(c, http.StatusOK, "Category deleted successfully", nil)
 }

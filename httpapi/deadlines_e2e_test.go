@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"reflect"
 	"sync"
 	"testing"
@@ -50,7 +51,9 @@ func (h *harness) useFakeClock() *fakeClock {
 
 // scheduler is the deadline scheduler serve runs, over svc.
 func (h *harness) scheduler(svc *app.Service) *app.DeadlineScheduler {
-	return wired.Deadlines(svc, projections.NewQueries(h.pool), zap.NewNop())
+	s := wired.Deadlines(svc, projections.NewQueries(h.pool), zap.NewNop())
+	s.RemoveFiles = h.api.Files().Remove // as serve has it
+	return s
 }
 
 // round runs one scheduler round once the read models have caught up,
@@ -314,17 +317,22 @@ func TestUnpaidExpiryEndToEnd(t *testing.T) {
 		h.createEscrow(seller, map[string]string{"amount": "10000", "purpose": "Phone", "whoPays": "buyer", "expiresInHours": bad}, 0).
 			expect(t, 400, "expiresInHours must be an integer between 1 and 720")
 	}
+	var images []string
 	create := func() (string, string) {
 		e := h.createEscrow(seller, map[string]string{"amount": "10000", "purpose": "Phone", "whoPays": "buyer",
-			"expiresInHours": "2"}, 0).expect(t, 201, "Escrow created successfully").obj()
+			"expiresInHours": "2"}, 1).expect(t, 201, "Escrow created successfully").obj()
 		dl, _ := e["nextDeadline"].(map[string]any)
 		if dl == nil || dl["type"] != "unpaid_expiry" {
 			t.Fatalf("created %v: want an unpaid_expiry deadline", e)
 		}
+		images = append(images, e["imageUrl"].([]any)[0].(string))
 		return e["id"].(string), e["paymentToken"].(string)
 	}
 	unpaid, unpaidToken := create()
 	paid, paidToken := create()
+	for _, u := range images {
+		h.expectFile(u, http.StatusOK)
+	}
 	h.pay(buyer, "exp-1", 10250, paid).expect(t, 200, "Payment successful")
 	if v := h.viewEscrow(paidToken, ""); v["nextDeadline"] != nil {
 		t.Fatalf("paid escrow keeps its expiry: %v", v)
@@ -340,7 +348,10 @@ func TestUnpaidExpiryEndToEnd(t *testing.T) {
 	if last := len(types) - 1; types[last] != "escrow.deleted" || actors[last] != app.SystemAgent {
 		t.Fatalf("expired escrow events %v by %v: want a deletion by the system last", types, actors)
 	}
-	// The paid escrow is untouched; nothing acts twice.
+	// The expired escrow's image is gone with it; the paid escrow is
+	// untouched; nothing acts twice.
+	h.expectFile(images[0], http.StatusNotFound)
+	h.expectFile(images[1], http.StatusOK)
 	if v := h.viewEscrow(paidToken, ""); v["status"] != "ONGOING" {
 		t.Fatalf("paid escrow after the expiry: %v", v)
 	}
@@ -512,5 +523,18 @@ func TestMilestoneDueEndToEnd(t *testing.T) {
 	var rows int
 	if err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM rm_escrow_deadlines`).Scan(&rows); err != nil || rows != 0 {
 		t.Fatalf("%d deadlines left (%v)", rows, err)
+	}
+}
+
+// expectFile fetches a stored file's URL and checks its status.
+func (h *harness) expectFile(u string, status int) {
+	h.t.Helper()
+	res, err := http.Get(u)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != status {
+		h.t.Fatalf("GET %s: %d, want %d", u, res.StatusCode, status)
 	}
 }

@@ -56,7 +56,7 @@ func (s *Server) submitDispute(c echo.Context) error {
 	cu, _ := CustomerFrom(c)
 	res, err := s.app.SubmitDispute(c.Request().Context(), actor(c), cu.ID, id, msg, proof)
 	if err != nil {
-		s.files.Remove([]string{proof})
+		s.removeFiles(c, []string{proof})
 		return err
 	}
 	return s.respondEscrow(c, res, http.StatusOK, "Escrow dispute submitted successfully")
@@ -123,7 +123,7 @@ func (s *Server) resolveDispute(c echo.Context) error {
 	}
 	res, err := s.app.ResolveDispute(c.Request().Context(), actor(c), c.Param("escrowId"), r)
 	if err != nil {
-		s.files.Remove([]string{r.ProofURL})
+		s.removeFiles(c, []string{r.ProofURL})
 		return err
 	}
 	return s.respondEscrow(c, res, http.StatusOK, "Dispute resolved successfully")

@@ -1,16 +1,17 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/internal/files"
 )
 
 // minimalPDF is the smallest file http.DetectContentType calls a PDF.
@@ -210,8 +211,7 @@ func TestDisputeOutcomeBalances(t *testing.T) {
 
 // TestDisputeRulesAndMessages: every refusal of the dispute routes.
 func TestDisputeRulesAndMessages(t *testing.T) {
-	dataDir := t.TempDir()
-	h := newHarness(t, func(c *Config) { c.DataDir = dataDir })
+	h := newHarness(t)
 	seller := h.createCustomer(h.sa(), "s@x.com", "08035557101")
 	buyer := h.funded("b@x.com", "08035557102", 50000)
 	stranger := h.createCustomer(h.sa(), "x@x.com", "08035557103")
@@ -240,7 +240,7 @@ func TestDisputeRulesAndMessages(t *testing.T) {
 	h.submitDispute(token, buyer, "x", uploadPart{"file", "big.pdf", "application/pdf", big}).expect(t, 413, "file must be at most 5 MB")
 	h.submitDispute(token, buyer, "x", uploadPart{"file", "a.pdf", "application/pdf", minimalPDF},
 		uploadPart{"file", "b.pdf", "application/pdf", minimalPDF}).expect(t, 400, "file accepts one file")
-	if files, _ := storedFiles(dataDir); len(files) != 0 {
+	if files := h.storedFiles(""); len(files) != 0 {
 		t.Fatalf("refused uploads left files: %v", files)
 	}
 
@@ -378,9 +378,21 @@ func TestDisputeListings(t *testing.T) {
 	h.do(req{path: "/v1/escrow/dispute/get/nope", key: h.std(), cid: buyer}).expect(t, 400, "Escrow not found")
 }
 
-// storedFiles lists the files a data directory's store holds.
-func storedFiles(dataDir string) ([]string, error) {
-	return filepath.Glob(filepath.Join(dataDir, "files", "*"))
+// storedFiles lists the names of the files the store holds whose owner is
+// owner (every file for "").
+func (h *harness) storedFiles(owner string) []string {
+	h.t.Helper()
+	var names []string
+	err := h.api.Files().Backend().List(context.Background(), func(i files.Info) error {
+		if owner == "" || strings.HasPrefix(i.Name, owner+"/") {
+			names = append(names, i.Name)
+		}
+		return nil
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return names
 }
 
 // TestDisputeRaces: a resolution racing a confirm and a claim settles the

@@ -228,7 +228,7 @@ func (s *Server) createEscrow(c echo.Context) error {
 	d.ImageURLs = append(saved, linked...)
 	res, err := s.app.CreateEscrow(c.Request().Context(), actor(c), seller, d)
 	if err != nil {
-		s.files.Remove(saved)
+		s.removeFiles(c, saved)
 		return err
 	}
 	return s.respondEscrow(c, res, http.StatusCreated, "Escrow created successfully")
@@ -291,7 +291,7 @@ func (s *Server) editEscrow(c echo.Context) error {
 	p.AddImages = append(urls, linked...)
 	res, err := s.app.EditEscrow(c.Request().Context(), actor(c), sellerOf(c), id, p)
 	if err != nil {
-		s.files.Remove(urls)
+		s.removeFiles(c, urls)
 		return err
 	}
 	return s.respondEscrow(c, res, http.StatusOK, "Escrow updated successfully")
@@ -310,7 +310,7 @@ func (s *Server) deleteEscrow(c echo.Context) error {
 		return err
 	}
 	// A deleted escrow's files are not served any more.
-	s.files.Remove(owned)
+	s.removeFiles(c, owned)
 	return respond(c, http.StatusOK, "Escrow deleted successfully", map[string]any{})
 }
 

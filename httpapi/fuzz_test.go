@@ -49,7 +49,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	f.Cleanup(func() { cancel(); <-done })
 	// Callback URLs are not resolved (WebhookAllowPrivate): a fuzzed host
 	// name must not become a DNS query.
-	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DataDir: f.TempDir(),
+	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live},
 		WebhookAllowPrivate: true, MaxReadyHorizon: time.Minute}
 	api := wired.API(cfg, store, pool, runner, zap.NewNop(), nil)
 	f.Cleanup(api.Close)

@@ -117,7 +117,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 		t.Fatal(err)
 	}
 	cfg := Config{Hosts: map[string]domain.Environment{liveHost: domain.Live}, DefaultEnvironment: domain.Test,
-		DataDir: t.TempDir(), PublicURL: "http://" + l.Addr().String(),
+		PublicURL: "http://" + l.Addr().String(),
 		// Tests of other packages hold transactions open on the shared
 		// server; only TestReadyzReportsHeldHorizon tests this limit.
 		MaxReadyHorizon: time.Minute}

@@ -310,7 +310,7 @@ func TestPaystackEventOnTwoInstancesMovesMoneyOnce(t *testing.T) {
 	h := newHarness(t)
 	rail := newPaystackRail()
 	paystackOn(h.svc, rail)
-	other := wired.API(Config{DefaultEnvironment: domain.Test, DataDir: t.TempDir(), MaxReadyHorizon: time.Minute},
+	other := wired.API(Config{DefaultEnvironment: domain.Test, MaxReadyHorizon: time.Minute},
 		h.store, h.pool, h.runner, nil, nil)
 	t.Cleanup(other.Close)
 	paystackOn(other.App(), rail)

@@ -24,6 +24,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/files"
 	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
@@ -64,10 +65,11 @@ type Config struct {
 	// environment; an environment without one has crypto disabled.
 	BSCMasterAddress map[domain.Environment]string
 	// PublicURL is the base of uploaded files' URLs (default
-	// http://localhost:8080); DataDir holds them under files/ (default
-	// ./.data).
+	// http://localhost:8080).
 	PublicURL string
-	DataDir   string
+	// Files is where uploaded files are kept, shared by every instance
+	// (files.Postgres, files.S3); required.
+	Files files.Backend
 	// FilesQuota bounds each merchant environment's stored files in bytes
 	// (default 1,024 MB); an upload past it is 413.
 	FilesQuota int64
@@ -118,7 +120,7 @@ type Server struct {
 	keyUses  *KeyUses
 	metrics  *Metrics
 	ping     func(context.Context) error
-	files    *fileStore
+	files    *files.Store
 	hooks    *webhooks.Outbox
 	inbox    *inbox.Worker
 	// masterQR holds the master wallet addresses' QR codes.
@@ -154,6 +156,9 @@ type Deps struct {
 	Closers []func()
 }
 
+// Files is the store of uploaded files the API keeps them in.
+func (s *Server) Files() *files.Store { return s.files }
+
 // New builds the API.
 func New(cfg Config, d Deps) *Server {
 	if cfg.DefaultEnvironment == "" {
@@ -180,12 +185,9 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.PublicURL == "" {
 		cfg.PublicURL = "http://localhost:8080"
 	}
-	if cfg.DataDir == "" {
-		cfg.DataDir = "./.data"
-	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
 		limiter: d.Limiter, idem: d.Idem, keyUses: d.KeyUses, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
-	s.files = newFileStore(cfg.DataDir, cfg.PublicURL, cfg.FilesQuota)
+	s.files = files.New(cfg.Files, cfg.PublicURL, cfg.FilesQuota)
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

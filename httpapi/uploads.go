@@ -1,16 +1,15 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
-	"io"
 	"mime"
 	"mime/multipart"
 	"net/http"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/files"
@@ -41,7 +40,7 @@ func (s *Server) serveFile(c echo.Context) error {
 	if owner := c.Param("owner"); owner != "" {
 		name = owner + "/" + name
 	}
-	f, contentType, modTime, err := s.files.Open(name)
+	f, contentType, modTime, err := s.files.Open(c.Request().Context(), name)
 	if err != nil {
 		return err
 	}
@@ -64,7 +63,7 @@ func (s *Server) serveFile(c echo.Context) error {
 
 // saveImages stores the imageUrl files of a multipart request (at most max)
 // and returns their public URLs; a JSON request has none (nil). If the
-// command then fails, the caller removes them with s.files.Remove(urls).
+// command then fails, the caller removes them with s.removeFiles(c, urls).
 func (s *Server) saveImages(c echo.Context, max int) ([]string, error) {
 	form, err := multipartForm(c)
 	if err != nil || form == nil {
@@ -74,7 +73,7 @@ func (s *Server) saveImages(c echo.Context, max int) ([]string, error) {
 	if err != nil || len(headers) == 0 {
 		return nil, err
 	}
-	return s.files.SaveImages(fileOwner(c), headers)
+	return s.files.SaveImages(c.Request().Context(), fileOwner(c), headers)
 }
 
 // fileOwner is the files folder of the request's merchant environment,
@@ -89,7 +88,7 @@ const evidenceField = "file"
 
 // saveEvidence stores the one evidence file of a multipart request and
 // returns its public URL ("" when none was sent). If the command then
-// fails, the caller removes it with s.files.Remove.
+// fails, the caller removes it with s.removeFiles.
 func (s *Server) saveEvidence(c echo.Context) (string, error) {
 	form, err := multipartForm(c)
 	if err != nil || form == nil {
@@ -100,11 +99,7 @@ func (s *Server) saveEvidence(c echo.Context) (string, error) {
 	case 0:
 		return "", nil
 	case 1:
-		st, err := s.files.store()
-		if err != nil {
-			return "", err
-		}
-		return st.SaveEvidence(fileOwner(c), headers[0])
+		return s.files.SaveEvidence(c.Request().Context(), fileOwner(c), headers[0])
 	}
 	return "", domain.Invalidf("file accepts one file")
 }
@@ -166,54 +161,14 @@ func isMultipart(r *http.Request) bool {
 	return err == nil && mt == echo.MIMEMultipartForm
 }
 
-// fileStore opens the files store on first use, so a server that never
-// stores or serves a file never touches the data directory; a failure is
-// returned (a logged 500) and retried on the next request.
-type fileStore struct {
-	dataDir, publicURL string
-	quota              int64
-	mu                 sync.Mutex
-	st                 *files.Store
-}
-
-func newFileStore(dataDir, publicURL string, quota int64) *fileStore {
-	return &fileStore{dataDir: dataDir, publicURL: publicURL, quota: quota}
-}
-
-func (f *fileStore) store() (*files.Store, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.st == nil {
-		st, err := files.New(f.dataDir, f.publicURL, f.quota)
-		if err != nil {
-			return nil, err
-		}
-		f.st = st
+// removeFiles removes stored files a command did not keep (or a deleted
+// escrow's). A failure is logged, not answered: the command's outcome
+// stands, and orphan collection removes what is left.
+func (s *Server) removeFiles(c echo.Context, urls []string) {
+	if len(urls) == 0 {
+		return
 	}
-	return f.st, nil
-}
-
-// SaveImages is files.Store.SaveImages.
-func (f *fileStore) SaveImages(owner string, headers []*multipart.FileHeader) ([]string, error) {
-	st, err := f.store()
-	if err != nil {
-		return nil, err
-	}
-	return st.SaveImages(owner, headers)
-}
-
-// Open is files.Store.Open.
-func (f *fileStore) Open(name string) (io.ReadSeekCloser, string, time.Time, error) {
-	st, err := f.store()
-	if err != nil {
-		return nil, "", time.Time{}, err
-	}
-	return st.Open(name)
-}
-
-// Remove is files.Store.Remove.
-func (f *fileStore) Remove(urls []string) {
-	if st, err := f.store(); err == nil {
-		st.Remove(urls)
+	if err := s.files.Remove(context.WithoutCancel(c.Request().Context()), urls); err != nil {
+		s.log.Warn("files: cannot remove; orphan collection will", zap.Error(err))
 	}
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"image"
 	"image/color"
@@ -11,8 +12,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"net/textproto"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -108,10 +107,8 @@ func (h *harness) uploadProbe(path string, multipartLimit bool) {
 }
 
 func TestUploadsEndToEnd(t *testing.T) {
-	dataDir := t.TempDir()
-	h := newHarness(t, func(c *Config) { c.DataDir = dataDir; c.PublicURL = uploadsPublicURL + "/" })
+	h := newHarness(t, func(c *Config) { c.PublicURL = uploadsPublicURL + "/" })
 	h.uploadProbe("/v1/probe/upload", true)
-	filesDir := filepath.Join(dataDir, "files")
 	pngData, gifData := uploadPNG(t), uploadGIF(t)
 
 	// Two images with lying names and types, plus the escrow fields.
@@ -195,9 +192,8 @@ func TestUploadsEndToEnd(t *testing.T) {
 
 	// Refused requests stored nothing: only the first two files exist, in
 	// the merchant environment's folder.
-	ents, err := os.ReadDir(filepath.Join(filesDir, files.Owner(h.m.MerchantID, string(domain.Test))))
-	if err != nil || len(ents) != 2 {
-		t.Fatalf("files dir: %v %v", ents, err)
+	if ents := h.storedFiles(files.Owner(h.m.MerchantID, string(domain.Test))); len(ents) != 2 || len(h.storedFiles("")) != 2 {
+		t.Fatalf("stored files: %v", ents)
 	}
 
 	// No key on the upload route itself is still refused.
@@ -210,7 +206,7 @@ func TestUploadsEndToEnd(t *testing.T) {
 // A chunked body (no Content-Length) over the route's limit is cut off
 // while the form is parsed: 413, not a parse error.
 func TestUploadsBodyLimitWhileParsing(t *testing.T) {
-	h := newHarness(t, func(c *Config) { c.DataDir = t.TempDir(); c.MultipartBodyLimit = 1 << 20 })
+	h := newHarness(t, func(c *Config) { c.MultipartBodyLimit = 1 << 20 })
 	h.uploadProbe("/v1/probe/upload", true)
 	big := make([]byte, 2<<20)
 	copy(big, uploadPNG(t))
@@ -230,8 +226,7 @@ func TestUploadsBodyLimitWhileParsing(t *testing.T) {
 func TestKeyedUploadIsSpooledToDisk(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	dataDir := t.TempDir()
-	h := newHarness(t, func(c *Config) { c.DataDir = dataDir; c.PublicURL = uploadsPublicURL + "/" })
+	h := newHarness(t, func(c *Config) { c.PublicURL = uploadsPublicURL + "/" })
 	var spooledDuringHandler []string
 	s := h.api
 	s.handle(http.MethodPost, "/v1/probe/keyed-upload", Policy{CID: CIDOptional}, func(c echo.Context) error {
@@ -279,9 +274,9 @@ func TestKeyedUploadIsSpooledToDisk(t *testing.T) {
 		t.Fatalf("urls: %s", first.Raw)
 	}
 	rel, _ := strings.CutPrefix(urls[0].(string), uploadsPublicURL+"/files/")
-	stored, err := os.ReadFile(filepath.Join(dataDir, "files", rel))
-	if err != nil || !bytes.Equal(stored, img) {
-		t.Fatalf("stored image: %d bytes of %d sent (%v)", len(stored), len(img), err)
+	stored, err := h.api.Files().Backend().Get(context.Background(), rel)
+	if err != nil || !bytes.Equal(stored.Data, img) {
+		t.Fatalf("stored image: %d bytes of %d sent (%v)", len(stored.Data), len(img), err)
 	}
 	spooledDuringHandler = nil
 	again := send("second-boundary-22").expect(t, 201, "ok")
@@ -300,7 +295,7 @@ func TestKeyedUploadIsSpooledToDisk(t *testing.T) {
 func TestKeyedUploadOverLimitLeavesNoSpoolFile(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	h := newHarness(t, func(c *Config) { c.DataDir = t.TempDir(); c.MultipartBodyLimit = 2 << 20 })
+	h := newHarness(t, func(c *Config) { c.MultipartBodyLimit = 2 << 20 })
 	ran := 0
 	h.api.handle(http.MethodPost, "/v1/probe/keyed-big", Policy{CID: CIDOptional}, func(c echo.Context) error {
 		ran++
@@ -334,7 +329,7 @@ func TestKeyedUploadOverLimitLeavesNoSpoolFile(t *testing.T) {
 func TestKeyedUploadWhoseHandlerPanicsLeavesNoSpoolFile(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("TMPDIR", tmp)
-	h := newHarness(t, func(c *Config) { c.DataDir = t.TempDir() })
+	h := newHarness(t)
 	var spooled []string
 	ran := 0
 	h.api.handle(http.MethodPost, "/v1/probe/keyed-panic", Policy{CID: CIDOptional}, func(c echo.Context) error {

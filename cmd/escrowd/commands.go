@@ -83,6 +83,7 @@ var groups = map[string]string{
 	"events":      "the event log: export a merchant's events",
 	"payouts":     "withdrawals the payout resumer cannot finish: list them, retry or return one",
 	"webhooks":    "webhook tools that need no database",
+	"files":       "uploaded files: move them into the file store, collect orphans",
 }
 
 func init() {
@@ -92,7 +93,7 @@ func init() {
 		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		payoutsHeldCommand, payoutsResolveCommand,
-		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
+		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 
 func findCommand(name string) *command {

@@ -38,7 +38,12 @@ type Config struct {
 	DataDir            string
 	// FilesQuotaMB bounds each merchant environment's stored files
 	// (ESCROW_FILES_QUOTA_MB, default 1,024).
-	FilesQuotaMB     int64
+	FilesQuotaMB int64
+	// FileStore is where uploaded files are kept (ESCROW_FILE_STORE):
+	// postgres (the database's stored_files table, the default) or s3
+	// (the bucket of S3).
+	FileStore        string
+	S3               S3Config
 	WebhookAllowPriv bool
 	WebhookRetention time.Duration
 	// WebhookSignatureHeaders each carry a delivery's signature;
@@ -58,6 +63,12 @@ type Config struct {
 	// builtin (the built-in test gateways) or paystack; live is paystack
 	// or absent (no deposits, payouts or account resolution).
 	Providers map[domain.Environment]Provider
+}
+
+// S3Config is the bucket of ESCROW_FILE_STORE=s3.
+type S3Config struct {
+	Endpoint, Bucket, Region, AccessKey string
+	SecretKey                           secretKey
 }
 
 // Provider is one environment's payment provider.
@@ -185,6 +196,9 @@ func LoadConfig() (Config, error) {
 		c.FilesQuotaMB < 1 || c.FilesQuotaMB > 1<<30 {
 		return c, fmt.Errorf("ESCROW_FILES_QUOTA_MB must be a positive number of megabytes")
 	}
+	if err := loadFileStore(&c); err != nil {
+		return c, err
+	}
 	for name, v := range map[string]string{"ESCROW_BSC_MASTER_ADDRESS_TEST": c.BSCMasterTest, "ESCROW_BSC_MASTER_ADDRESS_LIVE": c.BSCMasterLive} {
 		if v != "" && !whitelist.ValidAddress(v) {
 			return c, fmt.Errorf("%s must be 0x followed by 40 hexadecimal characters", name)
@@ -257,4 +271,30 @@ func LoadConfig() (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// loadFileStore reads ESCROW_FILE_STORE and, for s3, the bucket's settings.
+func loadFileStore(c *Config) error {
+	c.FileStore = getenv("ESCROW_FILE_STORE", "postgres")
+	switch c.FileStore {
+	case "postgres":
+		return nil
+	case "s3":
+	default:
+		return fmt.Errorf("ESCROW_FILE_STORE must be postgres or s3")
+	}
+	c.S3 = S3Config{Endpoint: os.Getenv("ESCROW_S3_ENDPOINT"), Bucket: os.Getenv("ESCROW_S3_BUCKET"),
+		Region: getenv("ESCROW_S3_REGION", "us-east-1"), AccessKey: os.Getenv("ESCROW_S3_ACCESS_KEY"),
+		SecretKey: secretKey(os.Getenv("ESCROW_S3_SECRET_KEY"))}
+	u, err := url.Parse(c.S3.Endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.User != nil {
+		return fmt.Errorf("ESCROW_S3_ENDPOINT must be the http(s) URL of the S3 service, without a path or credentials (https://s3.eu-west-1.amazonaws.com)")
+	}
+	if c.S3.Bucket == "" {
+		return fmt.Errorf("ESCROW_S3_BUCKET is required with ESCROW_FILE_STORE=s3")
+	}
+	if c.S3.AccessKey == "" || c.S3.SecretKey == "" {
+		return fmt.Errorf("ESCROW_S3_ACCESS_KEY and ESCROW_S3_SECRET_KEY are required with ESCROW_FILE_STORE=s3")
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"strconv"
@@ -209,5 +210,55 @@ func TestLoadConfigMetricsAddr(t *testing.T) {
 	t.Setenv("ESCROW_METRICS_ADDR", "off")
 	if c := mustConfig(t, db); c.MetricsAddr != "off" {
 		t.Fatalf("metrics address %q", c.MetricsAddr)
+	}
+}
+
+func TestLoadConfigFileStore(t *testing.T) {
+	s3 := map[string]string{"ESCROW_FILE_STORE": "s3", "ESCROW_S3_ENDPOINT": "https://s3.eu-west-1.amazonaws.com",
+		"ESCROW_S3_BUCKET": "files", "ESCROW_S3_ACCESS_KEY": "AK", "ESCROW_S3_SECRET_KEY": "SK"}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for a, b := range s3 {
+			m[a] = b
+		}
+		m[k] = v
+		return m
+	}
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    string
+		wantErr string
+	}{
+		{"default", nil, "postgres", ""},
+		{"postgres", map[string]string{"ESCROW_FILE_STORE": "postgres"}, "postgres", ""},
+		{"s3", s3, "s3", ""},
+		{"unknown", map[string]string{"ESCROW_FILE_STORE": "disk"}, "", "ESCROW_FILE_STORE must be postgres or s3"},
+		{"no endpoint", with("ESCROW_S3_ENDPOINT", ""), "", "ESCROW_S3_ENDPOINT must be"},
+		{"endpoint with a path", with("ESCROW_S3_ENDPOINT", "https://s3.example.com/bucket"), "", "ESCROW_S3_ENDPOINT must be"},
+		{"endpoint with credentials", with("ESCROW_S3_ENDPOINT", "https://ak:sk@s3.example.com"), "", "ESCROW_S3_ENDPOINT must be"},
+		{"endpoint not http", with("ESCROW_S3_ENDPOINT", "s3.example.com"), "", "ESCROW_S3_ENDPOINT must be"},
+		{"no bucket", with("ESCROW_S3_BUCKET", ""), "", "ESCROW_S3_BUCKET is required"},
+		{"no secret", with("ESCROW_S3_SECRET_KEY", ""), "", "ESCROW_S3_ACCESS_KEY and ESCROW_S3_SECRET_KEY are required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("DATABASE_URL", "postgres://unused")
+			for _, k := range []string{"ESCROW_FILE_STORE", "ESCROW_S3_ENDPOINT", "ESCROW_S3_BUCKET", "ESCROW_S3_ACCESS_KEY", "ESCROW_S3_SECRET_KEY"} {
+				t.Setenv(k, tc.env[k])
+			}
+			c, err := LoadConfig()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("LoadConfig() error %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || c.FileStore != tc.want {
+				t.Fatalf("FileStore %q, err %v; want %q", c.FileStore, err, tc.want)
+			}
+			if tc.want == "s3" && (c.S3.Region != "us-east-1" || fmt.Sprint(c.S3.SecretKey) != "[redacted]") {
+				t.Fatalf("S3 %+v", c.S3)
+			}
+		})
 	}
 }

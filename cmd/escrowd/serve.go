@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -34,7 +35,7 @@ func httpConfig(cfg Config) httpapi.Config {
 		Hosts: cfg.Hosts, DefaultEnvironment: cfg.DefaultEnvironment,
 		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
 		BSCMasterAddress: map[domain.Environment]string{domain.Test: cfg.BSCMasterTest, domain.Live: cfg.BSCMasterLive},
-		PublicURL:        cfg.PublicURL, DataDir: cfg.DataDir, FilesQuota: cfg.FilesQuotaMB << 20,
+		PublicURL:        cfg.PublicURL, FilesQuota: cfg.FilesQuotaMB << 20,
 		WebhookAllowPrivate: cfg.WebhookAllowPriv,
 	}
 }
@@ -61,6 +62,9 @@ func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus
 	}
 	hc := httpConfig(cfg)
 	hc.ReadyWebhooks = webhooksRole
+	if hc.Files, err = openFiles(cfg, env); err != nil {
+		return nil, err
+	}
 	api := wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
 	if cfg.Providers != nil { // a Config not read by LoadConfig keeps the defaults
 		api.App().Gateways = gateways
@@ -215,7 +219,15 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		// acted on by every API process too.
 		deadlines := wiring.DeadlineScheduler(api.App(), projections.NewQueries(env.Pool), env.Log)
 		deadlines.Interval, deadlines.Lease = cfg.DeadlinesInterval, cfg.DeadlinesLease
+		deadlines.RemoveFiles = api.Files().Remove // an expired escrow's files go with it
 		g.Go(func() error { return ignoreCanceled(deadlines.Run(ctx)) })
+		// Files nothing refers to any more are collected by every API
+		// process, every few hours (escrowd files collect does the same on
+		// demand).
+		firstCollection := 5*time.Minute + rand.N(5*time.Minute)
+		g.Go(func() error {
+			return ignoreCanceled(runFileCollection(ctx, env, api.Files().Backend(), firstCollection, collectEvery))
+		})
 		// Providers' events kept by any API process are processed by
 		// every one (each event by one at a time).
 		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })

@@ -73,6 +73,11 @@ type DeadlineScheduler struct {
 	Claim func(ctx context.Context, now time.Time, lease time.Duration, limit int) ([]Deadline, error)
 	// Forget removes a deadline acted on, or one its escrow has moved past.
 	Forget func(ctx context.Context, d Deadline) error
+	// RemoveFiles removes the uploaded files of an escrow its expiry
+	// deleted (EscrowFiles), so they are no longer served; nil keeps them
+	// (orphan collection removes them later). What it fails to remove,
+	// orphan collection removes.
+	RemoveFiles func(ctx context.Context, urls []string) error
 	Log    *zap.Logger
 	// Interval between rounds (default DefaultDeadlineInterval); Lease is
 	// how long a taken deadline is left to its taker before another round
@@ -150,10 +155,23 @@ func (r *DeadlineScheduler) Round(ctx context.Context) (Acted, error) {
 func (c *DeadlineScheduler) act(ctx context.Context, d Deadline) bool {
 	log := c.Log.With(zap.String("escrow_id", d.EscrowID), zap.String("kind", string(d.Kind)),
 		zap.Time("due_at", d.DueAt), zap.Int("attempts", d.Attempts))
+	var owned []string
+	if d.Kind == escrow.ExpiryDeadline && c.RemoveFiles != nil {
+		// Read before the deletion: a deleted escrow has no files of its own.
+		var err error
+		if owned, err = c.Service.EscrowFiles(ctx, d.EscrowID); err != nil {
+			log.Warn("deadlines: cannot read the escrow's files; orphan collection removes them", zap.Error(err))
+		}
+	}
 	_, err := c.Service.ActOnDeadline(ctx, d)
 	switch {
 	case err == nil:
 		log.Info("deadlines: acted")
+		if len(owned) > 0 {
+			if rerr := c.RemoveFiles(context.WithoutCancel(ctx), owned); rerr != nil {
+				log.Warn("deadlines: cannot remove the expired escrow's files; orphan collection removes them", zap.Error(rerr))
+			}
+		}
 	case errors.Is(err, escrow.ErrNotDue):
 		// The read model is behind a change of the deadline (the window
 		// extended): the projector moves the row, the lease holds it

@@ -80,6 +80,10 @@ type client struct {
 	// sent counts HTTP requests (attempts); retried counts attempts
 	// repeated after a timeout or a broken connection.
 	sent, timeouts, retried, acks atomic.Int64
+	// gaveUp counts requests left unknown after retryFor; gaveUpBusy those
+	// of them whose last answer was 409 in progress (the key held by an
+	// attempt that died with its instance, until the takeover).
+	gaveUp, gaveUpBusy atomic.Int64
 }
 
 func newClient(addrs []string, timeout, retryFor time.Duration) *client {
@@ -147,6 +151,10 @@ func (c *client) do(rng *rand.Rand, cl call) result {
 		if !final {
 			retried = true
 			if time.Now().After(deadline) {
+				c.gaveUp.Add(1)
+				if st == http.StatusConflict && msg == msgInProgress {
+					c.gaveUpBusy.Add(1)
+				}
 				return result{outcome: unknown, status: st, message: msg}
 			}
 			c.retried.Add(1)

@@ -8,6 +8,12 @@
 // that nothing acknowledged was lost, nothing was applied twice, every
 // account balances to zero and every read model equals a replay of the log.
 //
-// `go test ./internal/chaos` runs a short round (part of `make test`);
-// `make chaos` runs it for CHAOS_DURATION (10 minutes by default).
+// TestThreeInstances runs three instances on one database behind a
+// round-robin proxy of its own, kills them in turn under a workload that
+// stores files, and checks that the survivors answered every request and
+// that every file is served by every instance.
+//
+// `go test ./internal/chaos` runs short rounds of both (part of `make
+// test`); `make chaos` runs them for CHAOS_DURATION (10 minutes by
+// default) and INSTANCES_DURATION (5 minutes).
 package chaos

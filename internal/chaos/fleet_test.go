@@ -39,6 +39,10 @@ type fleet struct {
 	// exits counts exits the harness did not cause (an instance that gave
 	// up, for example while the database was down), restarted all the same.
 	exits int
+	// publicURL, when set, is every instance's ESCROW_PUBLIC_URL (the
+	// address of a load balancer in front of them); otherwise each has its
+	// own address.
+	publicURL string
 }
 
 type instance struct {
@@ -104,7 +108,11 @@ func (f *fleet) start(i *instance) {
 	}
 	defer logf.Close()
 	cmd := exec.Command(f.bin, "serve", "--role", i.roles, "--addr", i.addr)
-	cmd.Env = append(append([]string(nil), f.env...), "ESCROW_PUBLIC_URL=http://"+i.addr)
+	public := f.publicURL
+	if public == "" {
+		public = "http://" + i.addr
+	}
+	cmd.Env = append(append([]string(nil), f.env...), "ESCROW_PUBLIC_URL="+public)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -125,6 +125,8 @@ type workload struct {
 	mu        sync.Mutex
 	ops       []*op
 	counts    map[string]int
+	// mix is the operations run (default operations).
+	mix []operation
 }
 
 func newWorkload(t testing.TB, c *client, merchants []*merchantKeys) *workload {
@@ -137,8 +139,12 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 	start := time.Now()
 	w.until = start.Add(duration)
 	var wg sync.WaitGroup
+	mix := w.mix
+	if mix == nil {
+		mix = operations
+	}
 	total := 0
-	for _, o := range operations {
+	for _, o := range mix {
 		total += o.weight
 	}
 	for i := 0; i < workers; i++ {
@@ -149,10 +155,10 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 			for n := 0; time.Now().Before(w.until); n++ {
 				var o operation
 				claim := false
-				if idx := n*workers + i; idx < len(operations) {
+				if idx := n*workers + i; idx < len(mix) {
 					// The first round runs every operation once, whatever
 					// the duration (the claim too).
-					o = operations[idx]
+					o = mix[idx]
 					if o.name == claimName {
 						claim = true
 						w.claiming.Store(true)
@@ -160,7 +166,7 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 				} else {
 					// A claim holds its worker for claimWait: one at a time,
 					// and none that would outlast the workload.
-					for o = pick(rng, total); o.name == claimName; o = pick(rng, total) {
+					for o = pick(rng, mix, total); o.name == claimName; o = pick(rng, mix, total) {
 						if time.Until(w.until) >= claimWait && w.claiming.CompareAndSwap(false, true) {
 							claim = true
 							break
@@ -182,9 +188,9 @@ func (w *workload) run(workers int, seed uint64, duration time.Duration) {
 	wg.Wait()
 }
 
-func pick(rng *rand.Rand, total int) operation {
+func pick(rng *rand.Rand, mix []operation, total int) operation {
 	n := rng.IntN(total)
-	for _, o := range operations {
+	for _, o := range mix {
 		if n < o.weight {
 			return o
 		}

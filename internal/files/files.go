@@ -1,21 +1,20 @@
-// Package files stores uploaded files (escrow images, dispute evidence) on
-// disk under unguessable names and serves them back. The content type is
+// Package files stores uploaded files (escrow images, dispute evidence,
+// category images) under unguessable names in a store every instance
+// shares (a Backend) and serves them back. The content type is
 // always the one sniffed from the bytes, never the type the client declares, and is
 // encoded in the file's extension so nothing else needs to be stored.
 package files
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"mime/multipart"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -43,30 +42,38 @@ var (
 	errReadFailed = errors.New("files: reading the upload failed")
 )
 
-// Store keeps files in one directory and names them by public URL. Each
-// owner's files sit in a folder of their own (named by Owner), which is
-// what their quota counts.
+// Store names, checks and keeps uploaded files in a Backend shared by every
+// instance, and hands out their public URLs. A name is "owner/file": each
+// owner's files (Owner) count against their quota together.
 type Store struct {
-	dir, publicURL string
-	quota          int64
-	usage          *usage
+	backend   Backend
+	publicURL string
+	quota     int64
+	usage     *usage
 }
 
-// New opens (creating if needed) the store under <dataDir>/files; publicURL
-// is the base of the URLs it hands out; quota bounds each owner's files in
-// bytes (0: no bound).
-func New(dataDir, publicURL string, quota int64) (*Store, error) {
-	dir := filepath.Join(dataDir, "files")
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("files: create %s: %w", dir, err)
-	}
-	collectUnfinished(dir, time.Now().Add(-unfinishedAge))
-	return &Store{dir: dir, publicURL: strings.TrimRight(publicURL, "/"), quota: quota, usage: newUsage(dir)}, nil
+// New is a store over backend; publicURL is the base of the URLs it hands
+// out; quota bounds each owner's files in bytes (0: no bound).
+func New(backend Backend, publicURL string, quota int64) *Store {
+	return &Store{backend: backend, publicURL: strings.TrimRight(publicURL, "/"), quota: quota, usage: newUsage(backend)}
 }
+
+// Backend is where the store keeps the bytes.
+func (s *Store) Backend() Backend { return s.backend }
 
 // URL is the public URL of a stored name ("owner/file", or "file" for a
 // file stored before files had owners).
 func (s *Store) URL(name string) string { return s.publicURL + "/files/" + name }
+
+// NameOf is the stored name a URL this store handed out refers to; false
+// for any other URL.
+func (s *Store) NameOf(u string) (string, bool) {
+	name, ok := strings.CutPrefix(u, s.publicURL+"/files/")
+	if !ok || !ValidName(name) {
+		return "", false
+	}
+	return name, true
+}
 
 // ImagesFrom returns the files a form sent under imageUrl (or imageUrl[]),
 // refusing more than max.
@@ -85,12 +92,12 @@ func ImagesFrom(form *multipart.Form, field string, max int) ([]*multipart.FileH
 
 // SaveImages stores every file as an image and returns their public URLs:
 // all or none, so a refused file leaves nothing behind.
-func (s *Store) SaveImages(owner string, headers []*multipart.FileHeader) (urls []string, err error) {
+func (s *Store) SaveImages(ctx context.Context, owner string, headers []*multipart.FileHeader) (urls []string, err error) {
 	names := make([]string, 0, len(headers))
 	defer func() {
 		if err != nil {
 			for _, n := range names {
-				s.removeName(n)
+				s.removeName(context.WithoutCancel(ctx), n)
 			}
 			urls = nil
 		}
@@ -104,7 +111,7 @@ func (s *Store) SaveImages(owner string, headers []*multipart.FileHeader) (urls 
 		if !ok {
 			return nil, ErrNotImage
 		}
-		name, err := s.write(owner, data, ext)
+		name, err := s.write(ctx, owner, data, ext)
 		if err != nil {
 			return nil, err
 		}
@@ -119,7 +126,7 @@ func (s *Store) SaveImages(owner string, headers []*multipart.FileHeader) (urls 
 
 // SaveEvidence stores one dispute evidence file (an image or a PDF, by its
 // content) and returns its public URL.
-func (s *Store) SaveEvidence(owner string, h *multipart.FileHeader) (string, error) {
+func (s *Store) SaveEvidence(ctx context.Context, owner string, h *multipart.FileHeader) (string, error) {
 	data, err := readCapped(h)
 	if errors.Is(err, ErrTooLarge) {
 		return "", ErrEvidenceSize
@@ -131,7 +138,7 @@ func (s *Store) SaveEvidence(owner string, h *multipart.FileHeader) (string, err
 	if !ok {
 		return "", ErrNotEvidence
 	}
-	name, err := s.write(owner, data, ext)
+	name, err := s.write(ctx, owner, data, ext)
 	if err != nil {
 		return "", err
 	}
@@ -167,10 +174,10 @@ func sniff(data []byte) string {
 	return http.DetectContentType(data)
 }
 
-// write stores data atomically (temp file, then rename) under a fresh
-// random name in owner's folder and returns that name ("owner/file"). A
-// file that would take the owner past the quota is ErrQuota.
-func (s *Store) write(owner string, data []byte, ext string) (string, error) {
+// write stores data under a fresh random name in owner's folder and
+// returns that name ("owner/file"). A file that would take the owner past
+// the quota is ErrQuota.
+func (s *Store) write(ctx context.Context, owner string, data []byte, ext string) (string, error) {
 	if !ownerName.MatchString(owner) {
 		return "", fmt.Errorf("files: invalid owner %q", owner)
 	}
@@ -178,117 +185,77 @@ func (s *Store) write(owner string, data []byte, ext string) (string, error) {
 	if _, err := rand.Read(id[:]); err != nil {
 		return "", fmt.Errorf("files: random name: %w", err)
 	}
-	file := hex.EncodeToString(id[:]) + "." + ext
-	name := owner + "/" + file
-	dir := filepath.Join(s.dir, owner)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", fmt.Errorf("files: %w", err)
-	}
-	release, err := s.usage.reserve(owner, int64(len(data)), s.quota)
+	name := owner + "/" + hex.EncodeToString(id[:]) + "." + ext
+	release, err := s.usage.reserve(ctx, owner, int64(len(data)), s.quota)
 	if err != nil {
 		return "", err
 	}
-	committed := false
-	defer func() { release(committed) }()
-	tmp, err := os.CreateTemp(dir, ".upload-*")
+	err = s.backend.Put(ctx, NewObject(name, data))
+	release(err == nil)
 	if err != nil {
-		return "", fmt.Errorf("files: %w", err)
+		return "", err
 	}
-	defer func() {
-		if !committed {
-			_ = tmp.Close()
-			_ = os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return "", fmt.Errorf("files: write: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return "", fmt.Errorf("files: sync: %w", err)
-	}
-	if err := tmp.Chmod(0o640); err != nil {
-		return "", fmt.Errorf("files: chmod: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("files: close: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, file)); err != nil {
-		_ = os.Remove(tmp.Name())
-		return "", fmt.Errorf("files: rename: %w", err)
-	}
-	committed = true
 	return name, nil
 }
 
-// Open returns a stored file with its content type and modification time.
-// Only names this store hands out are accepted; anything else (other
-// extensions, upper case, paths) is ErrNotFound.
-func (s *Store) Open(name string) (f io.ReadSeekCloser, contentType string, modTime time.Time, err error) {
-	path, ext, ok := s.path(name)
-	if !ok {
+// Open returns a stored file with its content type and the time it was
+// stored. Only names this store hands out are accepted; anything else
+// (other extensions, upper case, paths) is ErrNotFound.
+func (s *Store) Open(ctx context.Context, name string) (f io.ReadSeekCloser, contentType string, modTime time.Time, err error) {
+	if !ValidName(name) {
 		return nil, "", time.Time{}, ErrNotFound
 	}
-	file, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", time.Time{}, ErrNotFound
-	}
+	o, err := s.backend.Get(ctx, name)
 	if err != nil {
-		return nil, "", time.Time{}, fmt.Errorf("files: open: %w", err)
+		return nil, "", time.Time{}, err
 	}
-	st, err := file.Stat()
-	if err != nil {
-		_ = file.Close()
-		return nil, "", time.Time{}, fmt.Errorf("files: stat: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		_ = file.Close()
-		return nil, "", time.Time{}, ErrNotFound
-	}
-	return file, extType[ext], st.ModTime(), nil
+	return nopCloser{bytes.NewReader(o.Data)}, typeOfName(name), o.Created, nil
 }
 
-// path is where a stored name ("owner/file" or "file") lies, with the
-// file's extension; false for any name this store does not hand out.
-func (s *Store) path(name string) (path, ext string, ok bool) {
+type nopCloser struct{ *bytes.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+// ValidName reports whether name is one a store hands out: "owner/file"
+// (or "file", stored before files had owners) with a known extension.
+func ValidName(name string) bool {
 	owner, file, hasOwner := strings.Cut(name, "/")
 	if !hasOwner {
-		owner, file = "", name
+		file = owner
 	} else if !ownerName.MatchString(owner) {
-		return "", "", false
+		return false
 	}
-	m := storedName.FindStringSubmatch(file)
-	if m == nil {
-		return "", "", false
-	}
-	return filepath.Join(s.dir, owner, file), m[1], true
+	return storedName.MatchString(file)
+}
+
+// typeOfName is the content type of a valid name, by its extension.
+func typeOfName(name string) string {
+	return extType[name[strings.LastIndexByte(name, '.')+1:]]
 }
 
 // Remove deletes the files behind URLs this store handed out (cleanup after
-// a command that failed once its images were saved). Other URLs and
-// missing files are ignored.
-func (s *Store) Remove(urls []string) {
-	prefix := s.publicURL + "/files/"
+// a command that failed once its images were saved, or an escrow's files
+// once it is deleted). Other URLs and missing files are ignored; the
+// first failure to delete is returned (what it left, orphan collection
+// removes).
+func (s *Store) Remove(ctx context.Context, urls []string) error {
+	var first error
 	for _, u := range urls {
-		if name, ok := strings.CutPrefix(u, prefix); ok {
-			s.removeName(name)
+		if name, ok := s.NameOf(u); ok {
+			if err := s.removeName(ctx, name); err != nil && first == nil {
+				first = err
+			}
 		}
 	}
+	return first
 }
 
-// removeName deletes a stored name's file and gives its bytes back to
+// RemoveName deletes one stored name's file and gives its bytes back to
 // its owner's quota.
-func (s *Store) removeName(name string) {
-	path, _, ok := s.path(name)
-	if !ok {
-		return
+func (s *Store) removeName(ctx context.Context, name string) error {
+	n, err := s.backend.Delete(ctx, name)
+	if err == nil && n > 0 {
+		s.usage.release(ownerOf(name), n)
 	}
-	st, err := os.Lstat(path)
-	if err != nil || !st.Mode().IsRegular() {
-		return
-	}
-	if os.Remove(path) == nil {
-		if owner, _, found := strings.Cut(name, "/"); found {
-			s.usage.release(owner, st.Size())
-		}
-	}
+	return err
 }

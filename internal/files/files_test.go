@@ -2,6 +2,7 @@ package files
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"image"
 	"image/color"
@@ -9,28 +10,28 @@ import (
 	"image/jpeg"
 	"image/png"
 	"io"
-	"io/fs"
 	"mime/multipart"
 	"net/textproto"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 const testURL = "https://files.example.test"
 
+var ctx = context.Background()
+
+// newStore is a store over a fresh PostgreSQL backend (the default).
+func newPool(t *testing.T) *pgxpool.Pool { return pgtest.NewPool(t) }
+
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	s, err := New(t.TempDir(), testURL+"/", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return New(Postgres{Pool: pgtest.NewPool(t)}, testURL+"/", 0)
 }
 
 func tiny() image.Image {
@@ -98,18 +99,18 @@ func form(t *testing.T, ups ...upload) []*multipart.FileHeader {
 	return f.File["imageUrl"]
 }
 
+// stored are the names of testOwner's stored files.
 func stored(t *testing.T, s *Store) []string {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(s.dir, testOwner))
-	if errors.Is(err, fs.ErrNotExist) {
+	var out []string
+	err := s.Backend().List(ctx, func(i Info) error {
+		if ownerOf(i.Name) == testOwner {
+			out = append(out, i.Name)
+		}
 		return nil
-	}
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range ents {
-		out = append(out, e.Name())
 	}
 	return out
 }
@@ -141,17 +142,6 @@ func TestWebPFixtureIsWellFormed(t *testing.T) {
 	}
 }
 
-func TestNewCreatesDirectory(t *testing.T) {
-	root := filepath.Join(t.TempDir(), "data")
-	if _, err := New(root, testURL, 0); err != nil {
-		t.Fatal(err)
-	}
-	st, err := os.Stat(filepath.Join(root, "files"))
-	if err != nil || !st.IsDir() || st.Mode().Perm() != 0o750 {
-		t.Fatalf("files dir: %v %v", st, err)
-	}
-}
-
 func TestSaveImagesAcceptsEachTypeByContent(t *testing.T) {
 	s := newStore(t)
 	cases := []struct {
@@ -165,14 +155,14 @@ func TestSaveImagesAcceptsEachTypeByContent(t *testing.T) {
 	}
 	for _, c := range cases {
 		// The client's filename and type are lies; only the bytes count.
-		urls, err := s.SaveImages(testOwner, form(t, upload{"upload.txt", "text/plain", c.data}))
+		urls, err := s.SaveImages(ctx, testOwner, form(t, upload{"upload.txt", "text/plain", c.data}))
 		if err != nil {
 			t.Fatalf("%s: %v", c.typ, err)
 		}
 		if len(urls) != 1 || !strings.HasSuffix(urls[0], "."+c.ext) {
 			t.Fatalf("%s: urls %v", c.typ, urls)
 		}
-		f, ct, mod, err := s.Open(nameOf(t, urls[0]))
+		f, ct, mod, err := s.Open(ctx, nameOf(t, urls[0]))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,11 +170,6 @@ func TestSaveImagesAcceptsEachTypeByContent(t *testing.T) {
 		f.Close()
 		if ct != c.typ || !bytes.Equal(got, c.data) || mod.IsZero() {
 			t.Fatalf("%s: served %s, %d bytes, mod %v", c.typ, ct, len(got), mod)
-		}
-	}
-	for _, n := range stored(t, s) {
-		if strings.HasPrefix(n, ".upload-") {
-			t.Fatalf("temp file left behind: %s", n)
 		}
 	}
 }
@@ -197,7 +182,7 @@ func TestSaveImagesRefusesNonImages(t *testing.T) {
 		[]byte("RIFF\x00\x00\x00\x00WAVEfmt "),
 		[]byte("%PDF-1.4\n"),
 	} {
-		_, err := s.SaveImages(testOwner, form(t, upload{"x.png", "image/png", data}))
+		_, err := s.SaveImages(ctx, testOwner, form(t, upload{"x.png", "image/png", data}))
 		wantErr(t, err, domain.Invalid, "imageUrl must be PNG, JPEG, WebP or GIF images")
 	}
 	if n := stored(t, s); len(n) != 0 {
@@ -209,12 +194,12 @@ func TestSaveImagesSizeLimit(t *testing.T) {
 	s := newStore(t)
 	exact := make([]byte, MaxImageBytes)
 	copy(exact, pngBytes(t))
-	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", exact}))
+	urls, err := s.SaveImages(ctx, testOwner, form(t, upload{"a.png", "image/png", exact}))
 	if err != nil || len(urls) != 1 {
 		t.Fatalf("exactly 5 MiB: %v %v", urls, err)
 	}
 	over := append(exact, 0)
-	_, err = s.SaveImages(testOwner, form(t, upload{"b.png", "image/png", over}))
+	_, err = s.SaveImages(ctx, testOwner, form(t, upload{"b.png", "image/png", over}))
 	wantErr(t, err, domain.TooLarge, "Each image must be at most 5 MB")
 }
 
@@ -225,13 +210,13 @@ func TestSaveImagesDoesNotTrustHeaderSize(t *testing.T) {
 	copy(data, pngBytes(t))
 	hs := form(t, upload{"a.png", "image/png", data})
 	hs[0].Size = 10
-	_, err := s.SaveImages(testOwner, hs)
+	_, err := s.SaveImages(ctx, testOwner, hs)
 	wantErr(t, err, domain.TooLarge, "Each image must be at most 5 MB")
 }
 
 func TestSaveImagesAllOrNone(t *testing.T) {
 	s := newStore(t)
-	_, err := s.SaveImages(testOwner, form(t,
+	_, err := s.SaveImages(ctx, testOwner, form(t,
 		upload{"a.png", "image/png", pngBytes(t)},
 		upload{"b.gif", "image/gif", gifBytes(t)},
 		upload{"c.png", "image/png", []byte("not an image")},
@@ -242,7 +227,7 @@ func TestSaveImagesAllOrNone(t *testing.T) {
 	}
 	big := make([]byte, MaxImageBytes+1)
 	copy(big, pngBytes(t))
-	_, err = s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"big.png", "image/png", big}))
+	_, err = s.SaveImages(ctx, testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"big.png", "image/png", big}))
 	wantErr(t, err, domain.TooLarge, "Each image must be at most 5 MB")
 	if n := stored(t, s); len(n) != 0 {
 		t.Fatalf("a refused batch left %v", n)
@@ -253,7 +238,7 @@ func TestNamesAreUnguessable(t *testing.T) {
 	s := newStore(t)
 	seen := map[string]bool{}
 	for range 20 {
-		urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"a.png", "image/png", pngBytes(t)}))
+		urls, err := s.SaveImages(ctx, testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"a.png", "image/png", pngBytes(t)}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,15 +254,11 @@ func TestNamesAreUnguessable(t *testing.T) {
 
 func TestOpenRefusesForeignNames(t *testing.T) {
 	s := newStore(t)
-	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}))
+	urls, err := s.SaveImages(ctx, testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	name := nameOf(t, urls[0])
-	// A file that exists beside the store must not be reachable.
-	if err := os.WriteFile(filepath.Join(filepath.Dir(s.dir), "x"), []byte("secret"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	for _, bad := range []string{
 		"../x", "..", "", "/etc/passwd",
 		strings.ToUpper(name),
@@ -289,10 +270,10 @@ func TestOpenRefusesForeignNames(t *testing.T) {
 		name[1:],
 		strings.Repeat("0", 32) + ".png", // well-formed but absent
 	} {
-		_, _, _, err := s.Open(bad)
+		_, _, _, err := s.Open(ctx, bad)
 		wantErr(t, err, domain.NotFound, "File not found")
 	}
-	f, ct, _, err := s.Open(name)
+	f, ct, _, err := s.Open(ctx, name)
 	if err != nil || ct != "image/png" {
 		t.Fatalf("open %s: %s %v", name, ct, err)
 	}
@@ -301,16 +282,18 @@ func TestOpenRefusesForeignNames(t *testing.T) {
 
 func TestRemove(t *testing.T) {
 	s := newStore(t)
-	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"b.jpg", "image/jpeg", jpegBytes(t)}))
+	urls, err := s.SaveImages(ctx, testOwner, form(t, upload{"a.png", "image/png", pngBytes(t)}, upload{"b.jpg", "image/jpeg", jpegBytes(t)}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Remove(append([]string{"https://elsewhere.test/files/x.png", testURL + "/files/../x"}, urls...))
+	if err := s.Remove(ctx, append([]string{"https://elsewhere.test/files/x.png", testURL + "/files/../x"}, urls...)); err != nil {
+		t.Fatal(err)
+	}
 	if n := stored(t, s); len(n) != 0 {
 		t.Fatalf("left %v", n)
 	}
 	for _, u := range urls {
-		_, _, _, err := s.Open(nameOf(t, u))
+		_, _, _, err := s.Open(ctx, nameOf(t, u))
 		wantErr(t, err, domain.NotFound, "File not found")
 	}
 }
@@ -342,88 +325,55 @@ func TestImagesFrom(t *testing.T) {
 
 var testOwner = Owner("m1", "test")
 
-// TestQuotaPerOwner: an owner's files are capped in bytes; a file past the
-// cap is refused and stores nothing, other owners are not affected, and a
-// removed file frees its bytes.
+// TestQuotaPerOwner: an owner's files are capped in bytes, on every
+// backend; a file past the cap is refused and stores nothing, other owners
+// are not affected, and a removed file frees its bytes.
 func TestQuotaPerOwner(t *testing.T) {
-	png := pngBytes(t)
-	s, err := New(t.TempDir(), testURL, int64(2*len(png)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	urls, err := s.SaveImages(testOwner, form(t, upload{"a.png", "image/png", png}, upload{"b.png", "image/png", png}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.SaveImages(testOwner, form(t, upload{"c.png", "image/png", png}))
-	wantErr(t, err, domain.TooLarge, "Storage quota exceeded")
-	if n := stored(t, s); len(n) != 2 {
-		t.Fatalf("stored %v", n)
-	}
-	if _, err := s.SaveImages(Owner("m2", "test"), form(t, upload{"c.png", "image/png", png})); err != nil {
-		t.Fatalf("another owner: %v", err)
-	}
-	s.Remove(urls[:1])
-	if _, err := s.SaveImages(testOwner, form(t, upload{"c.png", "image/png", png})); err != nil {
-		t.Fatalf("after a removal: %v", err)
-	}
-	// A fresh store (another instance, a restart) measures what is stored.
-	again, err := New(filepath.Dir(s.dir), testURL, int64(2*len(png)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = again.SaveImages(testOwner, form(t, upload{"d.png", "image/png", png}))
-	wantErr(t, err, domain.TooLarge, "Storage quota exceeded")
-}
-
-// TestUnfinishedUploadsAreCollected: an upload's temporary file that a
-// stopped process left behind is removed when the store next opens, once
-// it is old enough not to be an upload still running.
-func TestUnfinishedUploadsAreCollected(t *testing.T) {
-	root := t.TempDir()
-	dir := filepath.Join(root, "files", testOwner)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	old, fresh := filepath.Join(dir, ".upload-1"), filepath.Join(dir, ".upload-2")
-	for _, p := range []string{old, fresh} {
-		if err := os.WriteFile(p, []byte("partial"), 0o600); err != nil {
+	forEachBackend(t, func(t *testing.T, b Backend) {
+		png := pngBytes(t)
+		s := New(b, testURL, int64(2*len(png)))
+		urls, err := s.SaveImages(ctx, testOwner, form(t, upload{"a.png", "image/png", png}, upload{"b.png", "image/png", png}))
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	past := time.Now().Add(-2 * unfinishedAge)
-	if err := os.Chtimes(old, past, past); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := New(root, testURL, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(old); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("old unfinished upload: %v", err)
-	}
-	if _, err := os.Stat(fresh); err != nil {
-		t.Fatalf("running upload removed: %v", err)
-	}
+		_, err = s.SaveImages(ctx, testOwner, form(t, upload{"c.png", "image/png", png}))
+		wantErr(t, err, domain.TooLarge, "Storage quota exceeded")
+		if n := stored(t, s); len(n) != 2 {
+			t.Fatalf("stored %v", n)
+		}
+		if _, err := s.SaveImages(ctx, Owner("m2", "test"), form(t, upload{"c.png", "image/png", png})); err != nil {
+			t.Fatalf("another owner: %v", err)
+		}
+		if err := s.Remove(ctx, urls[:1]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SaveImages(ctx, testOwner, form(t, upload{"c.png", "image/png", png})); err != nil {
+			t.Fatalf("after a removal: %v", err)
+		}
+		// A fresh store (another instance, a restart) measures what is stored.
+		again := New(b, testURL, int64(2*len(png)))
+		_, err = again.SaveImages(ctx, testOwner, form(t, upload{"d.png", "image/png", png}))
+		wantErr(t, err, domain.TooLarge, "Storage quota exceeded")
+	})
 }
 
-// FuzzStoredNames: whatever name a request asks for, the store opens only
-// a path inside its own folder, and only names it could have handed out.
+// FuzzStoredNames: whatever name a request asks for, the store accepts
+// only names it could have handed out: an owner folder and a random file
+// name with a known extension, nothing that could be a path elsewhere.
 func FuzzStoredNames(f *testing.F) {
 	for _, s := range []string{"", "../x", testOwner + "/" + strings.Repeat("a", 32) + ".png", strings.Repeat("0", 32) + ".pdf",
 		testOwner + "/../../etc/passwd", "/" + testOwner + "/x.png", testOwner + "//" + strings.Repeat("a", 32) + ".png"} {
 		f.Add(s)
 	}
-	s := &Store{dir: "/srv/files"}
 	f.Fuzz(func(t *testing.T, name string) {
-		path, ext, ok := s.path(name)
-		if !ok {
+		if !ValidName(name) {
 			return
 		}
-		if rel, err := filepath.Rel(s.dir, path); err != nil || strings.HasPrefix(rel, "..") || filepath.IsAbs(rel) {
-			t.Fatalf("%q opens %q, outside the store", name, path)
+		if strings.Contains(name, "..") || strings.HasPrefix(name, "/") || strings.Count(name, "/") > 1 {
+			t.Fatalf("%q accepted", name)
 		}
-		if _, known := extType[ext]; !known {
-			t.Fatalf("%q has extension %q", name, ext)
+		if _, known := extType[name[strings.LastIndexByte(name, '.')+1:]]; !known {
+			t.Fatalf("%q has an unknown extension", name)
 		}
 		owner, file, hasOwner := strings.Cut(name, "/")
 		if !hasOwner {

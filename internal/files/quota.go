@@ -1,12 +1,10 @@
 package files
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"time"
 )
@@ -21,16 +19,17 @@ func Owner(merchantID, environment string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// usageTTL is how long a measured usage is trusted before the folder is
-// measured again: other instances sharing the folder write to it too.
+// usageTTL is how long a measured usage is trusted before the store is
+// measured again: other instances sharing the store write to it too.
 const usageTTL = time.Minute
 
 // usage is each owner's stored bytes. A reservation counts a file before
-// it is written, so concurrent uploads cannot pass the quota together.
+// it is written, so concurrent uploads to one instance cannot pass the
+// quota together.
 type usage struct {
-	dir string
-	mu  sync.Mutex
-	by  map[string]*ownerUsage
+	backend Backend
+	mu      sync.Mutex
+	by      map[string]*ownerUsage
 }
 
 type ownerUsage struct {
@@ -38,17 +37,21 @@ type ownerUsage struct {
 	measuredAt time.Time
 }
 
-func newUsage(dir string) *usage { return &usage{dir: dir, by: map[string]*ownerUsage{}} }
+func newUsage(b Backend) *usage { return &usage{backend: b, by: map[string]*ownerUsage{}} }
 
 // reserve counts n more bytes for owner, or refuses them with ErrQuota
 // past quota (0: no quota). release(kept) gives them back unless the file
 // was kept.
-func (u *usage) reserve(owner string, n, quota int64) (release func(kept bool), err error) {
+func (u *usage) reserve(ctx context.Context, owner string, n, quota int64) (release func(kept bool), err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	ou := u.by[owner]
 	if ou == nil || time.Since(ou.measuredAt) > usageTTL {
-		ou = &ownerUsage{bytes: measure(filepath.Join(u.dir, owner)), measuredAt: time.Now()}
+		stored, err := u.backend.Usage(ctx, owner)
+		if err != nil {
+			return nil, err
+		}
+		ou = &ownerUsage{bytes: stored, measuredAt: time.Now()}
 		u.by[owner] = ou
 	}
 	if quota > 0 && ou.bytes+n > quota {
@@ -68,56 +71,5 @@ func (u *usage) release(owner string, n int64) {
 	defer u.mu.Unlock()
 	if ou := u.by[owner]; ou != nil {
 		ou.bytes = max(0, ou.bytes-n)
-	}
-}
-
-// measure sums the stored files of a folder (uploads in progress, the
-// temporary files, are counted by their reservation instead).
-func measure(dir string) int64 {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return 0
-	}
-	var total int64
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") || !e.Type().IsRegular() {
-			continue
-		}
-		if info, err := e.Info(); err == nil {
-			total += info.Size()
-		}
-	}
-	return total
-}
-
-// unfinishedAge is how old an upload's temporary file must be to be taken
-// for one a crashed process left: no upload takes that long.
-const unfinishedAge = time.Hour
-
-// collectUnfinished removes the temporary files of uploads that never
-// finished (the process stopped mid-write), older than before, in the
-// store's folder and every owner's.
-func collectUnfinished(dir string, before time.Time) {
-	dirs := []string{dir}
-	if entries, err := os.ReadDir(dir); err == nil {
-		for _, e := range entries {
-			if e.IsDir() && ownerName.MatchString(e.Name()) {
-				dirs = append(dirs, filepath.Join(dir, e.Name()))
-			}
-		}
-	}
-	for _, d := range dirs {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if !strings.HasPrefix(e.Name(), ".upload-") || !e.Type().IsRegular() {
-				continue
-			}
-			if info, err := e.Info(); err == nil && info.ModTime().Before(before) {
-				_ = os.Remove(filepath.Join(d, e.Name()))
-			}
-		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/files"
 	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/internal/gateway/paystackgw"
 	"github.com/escrowd/escrowd/internal/inbox"
@@ -35,12 +36,16 @@ const aggregateCacheSize = 100_000
 const maxCachedMerchants = 10_000
 
 // API assembles the HTTP API over an event store and its PostgreSQL pool
-// (read models, rate limits, idempotency keys); waiter is the projection
+// (read models, rate limits, idempotency keys, and uploaded files unless
+// cfg.Files names another store); waiter is the projection
 // runner reads wait for. reg may be nil. Close the server to stop its
 // background work; the store and the pool stay the caller's.
 func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter httpapi.Waiter, log *zap.Logger, reg *prometheus.Registry) *httpapi.Server {
 	if log == nil {
 		log = zap.NewNop()
+	}
+	if cfg.Files == nil {
+		cfg.Files = files.Postgres{Pool: pool}
 	}
 	q := projections.NewQueries(pool)
 	auth := httpapi.NewAuthCache(httpapi.QueriesDirectory{Q: q}, store, log)
