@@ -2,7 +2,15 @@ package httpapi
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha512"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -302,4 +310,289 @@ func containsReference(raw []byte, ref string) bool {
 		return false
 	}
 	return walk(env.Data)
+}
+
+// lastCharge is the reference of the simulator's newest transaction.
+func lastCharge(t *testing.T, sim *paystacksim.Sim) string {
+	t.Helper()
+	txns := sim.Transactions()
+	if len(txns) == 0 {
+		t.Fatal("no transaction at the provider")
+	}
+	newest := txns[0]
+	for _, x := range txns {
+		if x.ID > newest.ID {
+			newest = x
+		}
+	}
+	return newest.Reference
+}
+
+// cardEscrow is an escrow of 10,000 whose buyer pays the fee (10,250
+// due), and its buyer, with an empty wallet.
+func cardEscrow(h *harness, n string) (seller, buyer, id, token string) {
+	h.t.Helper()
+	seller = h.createCustomer(h.sa(), "seller"+n+"@x.com", "0803555"+n+"01")
+	buyer = h.createCustomer(h.sa(), "buyer"+n+"@x.com", "0803555"+n+"02")
+	e := h.createEscrow(seller, map[string]string{"amount": "10000", "purpose": "Phone", "whoPays": "buyer",
+		"description": "A used phone", "maxDelivery": "3", "deliveryTimeline": "days"}, 0).
+		expect(h.t, 201, "Escrow created successfully").obj()
+	return seller, buyer, e["id"].(string), e["paymentToken"].(string)
+}
+
+func cardIntent(ref, escrowID, gateway string) map[string]any {
+	return map[string]any{"amount": 10250, "reference": ref, "transactionType": "escrow", "gateway": gateway,
+		"escrowDetails": map[string]any{"escrowId": escrowID}}
+}
+
+// A card payment of an escrow: create-intent answers the provider's page;
+// the verified charge.success credits the buyer and funds the escrow in
+// one append (the same events as a wallet payment), once, with the
+// provider's fee in the platform's costs; the buyer's wallet never shows
+// the money, and the audit is clean.
+func TestCardPaymentFundsEscrowInOneAppend(t *testing.T) {
+	h := newHarness(t)
+	sim, _ := collectThroughSim(h)
+	_, buyer, id, token := cardEscrow(h, "31")
+	h.intent(buyer, cardIntent("card-x", id, "cheque")).expect(t, 400, "gateway must be one of wallet, card, bank, ussd")
+	rec := h.intent(buyer, cardIntent("card-1", id, "card")).expect(t, 201, "").obj()
+	url, _ := rec["authorizationUrl"].(string)
+	if rec["status"] != "pending" || url == "" || rec["transactionType"] != "escrow" {
+		t.Fatalf("card intent %v", rec)
+	}
+	if again := h.intent(buyer, cardIntent("card-1", id, "card")).expect(t, 201, "").obj(); again["authorizationUrl"] != url {
+		t.Fatalf("repeated intent %v, want the same page %s", again, url)
+	}
+	if n := len(sim.Transactions()); n != 1 {
+		t.Fatalf("%d transactions initialized, want 1", n)
+	}
+	if got := h.verify(buyer, "card-1").expect(t, 200, "").obj(); got["status"] != "pending" {
+		t.Fatalf("verified before payment: %v", got)
+	}
+	ref := lastCharge(t, sim)
+	sim.DuplicateEvents(true)
+	if err := sim.CompleteCheckout(ref, "card", true); err != nil {
+		t.Fatal(err)
+	}
+	h.settleEvents(sim)
+	sim.DuplicateEvents(false)
+	if got := h.verify(buyer, "card-1").expect(t, 200, "").obj(); got["status"] != "success" || got["amount"] != 10250.0 {
+		t.Fatalf("card payment after its charge: %v", got)
+	}
+	h.expectWallet(buyer, 0, 10250)
+	if e := h.viewEscrow(token, buyer); e["status"] != "ONGOING" {
+		t.Fatalf("escrow after the card payment %v", e)
+	}
+	// One append: the payment's settlement (its movement crediting and
+	// funding at once) and the escrow's funding share a commit.
+	evs, err := h.store.ReadStream(context.Background(), "payment-"+payment.StreamID(h.m.MerchantID, domain.Test, "card-1"), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var settled int
+	var commit uint64
+	for _, e := range evs {
+		if e.Type == "payment.settled" {
+			settled++
+			commit = e.Position.Commit
+		}
+	}
+	escrowEvs, err := h.store.ReadStream(context.Background(), app.EscrowKind.StreamName(id), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameCommit := 0
+	for _, e := range escrowEvs {
+		if e.Position.Commit == commit {
+			sameCommit++
+		}
+	}
+	if settled != 1 || sameCommit == 0 || h.chargeEvents(ref)["charge.applied"] != 1 {
+		t.Fatalf("settled %d times; escrow events in its append %d; charge %v", settled, sameCommit, h.chargeEvents(ref))
+	}
+	if cost := h.platformCost(); cost != -feesOf(sim) || cost >= 0 {
+		t.Fatalf("processing costs %s, want minus the fees %s", cost, feesOf(sim))
+	}
+	h.auditClean()
+}
+
+// An escrow deleted between the intent and the payment: the verified
+// charge credits the buyer's wallet with the whole amount, the intent
+// fails, nothing is funded.
+func TestCardPaymentForDeletedEscrowCreditsTheBuyer(t *testing.T) {
+	h := newHarness(t)
+	sim, _ := collectThroughSim(h)
+	seller, buyer, id, token := cardEscrow(h, "32")
+	h.intent(buyer, cardIntent("card-2", id, "ussd")).expect(t, 201, "")
+	h.do(req{method: "DELETE", path: "/v1/escrow/delete/" + token, key: h.std(), cid: seller}).expect(t, 200, "")
+	ref := lastCharge(t, sim)
+	if err := sim.CompleteCheckout(ref, "ussd", true); err != nil {
+		t.Fatal(err)
+	}
+	h.settleEvents(sim)
+	h.expectWallet(buyer, 10250, 0)
+	if got := h.verify(buyer, "card-2").expect(t, 200, "").obj(); got["status"] != "failed" {
+		t.Fatalf("the payment of a deleted escrow: %v", got)
+	}
+	hist := h.do(req{path: "/v1/payment/history", key: h.std(), cid: buyer}).expect(t, 200, "")
+	if !containsReference(hist.Raw, ref) {
+		t.Fatalf("history lacks the credit %s: %s", ref, hist.Raw)
+	}
+	// The return page says where the money went.
+	res, err := http.Get(h.srv.URL + "/checkout/return?trxref=" + ref + "&reference=" + ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(b), "credited to your wallet") {
+		t.Fatalf("return page %d: %s", res.StatusCode, b)
+	}
+	h.expectWallet(buyer, 10250, 0)
+	h.auditClean()
+}
+
+// The hosted checkout offers card, bank and USSD beside the wallet: the
+// buyer's choice leads to the provider's page, whose payment, confirmed
+// on the return page (before any event), funds the escrow and completes
+// the session in one append.
+func TestCheckoutPaysByCard(t *testing.T) {
+	h := newHarness(t)
+	sim, _ := collectThroughSim(h)
+	sim.SuppressEvents(true)
+	f := newCheckoutFixtureOn(t, h, 0)
+	f.open(t, map[string]any{"successUrl": "https://shop.example/done"})
+	p := f.get(t, "/checkout/"+f.sessionID)
+	for _, want := range []string{`id="pay-card"`, `id="pay-bank"`, `id="pay-ussd"`, `action="/checkout/` + f.sessionID + `/provider"`} {
+		if !strings.Contains(p.body, want) {
+			t.Fatalf("page lacks %s: %s", want, p.body)
+		}
+	}
+	form := f.form(t)
+	form.Set("gateway", "card")
+	cont := f.post(t, "provider", form)
+	if cont.status != 200 || !strings.Contains(cont.body, `href="`+sim.URL+"/_sim/checkout/") {
+		t.Fatalf("provider step %d: %s", cont.status, cont.body)
+	}
+	if again := f.post(t, "provider", form); again.status != 200 || len(sim.Transactions()) != 1 {
+		t.Fatalf("a second click initialized %d transactions", len(sim.Transactions()))
+	}
+	ref := lastCharge(t, sim)
+	back := f.get(t, "/checkout/return?reference="+ref)
+	if back.status != 200 || !strings.Contains(back.body, "Waiting for your payment") {
+		t.Fatalf("return before paying %d: %s", back.status, back.body)
+	}
+	if err := sim.CompleteCheckout(ref, "card", true); err != nil {
+		t.Fatal(err)
+	}
+	back = f.get(t, "/checkout/return?reference="+ref)
+	if back.status != 200 || !strings.Contains(back.body, "Payment successful") || !strings.Contains(back.body, "https://shop.example/done?") {
+		t.Fatalf("return after paying %d: %s", back.status, back.body)
+	}
+	s := h.do(req{path: "/v1/checkout/sessions/" + f.sessionID, key: h.std()}).expect(t, 200, "").obj()
+	if s["status"] != "complete" {
+		t.Fatalf("session after the card payment %v", s)
+	}
+	h.expectWallet(f.buyer, 0, 10250) // the additional fee is the merchant's
+	if p := f.get(t, "/checkout/"+f.sessionID); p.status != 410 {
+		t.Fatalf("a paid session's page answered %d", p.status)
+	}
+	if r := f.get(t, "/checkout/return?reference=nope-"+ref); r.status != 404 {
+		t.Fatalf("an unknown reference's return page answered %d", r.status)
+	}
+	h.auditClean()
+}
+
+// The same charge.success delivered concurrently to two API instances
+// over one database, each with its own inbox worker and its own client
+// of the provider: the deposit is credited once.
+func TestChargeEventOnTwoInstancesCreditsOnce(t *testing.T) {
+	h := newHarness(t)
+	sim, _ := collectThroughSim(h)
+	other := wired.API(Config{DefaultEnvironment: domain.Test, DataDir: t.TempDir(), MaxReadyHorizon: time.Minute},
+		h.store, h.pool, h.runner, nil, nil)
+	t.Cleanup(other.Close)
+	otherSet, err := paystackgw.New(paystackgw.Config{SecretKey: collectKey, BaseURL: sim.URL, DVABank: "test-bank"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.App().Gateways[domain.Test] = otherSet
+	srv := httptest.NewServer(other.Handler())
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = other.ProviderEvents().Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	cid := h.createCustomer(h.sa(), "race-dva@x.com", "08031119301")
+	acct := h.intent(cid, map[string]any{"amount": 2500, "reference": "race-dva", "transactionType": "deposit"}).
+		expect(t, 201, "").obj()["depositAccount"].(map[string]any)
+	sim.SuppressEvents(true)
+	ref, err := sim.PayIntoDedicatedAccount(acct["accountNumber"].(string), 250000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.settleEvents(sim)
+	evs := sim.Events()
+	body := string(evs[len(evs)-1].Body)
+	sig := paystackSignature(collectKey, body)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	codes := make([]int, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			url := ""
+			if i%2 == 1 {
+				url = srv.URL
+			}
+			codes[i] = h.hook(url, "test", body, sig).Status
+		}()
+	}
+	// The inbox keeps one event once; what else asks about the charge at
+	// the same time (a verify, reconciliation) goes past it, to the
+	// charge's own stream.
+	settles := make([]error, 4)
+	for i := range settles {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			svc := h.svc
+			if i%2 == 1 {
+				svc = other.App()
+			}
+			_, settles[i] = svc.SettleCharge(context.Background(), domain.Test, ref, "race")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			t.Fatalf("delivery %d answered %d", i, c)
+		}
+	}
+	for i, err := range settles {
+		if err != nil {
+			t.Fatalf("settle %d: %v", i, err)
+		}
+	}
+	_, _ = other.ProviderEvents().Drain(context.Background())
+	h.settleEvents(sim)
+	h.expectWallet(cid, 2500, 0)
+	if got := h.chargeEvents(ref); got["charge.applied"] != 1 {
+		t.Fatalf("charge %s events %v", ref, got)
+	}
+	if got := h.paymentEventTypes("race-dva"); got["payment.settled"] != 1 {
+		t.Fatalf("intent events %v", got)
+	}
+	h.auditClean()
+}
+
+func paystackSignature(key, body string) string {
+	m := hmac.New(sha512.New, []byte(key))
+	m.Write([]byte(body))
+	return hex.EncodeToString(m.Sum(nil))
 }

@@ -7,10 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/checkout"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/gateway"
@@ -251,6 +254,22 @@ func (s *Service) fundFromCharge(ctx context.Context, env domain.Environment, c 
 				if err != nil {
 					return fundingRefused{err}
 				}
+				if id, ok := checkoutOfCharge(p.Record.Reference); ok {
+					// A checkout session's payment: the session is paid in
+					// the same append, and one no longer open refuses it.
+					cur, err := Read(tx, CheckoutKind, id)
+					if err != nil {
+						return err
+					}
+					if cur.EscrowID != p.Record.EscrowDetails.EscrowIDs[0] || cur.CustomerID != p.Record.CustomerID {
+						return domain.Errorf(domain.Internal, "app: payment %s is not checkout %s's", p.Record.Reference, id)
+					}
+					paid, err := checkout.PayByCharge(cur, p.Record.Reference, p.Record.ID, s.Engine.Now())
+					if err != nil {
+						return fundingRefused{err}
+					}
+					Record(tx, CheckoutKind, id, paid)
+				}
 				funding = &settled
 			}
 			credit, err := payment.FundFromCharge(ch, pc, p, funding, recordID, s.Engine.Now())
@@ -348,4 +367,92 @@ func (s *Service) providerChargeOf(ctx context.Context, env domain.Environment, 
 		return "", false, err
 	}
 	return r.Reference, c.Applied && c.CustomerID == r.CustomerID, nil
+}
+
+// checkoutOfCharge is the checkout session whose payment at a provider
+// reference is (checkout.ChargeReference), if it is one.
+func checkoutOfCharge(reference string) (string, bool) {
+	rest, ok := strings.CutPrefix(reference, checkout.Reference(""))
+	i := strings.LastIndexByte(rest, '_')
+	if !ok || i <= 0 || !ValidChargeGateway(rest[i+1:]) {
+		return "", false
+	}
+	return rest[:i], true
+}
+
+// CheckoutCharge starts (or finds again) the payment of session id's
+// escrow at the provider by gateway (card, bank, ussd), for amount, the
+// total the page showed; the result carries the page the buyer pays on,
+// who comes back to callbackURL. The charge's verified success funds the
+// escrow and pays the session in one append (SettleCharge).
+func (s *Service) CheckoutCharge(ctx context.Context, id, gw string, amount money.Amount, callbackURL string) (IntentResult, error) {
+	st, err := s.Checkout(ctx, id)
+	if err != nil {
+		return IntentResult{}, err
+	}
+	if err := checkout.CheckOpen(st, s.Engine.Now()); err != nil {
+		return IntentResult{}, err
+	}
+	if !ValidChargeGateway(gw) {
+		return IntentResult{}, domain.Invalidf("gateway must be one of card, bank, ussd")
+	}
+	a, perms, err := s.buyerOf(ctx, st)
+	if err != nil {
+		return IntentResult{}, err
+	}
+	return s.CreateIntent(ctx, a, st.CustomerID, perms, IntentRequest{Type: ledger.EscrowPayment, Amount: amount,
+		Reference: checkout.ChargeReference(id, gw), EscrowIDs: []string{st.EscrowID}, Gateway: gw, CallbackURL: callbackURL})
+}
+
+// CollectsThroughProvider reports whether env collects payments through a
+// provider (dedicated accounts, card, bank and USSD).
+func (s *Service) CollectsThroughProvider(env domain.Environment) bool {
+	return s.gateways(env).Charges != nil
+}
+
+// ChargeReturn is what a payer coming back from the provider's page finds.
+type ChargeReturn struct {
+	Result  ChargeResult
+	Payment payment.State
+	// Session is the checkout session the payment was made from (nil
+	// when none).
+	Session *checkout.State
+}
+
+// ErrUnknownCharge: no payment here was started under the reference.
+var ErrUnknownCharge = domain.Errorf(domain.NotFound, "Payment not found")
+
+// ReturnFromCharge is the payer back from the provider's page with
+// providerRef: the charge is asked about at once (as its event would),
+// so the page can say what happened; the provider not answering leaves
+// the payment pending, for its event or a later visit.
+func (s *Service) ReturnFromCharge(ctx context.Context, providerRef string) (ChargeReturn, error) {
+	var out ChargeReturn
+	for _, env := range []domain.Environment{domain.Live, domain.Test} {
+		c, _, err := Load(ctx, s.Engine, ChargeKind, payment.ChargeID(env, providerRef))
+		if err != nil {
+			return out, err
+		}
+		if !c.Started() {
+			continue
+		}
+		if s.gateways(env).Charges != nil {
+			res, err := s.SettleCharge(ctx, env, providerRef, "")
+			if err == nil {
+				out.Result = res
+			}
+		}
+		if out.Payment, _, err = Load(ctx, s.Engine, PaymentKind, payment.StreamID(c.MerchantID, env, c.Reference)); err != nil {
+			return out, err
+		}
+		if id, ok := checkoutOfCharge(c.Reference); ok {
+			st, _, err := Load(ctx, s.Engine, CheckoutKind, id)
+			if err != nil {
+				return out, err
+			}
+			out.Session = &st
+		}
+		return out, nil
+	}
+	return out, ErrUnknownCharge
 }
