@@ -233,12 +233,20 @@ func TestDedicatedAccountDepositsCreditedOnce(t *testing.T) {
 	h.settleEvents(sim)
 	sim.SuppressEvents(false)
 	h.expectWallet(cid, 6200, 0)
-	reconcile := func() app.PayoutReconciliation {
+	// reconcile compares the last hours, with the provider's listing
+	// (kept only where keep says, when not nil).
+	reconcile := func(keep func(payment.ProviderCharge) bool) app.PayoutReconciliation {
 		t.Helper()
 		from, to := time.Now().UTC().Add(-time.Hour), time.Now().UTC().Add(time.Hour)
-		charges, err := set.Charges.Charges(context.Background(), from, to)
+		listed, err := set.Charges.Charges(context.Background(), from, to)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var charges []payment.ProviderCharge
+		for _, pc := range listed {
+			if keep == nil || keep(pc) {
+				charges = append(charges, pc)
+			}
 		}
 		h.caughtUp()
 		collected, err := h.api.queries.Collected(context.Background(), domain.Test, from, to)
@@ -251,7 +259,7 @@ func TestDedicatedAccountDepositsCreditedOnce(t *testing.T) {
 		}
 		return rep
 	}
-	rep := reconcile()
+	rep := reconcile(nil)
 	if len(rep.Healed) != 1 || rep.Healed[0].ProviderReference != missed || len(rep.Differences) != 0 {
 		t.Fatalf("reconciliation %+v", rep)
 	}
@@ -260,13 +268,38 @@ func TestDedicatedAccountDepositsCreditedOnce(t *testing.T) {
 		t.Fatalf("the intent of 900 after its transfer was found: %v", got)
 	}
 	h.expectWallet(cid, 7100, 0)
-	if rep := reconcile(); len(rep.Healed) != 0 || len(rep.Differences) != 0 {
+	if rep := reconcile(nil); len(rep.Healed) != 0 || len(rep.Differences) != 0 {
 		t.Fatalf("second reconciliation %+v", rep)
 	}
 	h.expectWallet(cid, 7100, 0)
 
-	if cost := h.platformCost(); cost != -feesOf(sim) || cost >= 0 {
-		t.Fatalf("processing costs %s, want minus the provider's fees %s", cost, feesOf(sim))
+	fees := feesOf(sim) // of the transfers credited here
+
+	// Differences both ways: money the provider received for an account
+	// nobody here holds (missing here), and a credit here the provider's
+	// listing lacks (missing there). Neither moves money.
+	_, stranger, err := set.Charges.OpenDepositAccount(context.Background(), gateway.DepositHolder{CustomerID: "stranger", Email: "stranger@x.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := sim.PayIntoDedicatedAccount(stranger.AccountNumber, 50000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.settleEvents(sim)
+	rep = reconcile(func(pc payment.ProviderCharge) bool { return pc.Reference != first })
+	var here, there bool
+	for _, d := range rep.Differences {
+		here = here || d.Kind == app.MissingHere && d.ProviderReference == foreign
+		there = there || d.Kind == app.MissingThere && d.ProviderReference == first && d.Reference == "dva-1"
+	}
+	if !here || !there || len(rep.Differences) != 2 || len(rep.Healed) != 0 {
+		t.Fatalf("reconciliation of a foreign credit and a lost one %+v", rep)
+	}
+	h.expectWallet(cid, 7100, 0)
+
+	if cost := h.platformCost(); cost != -fees || cost >= 0 {
+		t.Fatalf("processing costs %s, want minus the provider's fees %s", cost, fees)
 	}
 	h.auditClean()
 }

@@ -153,7 +153,7 @@ func outcomeOf(st payment.ProviderStatus) ledger.Status {
 func (d PayoutDifference) String() string {
 	who := d.ProviderReference
 	if d.Reference != "" {
-		who = fmt.Sprintf("%s (withdrawal %s of merchant %s)", d.ProviderReference, d.Reference, d.MerchantID)
+		who = fmt.Sprintf("%s (%s of merchant %s)", d.ProviderReference, d.Reference, d.MerchantID)
 	}
 	return fmt.Sprintf("%s: %s: here %q, provider %q", d.Kind, who, d.Here, d.There)
 }
