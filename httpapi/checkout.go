@@ -45,6 +45,12 @@ func (s *Server) checkoutURL(id string) string {
 	return strings.TrimRight(s.cfg.PublicURL, "/") + "/checkout/" + id
 }
 
+// checkoutReturnURL is where the provider sends a payer back after a card,
+// bank or USSD payment.
+func (s *Server) checkoutReturnURL() string {
+	return strings.TrimRight(s.cfg.PublicURL, "/") + "/checkout/return"
+}
+
 func (s *Server) viewCheckout(st checkout.State) checkoutSessionView {
 	return checkoutSessionView{ID: st.ID, URL: s.checkoutURL(st.ID), PaymentToken: st.PaymentToken,
 		CustomerID: st.CustomerID, AmountDue: st.AmountDue, Status: st.StatusAt(s.app.Now()),

@@ -52,7 +52,9 @@ func (s *Server) checkoutPageRoutes() {
 	g.GET("/assets/checkout.css", func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "text/css; charset=utf-8", checkoutCSS)
 	})
+	g.GET("/return", s.checkoutReturn)
 	g.GET("/:id", s.checkoutPage)
+	g.POST("/:id/provider", s.checkoutProvider, limit)
 	g.POST("/:id/pay", s.checkoutPay, limit)
 	g.POST("/:id/topup", s.checkoutTopUpAndPay, limit)
 	g.POST("/:id/cancel", s.checkoutCancel, limit)
@@ -131,6 +133,13 @@ type pageData struct {
 	Status      checkout.Status
 	ExpiresAt   time.Time
 	Form        linkForm // the payment link's fields as typed
+	// Gateways are the ways to pay at the provider the page offers (card,
+	// bank, ussd); ProviderURL the provider's page of the one chosen.
+	Gateways    []string
+	ProviderURL string
+	// Outcome and Paid are what the return from the provider's page found.
+	Outcome string
+	Paid    money.Amount
 }
 
 func (s *Server) renderPage(c echo.Context, status int, name string, d pageData) error {
@@ -223,8 +232,12 @@ func (s *Server) checkoutPageFor(c echo.Context, id string, problem *domain.Erro
 	if !payable && problem == nil {
 		d.Error = "This escrow can no longer be paid. Nothing was charged; ask the merchant for a new checkout link."
 	}
-	d.CanPay = payable && v.Shortfall == 0
-	if payable && !d.CanPay && !d.Live {
+	d.CanPay = payable && v.Shortfall == 0 && !st.DepositOnly
+	provider := s.app.CollectsThroughProvider(st.Environment)
+	if payable && provider {
+		d.Gateways = []string{"card", "bank", "ussd"}
+	}
+	if payable && !d.CanPay && !d.Live && !provider {
 		res, err := s.app.CheckoutDeposit(ctx, id, v.Shortfall)
 		var de *domain.Error
 		switch {
@@ -334,4 +347,72 @@ func (s *Server) checkoutCancel(c echo.Context) error {
 		return s.checkoutError(c, err)
 	}
 	return s.checkoutPageFor(c, c.Param("id"), nil)
+}
+
+// checkoutProvider starts the payment at the provider by the gateway the
+// buyer chose and answers a page linking to the provider's: a link, not a
+// redirect, since the page's forms may only post here.
+func (s *Server) checkoutProvider(c echo.Context) error {
+	_, total, err := s.formSession(c)
+	if errors.Is(err, errForgedForm) {
+		return s.forged(c)
+	}
+	if err != nil {
+		return s.checkoutError(c, err)
+	}
+	res, err := s.app.CheckoutCharge(c.Request().Context(), c.Param("id"), c.FormValue("gateway"), total, s.checkoutReturnURL())
+	if err != nil {
+		return s.checkoutError(c, err)
+	}
+	if res.AuthorizationURL == "" {
+		// Paid already (this reference's payment settled): the page says how.
+		return s.checkoutPageFor(c, c.Param("id"), nil)
+	}
+	return s.renderPage(c, http.StatusOK, "provider.html", pageData{Title: "Continue to payment", ID: c.Param("id"),
+		Total: total, ProviderURL: res.AuthorizationURL})
+}
+
+// checkoutReturn is the page the provider sends the payer back to, with
+// the payment's reference (Paystack adds reference and trxref): it asks
+// the provider at once and says what became of the payment.
+func (s *Server) checkoutReturn(c echo.Context) error {
+	ref := c.QueryParam("reference")
+	if ref == "" {
+		ref = c.QueryParam("trxref")
+	}
+	if ref == "" || len(ref) > 100 {
+		return s.renderPage(c, http.StatusNotFound, "notfound.html", pageData{Title: "Payment not found"})
+	}
+	ret, err := s.app.ReturnFromCharge(c.Request().Context(), ref)
+	if errors.Is(err, app.ErrUnknownCharge) {
+		return s.renderPage(c, http.StatusNotFound, "notfound.html", pageData{Title: "Payment not found"})
+	}
+	if err != nil {
+		s.log.Error("checkout return failed", errField(err), reqField(c))
+		return s.renderPage(c, http.StatusInternalServerError, "problem.html", pageData{Title: "Something went wrong",
+			Error: "Something went wrong on our side. Your payment is not lost: reload this page in a moment."})
+	}
+	rec := ret.Payment.Record
+	d := pageData{Title: "Your payment", Receipt: &rec, Paid: rec.Amount}
+	switch {
+	case rec.Status == ledger.Success:
+		d.Outcome = "funded"
+		if ret.Session != nil {
+			d.ReturnURL = successURL(*ret.Session, rec.Reference, paidToken(&rec, *ret.Session))
+		}
+	case rec.Status == ledger.Failed && ret.Result.Charge.Status == payment.ChargeSucceeded,
+		rec.Status == ledger.Failed && ret.Result.Outcome == "":
+		d.Outcome, d.Paid = "credited", ret.Result.Charge.Amount
+		if d.Paid == 0 {
+			d.Paid = rec.Amount
+		}
+	case ret.Result.Charge.Status == payment.ChargeFailed:
+		d.Outcome = "failed"
+	default:
+		d.Outcome = "pending"
+	}
+	if ret.Session != nil && d.Outcome != "funded" {
+		d.ReturnURL = ret.Session.CancelURL
+	}
+	return s.renderPage(c, http.StatusOK, "returned.html", d)
 }

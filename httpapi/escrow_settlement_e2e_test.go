@@ -20,7 +20,7 @@ func (h *harness) platformRevenue() money.Amount {
 	h.caughtUp()
 	var kobo int64
 	if err := h.api.queries.Pool().QueryRow(context.Background(),
-		`SELECT coalesce(sum(balance), 0) FROM rm_balances WHERE merchant_id = $1 AND holder = 'platform'`,
+		`SELECT coalesce(sum(balance), 0) FROM rm_balances WHERE merchant_id = $1 AND holder = 'platform' AND bucket = 'revenue'`,
 		h.m.MerchantID).Scan(&kobo); err != nil {
 		h.t.Fatal(err)
 	}

@@ -64,8 +64,17 @@ func (s *Server) getWallet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return respond(c, http.StatusOK, "Wallet fetched successfully", map[string]any{
-		"customerId": cu.ID, "mainBalance": b.Main, "escrowBalance": b.Escrow, "currency": ledger.Currency})
+	out := map[string]any{"customerId": cu.ID, "mainBalance": b.Main, "escrowBalance": b.Escrow, "currency": ledger.Currency}
+	// Once opened (by the customer's first deposit through the provider),
+	// the dedicated account customers transfer deposits into.
+	acct, err := s.app.KnownDepositAccount(c.Request().Context(), cu.ID)
+	if err != nil {
+		return err
+	}
+	if acct != nil {
+		out["depositAccount"] = acct
+	}
+	return respond(c, http.StatusOK, "Wallet fetched successfully", out)
 }
 
 func (s *Server) topUp(c echo.Context) error {
@@ -108,13 +117,18 @@ type intentBody struct {
 		Narration string `json:"narration"`
 	} `json:"walletDetails"`
 	EscrowDetails json.RawMessage `json:"escrowDetails"`
+	// Gateway pays an escrow at the provider: card, bank or ussd
+	// (wallet, or none, from the wallet).
+	Gateway string `json:"gateway"`
 }
 
 // intentResponse is a transaction record, with a deposit's payment
 // instructions on test.
 type intentResponse struct {
 	ledger.Record
-	TestAccount *payment.TestAccount `json:"testAccount,omitempty"`
+	TestAccount      *payment.TestAccount `json:"testAccount,omitempty"`
+	DepositAccount   *payment.BankAccount `json:"depositAccount,omitempty"`
+	AuthorizationURL string               `json:"authorizationUrl,omitempty"`
 }
 
 func (b intentBody) request() (app.IntentRequest, error) {
@@ -131,6 +145,9 @@ func (b intentBody) request() (app.IntentRequest, error) {
 			return r, err
 		}
 		r.EscrowIDs = ids
+		if g := strings.ToLower(strings.TrimSpace(b.Gateway)); g != "wallet" {
+			r.Gateway = g
+		}
 	default:
 		return r, domain.Invalidf("transactionType must be one of deposit, withdrawal, wallet_transfer, escrow")
 	}
@@ -196,12 +213,13 @@ func (s *Server) createIntent(c echo.Context) error {
 		return err
 	}
 	cu, _ := CustomerFrom(c)
+	req.CallbackURL = s.checkoutReturnURL()
 	res, err := s.app.CreateIntent(c.Request().Context(), actor(c), cu.ID, cu.Permissions, req)
 	if err != nil {
 		return err
 	}
 	return respond(c, http.StatusCreated, "Payment intent created successfully",
-		intentResponse{Record: res.Record, TestAccount: res.TestAccount})
+		intentResponse{Record: res.Record, TestAccount: res.TestAccount, DepositAccount: res.DepositAccount, AuthorizationURL: res.AuthorizationURL})
 }
 
 // maxBatchVerify bounds one verify call's references.

@@ -278,3 +278,39 @@ func (q *Queries) TransactionKey(ctx context.Context, id string) (merchantID str
 	}
 	return merchantID, domain.Environment(e), reference, ledger.Type(t), err
 }
+
+// collectedLookback is how long before a period a record collected in it
+// may have been created: a deposit intent is staged before the transfer
+// that settles it.
+const collectedLookback = 30 * 24 * time.Hour
+
+// Collected lists env's deposits and escrow payments that succeeded in
+// [from, to) (by the time they were last written), oldest first: the
+// records a provider's collections may have settled, for reconciliation.
+func (q *Queries) Collected(ctx context.Context, env domain.Environment, from, to time.Time) ([]ledger.Record, error) {
+	rows, err := q.pool.Query(ctx, `SELECT record FROM rm_transactions
+		WHERE environment = $1 AND transaction_type IN ($2, $3) AND status = $4 AND created_at >= $5 AND created_at < $6
+		ORDER BY created_at`,
+		string(env), string(ledger.Deposit), string(ledger.EscrowPayment), string(ledger.Success), from.Add(-collectedLookback), to)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Record, error) {
+		var raw []byte
+		var rec ledger.Record
+		if err := r.Scan(&raw); err != nil {
+			return rec, err
+		}
+		return rec, json.Unmarshal(raw, &rec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if !r.UpdatedAt.Before(from) && r.UpdatedAt.Before(to) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

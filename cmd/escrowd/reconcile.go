@@ -17,14 +17,17 @@ import (
 
 var reconcileCommand = &command{
 	name: "reconcile", args: "--env test|live [--from YYYY-MM-DD] [--to YYYY-MM-DD] [--json]",
-	summary: "compare the provider's payouts of a period with the ledger (exit 1 on any difference)",
+	summary: "compare the provider's payouts and collections of a period with the ledger (exit 1 on any difference)",
 	detail: `Lists the provider's transfers of the period (default: yesterday, UTC; --to
 is inclusive) and compares them with the bank withdrawals of the ledger read
 model: a withdrawal still pending whose outcome the provider has is settled
 now, by asking the provider, as its event would have (reported as healed);
 every other difference (missing here, missing there, another amount or
-outcome) is printed on one line. Collections are not compared: no payment is
-collected through a provider in this build.
+outcome) is printed on one line. Then the same for collections: the
+provider's transactions of the period against the deposits and escrow
+payments they settled here; a successful transaction not yet credited is
+credited now through the exactly-once path (healed); a credit here the
+provider does not list is missing there.
 Exit 0: nothing left to look into; 1: a difference remains, or the
 reconciliation could not run; 2: a mistake in the command line.`,
 	database: true,
@@ -91,8 +94,32 @@ func reconcilePeriod(fromS, toS string, now time.Time) (time.Time, time.Time, er
 	return from, to.AddDate(0, 0, 1), nil
 }
 
-// ErrNothingToReconcile: the environment's provider lists no transfers.
-var ErrNothingToReconcile = errors.New("reconcile: the environment's payment provider lists no transfers (the built-in test gateways, or none)")
+// ErrNothingToReconcile: the environment's provider lists nothing.
+var ErrNothingToReconcile = errors.New("reconcile: the environment's payment provider lists no transfers or transactions (the built-in test gateways, or none)")
+
+// reconciliation is what one run found: payouts (at the top level, as
+// the report has always been) and collections.
+type reconciliation struct {
+	app.PayoutReconciliation
+	Collections *app.PayoutReconciliation `json:"collections,omitempty"`
+	payouts     bool
+}
+
+func (r reconciliation) differences() int {
+	n := len(r.Differences)
+	if r.Collections != nil {
+		n += len(r.Collections.Differences)
+	}
+	return n
+}
+
+func (r reconciliation) healed() int {
+	n := len(r.Healed)
+	if r.Collections != nil {
+		n += len(r.Collections.Healed)
+	}
+	return n
+}
 
 // reconcile runs the comparison of [from, to) and prints it; an error
 // (exit 1) when a difference remains.
@@ -108,35 +135,66 @@ func reconcile(ctx context.Context, svc *app.Service, q *projections.Queries, en
 			return err
 		}
 	} else {
-		fmt.Fprintf(w, "payouts of %s, %s to %s: %d compared, %d healed, %d difference(s)\n", env,
-			from.Format(time.DateOnly), to.AddDate(0, 0, -1).Format(time.DateOnly), rep.Compared, len(rep.Healed), len(rep.Differences))
-		for _, d := range rep.Healed {
-			fmt.Fprintf(w, "healed: %s\n", d)
+		print := func(what string, r app.PayoutReconciliation) {
+			fmt.Fprintf(w, "%s of %s, %s to %s: %d compared, %d healed, %d difference(s)\n", what, env,
+				from.Format(time.DateOnly), to.AddDate(0, 0, -1).Format(time.DateOnly), r.Compared, len(r.Healed), len(r.Differences))
+			for _, d := range r.Healed {
+				fmt.Fprintf(w, "healed: %s\n", d)
+			}
+			for _, d := range r.Differences {
+				fmt.Fprintln(w, d)
+			}
 		}
-		for _, d := range rep.Differences {
-			fmt.Fprintln(w, d)
+		if rep.payouts {
+			print("payouts", rep.PayoutReconciliation)
+		}
+		if rep.Collections != nil {
+			print("collections", *rep.Collections)
 		}
 	}
-	if len(rep.Differences) > 0 {
-		return fmt.Errorf("reconcile: %d difference(s) remain", len(rep.Differences))
+	if n := rep.differences(); n > 0 {
+		return fmt.Errorf("reconcile: %d difference(s) remain", n)
 	}
 	return nil
 }
 
 // reconcileRun compares env's payouts of [from, to) with its provider's
-// transfers, healing what the provider settled that is pending here.
-func reconcileRun(ctx context.Context, svc *app.Service, q *projections.Queries, env domain.Environment, from, to time.Time) (app.PayoutReconciliation, error) {
+// transfers, and its collections with the provider's transactions,
+// healing what the provider settled that is pending or missing here.
+func reconcileRun(ctx context.Context, svc *app.Service, q *projections.Queries, env domain.Environment, from, to time.Time) (reconciliation, error) {
+	out := reconciliation{PayoutReconciliation: app.PayoutReconciliation{Healed: []app.PayoutDifference{}, Differences: []app.PayoutDifference{}}}
 	set := svc.Gateways[env]
-	if set.Transfers == nil {
-		return app.PayoutReconciliation{}, ErrNothingToReconcile
+	if set.Transfers == nil && set.Charges == nil {
+		return out, ErrNothingToReconcile
 	}
-	transfers, err := set.Transfers.Transfers(ctx, from, to)
-	if err != nil {
-		return app.PayoutReconciliation{}, fmt.Errorf("reconcile: listing the provider's transfers: %w", err)
+	if set.Transfers != nil {
+		transfers, err := set.Transfers.Transfers(ctx, from, to)
+		if err != nil {
+			return out, fmt.Errorf("reconcile: listing the provider's transfers: %w", err)
+		}
+		ours, err := q.Withdrawals(ctx, env, from, to)
+		if err != nil {
+			return out, err
+		}
+		if out.PayoutReconciliation, err = svc.ReconcilePayouts(ctx, env, transfers, ours); err != nil {
+			return out, err
+		}
+		out.payouts = true
 	}
-	ours, err := q.Withdrawals(ctx, env, from, to)
-	if err != nil {
-		return app.PayoutReconciliation{}, err
+	if set.Charges != nil {
+		charges, err := set.Charges.Charges(ctx, from, to)
+		if err != nil {
+			return out, fmt.Errorf("reconcile: listing the provider's transactions: %w", err)
+		}
+		ours, err := q.Collected(ctx, env, from, to)
+		if err != nil {
+			return out, err
+		}
+		rep, err := svc.ReconcileCharges(ctx, env, charges, ours)
+		if err != nil {
+			return out, err
+		}
+		out.Collections = &rep
 	}
-	return svc.ReconcilePayouts(ctx, env, transfers, ours)
+	return out, nil
 }

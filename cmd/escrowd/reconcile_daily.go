@@ -17,7 +17,7 @@ import (
 )
 
 // dailyReconciler runs `escrowd reconcile` for the previous day, for every
-// environment whose provider lists transfers, soon after the process
+// environment whose provider lists transfers or transactions, soon after the process
 // starts and then every day, and exports the outcome of each run. Runs of
 // several processes take turns on an advisory lock; a second run of one
 // day changes nothing (healing goes through the exactly-once path).
@@ -33,13 +33,17 @@ type dailyReconciler struct {
 	mu   sync.Mutex
 	last map[domain.Environment]dailyRun
 
-	differences, healed, lastRun *prometheus.Desc
-	failures                     *prometheus.CounterVec
+	differences, healed, lastRun             *prometheus.Desc
+	collectionDifferences, collectionsHealed *prometheus.Desc
+	failures                                 *prometheus.CounterVec
 }
 
 type dailyRun struct {
 	at                  time.Time
 	differences, healed int
+	// Of collections, when the provider collects.
+	collections                              bool
+	collectionDifferences, collectionsHealed int
 }
 
 func newDailyReconciler(svc *app.Service, pool *pgxpool.Pool, log *zap.Logger) *dailyReconciler {
@@ -50,6 +54,10 @@ func newDailyReconciler(svc *app.Service, pool *pgxpool.Pool, log *zap.Logger) *
 			"Differences between the ledger's payouts and the provider's transfers that the last daily reconciliation left.", env, nil),
 		healed: prometheus.NewDesc("escrowd_reconcile_healed",
 			"Payouts the last daily reconciliation settled from the provider's word.", env, nil),
+		collectionDifferences: prometheus.NewDesc("escrowd_reconcile_collection_differences",
+			"Differences between the ledger's collections and the provider's transactions that the last daily reconciliation left.", env, nil),
+		collectionsHealed: prometheus.NewDesc("escrowd_reconcile_collections_healed",
+			"Provider transactions the last daily reconciliation credited, their event having never been acted on.", env, nil),
 		lastRun: prometheus.NewDesc("escrowd_reconcile_last_success_timestamp_seconds",
 			"When the last daily reconciliation completed (Unix time).", env, nil),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrowd_reconcile_failures_total",
@@ -72,7 +80,7 @@ func (d *dailyReconciler) Run(ctx context.Context) error {
 }
 
 // runOnce reconciles the previous day (UTC) of every environment whose
-// provider lists transfers.
+// provider lists transfers or transactions.
 func (d *dailyReconciler) runOnce(ctx context.Context) {
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
@@ -90,7 +98,7 @@ func (d *dailyReconciler) runOnce(ctx context.Context) {
 	today := d.now().UTC().Truncate(24 * time.Hour)
 	from := today.AddDate(0, 0, -1)
 	for _, env := range []domain.Environment{domain.Test, domain.Live} {
-		if d.svc.Gateways[env].Transfers == nil {
+		if set := d.svc.Gateways[env]; set.Transfers == nil && set.Charges == nil {
 			continue
 		}
 		rep, err := reconcileRun(ctx, d.svc, d.q, env, from, today)
@@ -106,8 +114,18 @@ func (d *dailyReconciler) runOnce(ctx context.Context) {
 		for _, diff := range rep.Differences {
 			d.log.Error("reconcile: difference", zap.String("environment", string(env)), zap.Stringer("payout", diff))
 		}
+		run := dailyRun{at: d.now(), differences: len(rep.Differences), healed: len(rep.Healed)}
+		if c := rep.Collections; c != nil {
+			for _, h := range c.Healed {
+				d.log.Warn("reconcile: healed", zap.String("environment", string(env)), zap.Stringer("collection", h))
+			}
+			for _, diff := range c.Differences {
+				d.log.Error("reconcile: difference", zap.String("environment", string(env)), zap.Stringer("collection", diff))
+			}
+			run.collections, run.collectionDifferences, run.collectionsHealed = true, len(c.Differences), len(c.Healed)
+		}
 		d.mu.Lock()
-		d.last[env] = dailyRun{at: d.now(), differences: len(rep.Differences), healed: len(rep.Healed)}
+		d.last[env] = run
 		d.mu.Unlock()
 	}
 }
@@ -116,6 +134,8 @@ func (d *dailyReconciler) Describe(ch chan<- *prometheus.Desc) {
 	ch <- d.differences
 	ch <- d.healed
 	ch <- d.lastRun
+	ch <- d.collectionDifferences
+	ch <- d.collectionsHealed
 	d.failures.Describe(ch)
 }
 
@@ -126,6 +146,10 @@ func (d *dailyReconciler) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d.differences, prometheus.GaugeValue, float64(r.differences), string(env))
 		ch <- prometheus.MustNewConstMetric(d.healed, prometheus.GaugeValue, float64(r.healed), string(env))
 		ch <- prometheus.MustNewConstMetric(d.lastRun, prometheus.GaugeValue, float64(r.at.Unix()), string(env))
+		if r.collections {
+			ch <- prometheus.MustNewConstMetric(d.collectionDifferences, prometheus.GaugeValue, float64(r.collectionDifferences), string(env))
+			ch <- prometheus.MustNewConstMetric(d.collectionsHealed, prometheus.GaugeValue, float64(r.collectionsHealed), string(env))
+		}
 	}
 	d.failures.Collect(ch)
 }

@@ -39,6 +39,8 @@ func TestDailyReconciliationExportsItsOutcome(t *testing.T) {
 	test := gateway.Test()
 	test.Transfers = listedTransfers{list: []gateway.ProviderTransfer{{Reference: "TRF_not_ours", Amount: money.Naira(10),
 		Answer: payment.PayoutAnswer{Status: payment.ProviderSucceeded}}}}
+	test.Charges = listedCharges{list: []payment.ProviderCharge{{Reference: "T_not_ours", Status: payment.ChargeSucceeded,
+		Amount: money.Naira(10), Channel: "card"}}}
 	svc.Gateways[domain.Test] = test
 	svc.Gateways[domain.Live] = gateway.Set{Transfers: failingTransfers{}}
 	d := newDailyReconciler(svc, env.Pool, nopLogger())
@@ -66,6 +68,8 @@ func TestDailyReconciliationExportsItsOutcome(t *testing.T) {
 	want := map[string]float64{
 		"escrowd_reconcile_differences{test}":                    1,
 		"escrowd_reconcile_healed{test}":                         0,
+		"escrowd_reconcile_collection_differences{test}":         1,
+		"escrowd_reconcile_collections_healed{test}":             0,
 		"escrowd_reconcile_last_success_timestamp_seconds{test}": float64(d.now().Unix()),
 		"escrowd_reconcile_failures_total{live}":                 1,
 	}

@@ -84,3 +84,56 @@ func TestReconcileReportsAndExits(t *testing.T) {
 		t.Fatalf("a payout nobody here made: %v\n%s", err, out.String())
 	}
 }
+
+// listedCharges is a provider listing fixed transactions, and answering
+// each of them when asked (none is into a dedicated account here).
+type listedCharges struct{ list []payment.ProviderCharge }
+
+func (listedCharges) OpenDepositAccount(context.Context, gateway.DepositHolder) (string, payment.BankAccount, error) {
+	return "", payment.BankAccount{}, errors.New("not here")
+}
+func (listedCharges) Reference(id string) string { return "ch_" + id }
+func (listedCharges) Initialize(context.Context, gateway.ChargeRequest) (string, error) {
+	return "", errors.New("not here")
+}
+func (l listedCharges) Charge(_ context.Context, ref string) (payment.ProviderCharge, error) {
+	for _, pc := range l.list {
+		if pc.Reference == ref {
+			return pc, nil
+		}
+	}
+	return payment.ProviderCharge{}, gateway.ErrChargeUnknown
+}
+func (l listedCharges) Charges(context.Context, time.Time, time.Time) ([]payment.ProviderCharge, error) {
+	return l.list, nil
+}
+
+// Collections are reconciled beside payouts: a provider's transaction
+// nobody here is paid by is a difference, and the exit status says so.
+func TestReconcileComparesCollections(t *testing.T) {
+	ctx := context.Background()
+	env := testEnv(t, pgtest.NewURL(t))
+	if err := projections.CatchUp(ctx, env.Store, env.Pool, nopLogger(), env.Projectors...); err != nil {
+		t.Fatal(err)
+	}
+	svc := app.NewService(app.NewEngine(env.Store, 100))
+	q := projections.NewQueries(env.Pool)
+	from := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	set := gateway.Test()
+	set.Charges = listedCharges{}
+	svc.Gateways[domain.Test] = set
+	var out bytes.Buffer
+	if err := reconcile(ctx, svc, q, domain.Test, from, from.AddDate(0, 0, 1), false, &out); err != nil ||
+		!strings.Contains(out.String(), "collections of test, 2026-11-30 to 2026-11-30: 0 compared, 0 healed, 0 difference(s)") ||
+		strings.Contains(out.String(), "payouts of") {
+		t.Fatalf("nothing to compare: %v\n%s", err, out.String())
+	}
+	set.Charges = listedCharges{list: []payment.ProviderCharge{{Reference: "T_not_ours", Status: payment.ChargeSucceeded,
+		Amount: money.Naira(10), Channel: "card"}}}
+	svc.Gateways[domain.Test] = set
+	out.Reset()
+	err := reconcile(ctx, svc, q, domain.Test, from, from.AddDate(0, 0, 1), false, &out)
+	if err == nil || !strings.Contains(out.String(), `missing here: T_not_ours: here "not credited", provider "succeeded"`) {
+		t.Fatalf("a transaction nobody here is paid by: %v\n%s", err, out.String())
+	}
+}

@@ -245,6 +245,22 @@ func Pay(s State, paymentID string, amount, deposited money.Amount, now time.Tim
 	return Paid{Reference: Reference(s.ID), PaymentID: paymentID, At: now}, nil
 }
 
+// ChargeReference is the reference of the session's payment at a
+// provider by gateway (card, bank, ussd): one per gateway, so each
+// gateway's page is asked for once and shown again on a repeat.
+func ChargeReference(id, gateway string) string { return Reference(id) + "_" + gateway }
+
+// PayByCharge decides the session's payment by a provider's charge, the
+// payment reference (ChargeReference): money paid for this session, so
+// a DepositOnly session takes it too; only an open session, before it
+// expires, pays, and only once.
+func PayByCharge(s State, reference, paymentID string, now time.Time) (Paid, error) {
+	if err := CheckOpen(s, now); err != nil {
+		return Paid{}, err
+	}
+	return Paid{Reference: reference, PaymentID: paymentID, At: now}, nil
+}
+
 // Cancel decides the buyer's cancelling an open session.
 func Cancel(s State, now time.Time) (CancelledByBuyer, error) {
 	if err := CheckOpen(s, now); err != nil {

@@ -33,6 +33,9 @@ const (
 	Escrow   Bucket = "escrow"
 	Revenue  Bucket = "revenue"
 	Clearing Bucket = "clearing"
+	// Cost is what the service pays out of its own pocket for this
+	// merchant's money: a payment provider's processing fees.
+	Cost Bucket = "cost"
 )
 
 // Account is one balance. Customer accounts are named by customer id; the
@@ -54,14 +57,21 @@ func MerchantEscrow(merchantID string) Account { return Account{HolderMerchant, 
 func PlatformRevenue(merchantID string) Account {
 	return Account{HolderPlatform, merchantID, Revenue}
 }
+// PlatformCost is the service's processing costs of this merchant's
+// collections (a provider's fees): it only ever goes down.
+func PlatformCost(merchantID string) Account {
+	return Account{HolderPlatform, merchantID, Cost}
+}
 func ExternalClearing(merchantID string) Account {
 	return Account{HolderExternal, merchantID, Clearing}
 }
 
 // MayGoNegative reports whether the account may hold a negative balance:
-// only external clearing, which mirrors money that entered or left the
-// ledger.
-func (a Account) MayGoNegative() bool { return a.Holder == HolderExternal }
+// external clearing, which mirrors money that entered or left the ledger,
+// and the platform's processing costs, which only accumulate.
+func (a Account) MayGoNegative() bool {
+	return a.Holder == HolderExternal || a.Holder == HolderPlatform && a.Bucket == Cost
+}
 
 // Posting moves Amount from one account to another. A posting is balanced by
 // construction: what leaves From arrives in To.

@@ -35,7 +35,11 @@ type Intent struct {
 	Wallet      *ledger.WalletDetails
 	Escrow      *ledger.EscrowDetails
 	TestAccount *TestAccount
-	At          time.Time
+	// DepositAccount and Charge say where the payer pays an intent
+	// collected through a provider (IntentCreated).
+	DepositAccount *BankAccount
+	Charge         *ChargeStart
+	At             time.Time
 }
 
 // ErrNotFound is the answer for an unknown reference, or another
@@ -109,7 +113,7 @@ func Stage(s State, in Intent) (*IntentCreated, error) {
 		}
 		return nil, ErrReferenceReused
 	}
-	return &IntentCreated{Record: rec, TestAccount: in.TestAccount}, nil
+	return &IntentCreated{Record: rec, TestAccount: in.TestAccount, DepositAccount: in.DepositAccount, Charge: in.Charge}, nil
 }
 
 // samePayment compares what a client asked for, ignoring ids and times.

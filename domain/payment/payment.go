@@ -58,6 +58,13 @@ type State struct {
 	// Unanswered counts the sends the provider did not answer (each gave
 	// the lease up).
 	Unanswered int
+	// Collected through a provider: where the payer pays (a deposit's
+	// dedicated account, an escrow payment's AuthorizationURL) and the
+	// provider's reference of the charge that pays it (ChargeReference;
+	// of a deposit, known once a transfer settled it).
+	DepositAccount   *BankAccount
+	AuthorizationURL string
+	ChargeReference  string
 }
 
 // Exists reports whether the intent has been created.
@@ -69,12 +76,21 @@ type (
 	IntentCreated struct {
 		Record      ledger.Record `json:"record"`
 		TestAccount *TestAccount  `json:"testAccount,omitempty"`
+		// DepositAccount is where a deposit collected through a provider
+		// is to be transferred.
+		DepositAccount *BankAccount `json:"depositAccount,omitempty"`
+		// Charge is the payment started at the provider for an escrow
+		// payment by card, bank or USSD.
+		Charge *ChargeStart `json:"charge,omitempty"`
 	}
 	// Settled executes a deposit or a transfer (or records a failed
 	// deposit, without a movement).
 	Settled struct {
 		Movement *ledger.Movement `json:"movement,omitempty"`
 		Records  []ledger.Record  `json:"records"`
+		// Charge is the provider's reference of the charge that settled
+		// the intent, when one did.
+		Charge string `json:"charge,omitempty"`
 	}
 	// PayoutStarted debits a withdrawal (amount to clearing, fee to the
 	// platform) before the provider is asked to pay it out; the verify that
@@ -171,9 +187,15 @@ var Registry = domain.NewRegistry(
 func Apply(s State, ev domain.Event) State {
 	switch e := ev.(type) {
 	case IntentCreated:
-		s = State{Phase: Staged, Staged: e.Record, Record: e.Record, TestAccount: e.TestAccount}
+		s = State{Phase: Staged, Staged: e.Record, Record: e.Record, TestAccount: e.TestAccount, DepositAccount: e.DepositAccount}
+		if e.Charge != nil {
+			s.ChargeReference, s.AuthorizationURL = e.Charge.Reference, e.Charge.AuthorizationURL
+		}
 	case Settled:
 		s.Phase, s.Movement = Done, e.Movement
+		if e.Charge != "" {
+			s.ChargeReference = e.Charge
+		}
 		// A transfer's receiving record is in the event (and the receiver's
 		// wallet); the payment's state keeps only its own.
 		for _, r := range e.Records {

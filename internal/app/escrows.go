@@ -200,6 +200,21 @@ func (s *Service) stageEscrowIntent(tx *Tx, a Actor, buyerID string, in EscrowPa
 // a multi-unit link) is funded, the buyer's main balance is debited
 // (checked) and the payment settles, all in the tx's one append.
 func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (payment.State, []escrow.State, error) {
+	settled, funded, err := s.decideFunding(tx, a, p)
+	if err != nil {
+		return p, nil, err
+	}
+	if err := recordEntry(s, tx, PaymentKind, stream, settled); err != nil {
+		return p, nil, err
+	}
+	return payment.Apply(p, settled), funded, nil
+}
+
+// decideFunding funds each escrow of a staged escrow payment (recording
+// the escrows' events in tx) and answers the payment's Settled, for the
+// caller to record: from the buyer's main balance (fundEscrows), or with
+// a provider's charge merged in (a card payment).
+func (s *Service) decideFunding(tx *Tx, a Actor, p payment.State) (payment.Settled, []escrow.State, error) {
 	buyerID := p.Record.CustomerID
 	now := s.Engine.Now()
 	var funded []escrow.State
@@ -209,11 +224,11 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 	for _, id := range p.Record.EscrowDetails.EscrowIDs {
 		e, err := readEscrow(tx, a, id)
 		if err != nil {
-			return p, nil, err
+			return payment.Settled{}, nil, err
 		}
 		buy, err := escrow.Buy(e, buyerID, p.Record.ID, s.newRecordID(), s.IDs.PaymentToken(), now)
 		if err != nil {
-			return p, nil, err
+			return payment.Settled{}, nil, err
 		}
 		Record(tx, EscrowKind, id, buy.Link...)
 		if buy.Clone != nil {
@@ -223,7 +238,7 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 		ids, tokens = append(ids, buy.Funded.ID), append(tokens, buy.Funded.PaymentToken)
 		summary, err := s.escrowSummary(tx, a, buy.Funded)
 		if err != nil {
-			return p, nil, err
+			return payment.Settled{}, nil, err
 		}
 		summaries = append(summaries, summary)
 		due += buy.Funded.Due()
@@ -231,16 +246,10 @@ func (s *Service) fundEscrows(tx *Tx, a Actor, stream string, p payment.State) (
 	}
 	if due != p.Record.Amount {
 		// The terms changed since staging (an edit or a new additional fee).
-		return p, nil, escrow.ErrAmountMismatch
+		return payment.Settled{}, nil, escrow.ErrAmountMismatch
 	}
 	settled, err := payment.PayEscrows(p, escrow.FundingMovement(a.MerchantID, a.Environment, buyerID, funded), buyerFee, ids, tokens, summaries, now)
-	if err != nil {
-		return p, nil, err
-	}
-	if err := recordEntry(s, tx, PaymentKind, stream, settled); err != nil {
-		return p, nil, err
-	}
-	return payment.Apply(p, settled), funded, nil
+	return settled, funded, err
 }
 
 // PayEscrows pays one or more escrows from the buyer's main balance, all or

@@ -30,8 +30,16 @@ var (
 	// RecipientKind is one stream per bank account payouts are sent to
 	// (payment.RecipientID).
 	RecipientKind = Kind[payment.Recipient]{Name: "recipient", Registry: payment.RecipientRegistry, Apply: payment.ApplyRecipient}
-	EscrowKind    = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply, Snapshot: "escrow/1"}
-	CategoryKind  = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
+	// DepositAccountKind is one stream per customer: their dedicated
+	// account at the provider and the deposits awaiting a transfer.
+	DepositAccountKind = Kind[payment.DepositAccount]{Name: "depositaccount", Registry: payment.DepositAccountRegistry, Apply: payment.ApplyDepositAccount}
+	// AccountLinkKind is one stream per dedicated account
+	// (payment.AccountLinkID).
+	AccountLinkKind = Kind[payment.AccountLink]{Name: "accountlink", Registry: payment.AccountLinkRegistry, Apply: payment.ApplyAccountLink}
+	// ChargeKind is one stream per provider charge (payment.ChargeID).
+	ChargeKind   = Kind[payment.Charge]{Name: "charge", Registry: payment.ChargeRegistry, Apply: payment.ApplyCharge}
+	EscrowKind   = Kind[escrow.State]{Name: "escrow", Registry: escrow.Registry, Apply: escrow.Apply, Snapshot: "escrow/1"}
+	CategoryKind = Kind[category.State]{Name: "category", Registry: category.Registry, Apply: category.Apply}
 	// CategoryOrderKind is one stream per merchant environment
 	// (category.OrderKey).
 	CategoryOrderKind = Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder, Snapshot: "categoryorder/1"}

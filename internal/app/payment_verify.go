@@ -37,6 +37,16 @@ func (s *Service) Verify(ctx context.Context, a Actor, customerID string, perms 
 		// nobody can pay out, or a lease held without asking, helps no one.
 		return ledger.Record{}, eventstore.Position{}, ErrPaymentsNotConfigured
 	}
+	if st.ChargeReference != "" || st.DepositAccount != nil {
+		// Collected through the provider: a deposit is settled by the
+		// transfer into its account (pending until then); a card, bank or
+		// USSD payment by its charge, asked about now.
+		if (typ == ledger.EscrowPayment) && !perms.CanBuy {
+			return ledger.Record{}, eventstore.Position{}, ErrAccessDenied
+		}
+		st, pos, err := s.settleIntentCharge(ctx, a, st)
+		return st.Record, pos, err
+	}
 	stream := payment.StreamID(a.MerchantID, a.Environment, ref)
 	holder := s.newID() // this verify, as a payout lease holder
 	var pos eventstore.Position

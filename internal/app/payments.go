@@ -37,13 +37,23 @@ type IntentRequest struct {
 	Blockchain *ledger.BlockchainDetails
 	Wallet     *ledger.WalletDetails // Phone and Narration as sent
 	EscrowIDs  []string              // an escrow payment's escrows
+	// Gateway is how an escrow payment is paid: "" from the wallet, or
+	// "card", "bank", "ussd" at the provider, which sends the payer back
+	// to CallbackURL.
+	Gateway     string
+	CallbackURL string
 }
 
 // IntentResult is a staged intent.
 type IntentResult struct {
 	Record      ledger.Record
 	TestAccount *payment.TestAccount
-	Position    eventstore.Position
+	// DepositAccount is where a deposit collected through a provider is
+	// transferred; AuthorizationURL the page an escrow payment by card,
+	// bank or USSD is completed on.
+	DepositAccount   *payment.BankAccount
+	AuthorizationURL string
+	Position         eventstore.Position
 }
 
 // gateways returns the environment's gateways (test ones on test unless
@@ -77,11 +87,13 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 	set := s.gateways(a.Environment)
 	switch in.Type {
 	case ledger.Deposit:
-		if set.Collection == nil {
+		if set.Collection == nil && set.Charges == nil {
 			return out, ErrPaymentsNotConfigured
 		}
-		if err := checkTestDeposit(set.Collection, in.Amount); err != nil {
-			return out, err
+		if set.Charges == nil {
+			if err := checkTestDeposit(set.Collection, in.Amount); err != nil {
+				return out, err
+			}
 		}
 	case ledger.Withdrawal, ledger.WalletTransfer:
 		if !perms.CanWithdraw {
@@ -93,6 +105,14 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		}
 		if err := checkEscrowIDs(in.EscrowIDs); err != nil {
 			return out, err
+		}
+		if in.Gateway != "" {
+			if !ValidChargeGateway(in.Gateway) {
+				return out, domain.Invalidf("gateway must be one of wallet, card, bank, ussd")
+			}
+			if set.Charges == nil {
+				return out, ErrPaymentsNotConfigured
+			}
 		}
 	}
 	if in.Type == ledger.Withdrawal {
@@ -106,12 +126,33 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 	// decision (which may run again): a real gateway may open an account
 	// per call. A repeat answers with the instructions it stored.
 	var instructions *payment.TestAccount
-	if in.Type == ledger.Deposit {
+	var depositAccount *payment.BankAccount
+	var charge *payment.ChargeStart
+	viaProvider := set.Charges != nil && (in.Type == ledger.Deposit || in.Type == ledger.EscrowPayment && in.Gateway != "")
+	if in.Type == ledger.Deposit || viaProvider {
 		p, err := Peek(ctx, s.Engine, PaymentKind, stream)
 		if err != nil {
 			return out, err
 		}
-		if !p.Exists() {
+		switch {
+		case p.Exists():
+			// A repeat: answered below with what the intent stored.
+		case viaProvider:
+			c, _, err := Load(ctx, s.Engine, CustomerKind, customerID)
+			if err != nil {
+				return out, err
+			}
+			if c.MerchantID != a.MerchantID || c.Environment != a.Environment {
+				return out, domain.Errorf(domain.NotFound, "Customer not found")
+			}
+			if in.Type == ledger.Deposit {
+				if depositAccount, err = s.DepositAccount(ctx, a, c); err != nil {
+					return out, err
+				}
+			} else if charge, err = s.startCharge(ctx, a.Environment, set.Charges, c, id, in); err != nil {
+				return out, err
+			}
+		default:
 			if instructions, err = set.Collection.Instructions(ctx,
 				ledger.Record{MerchantID: a.MerchantID, Reference: in.Reference, Amount: in.Amount}); err != nil {
 				return out, err
@@ -152,7 +193,7 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 			intent.Wallet = &ledger.WalletDetails{Phone: to.Phone, Narration: in.Wallet.Narration, CustomerID: to.ID,
 				CustomerName: strings.TrimSpace(to.Firstname + " " + to.Lastname)}
 		}
-		intent.TestAccount = instructions
+		intent.TestAccount, intent.DepositAccount = instructions, depositAccount
 		p, err := Read(tx, PaymentKind, stream)
 		if err != nil {
 			return err
@@ -160,6 +201,9 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		var ev *payment.IntentCreated
 		if in.Type == ledger.EscrowPayment {
 			ev, err = s.stageEscrowIntent(tx, a, customerID, EscrowPayment{Reference: in.Reference, Amount: in.Amount, EscrowIDs: in.EscrowIDs}, p, id)
+			if ev != nil {
+				ev.Charge = charge
+			}
 		} else {
 			ev, err = payment.Stage(p, intent)
 		}
@@ -167,8 +211,26 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 			return err
 		}
 		if ev == nil { // the same request again: answer with the intent as it stands
-			out.Record, out.TestAccount = p.Record, p.TestAccount
+			out.Record, out.TestAccount, out.DepositAccount, out.AuthorizationURL = p.Record, p.TestAccount, p.DepositAccount, p.AuthorizationURL
 			return ErrNothingToDo
+		}
+		if ev.Record.Type == ledger.Deposit && ev.DepositAccount != nil {
+			// The deposit waits for a transfer of its amount into the
+			// account; the account's stream is where the transfer finds it.
+			if _, err := Read(tx, DepositAccountKind, customerID); err != nil {
+				return err
+			}
+			Record(tx, DepositAccountKind, customerID, payment.DepositAwaited{Reference: ev.Record.Reference,
+				Amount: ev.Record.Amount, At: ev.Record.CreatedAt})
+		}
+		if ev.Charge != nil {
+			// Linked before the payer can pay, so the provider's event
+			// about the charge finds the payment.
+			chargeID := payment.ChargeID(a.Environment, ev.Charge.Reference)
+			if _, err := Read(tx, ChargeKind, chargeID); err != nil {
+				return err
+			}
+			Record(tx, ChargeKind, chargeID, payment.ChargeStarted{MerchantID: a.MerchantID, CustomerID: customerID, Reference: ev.Record.Reference})
 		}
 		if in.Type == ledger.Withdrawal || in.Type == ledger.WalletTransfer {
 			// Refuse early what verify would refuse; verify checks again
@@ -182,7 +244,10 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 			}
 		}
 		Record(tx, PaymentKind, stream, *ev)
-		out.Record, out.TestAccount = ev.Record, ev.TestAccount
+		out.Record, out.TestAccount, out.DepositAccount = ev.Record, ev.TestAccount, ev.DepositAccount
+		if ev.Charge != nil {
+			out.AuthorizationURL = ev.Charge.AuthorizationURL
+		}
 		return nil
 	})
 	out.Position = res.Position

@@ -21,8 +21,9 @@ var ErrProviderNotConfigured = errors.New("app: the environment reads no events 
 
 // ProcessProviderEvent acts on an authenticated provider event of env, as
 // kept (body): a payout's event brings its withdrawal to where the
-// provider says it stands when asked now (SettleProviderPayout), never to
-// what the body says. outcome says what was done; an error (the provider
+// provider says it stands when asked now (SettleProviderPayout), and a
+// charge's puts the charge in the ledger as the provider answers it now
+// (SettleCharge), never as the body says. outcome says what was done; an error (the provider
 // did not answer, a send is in flight) means the event is to be processed
 // again later. Processing one event twice moves money once.
 func (s *Service) ProcessProviderEvent(ctx context.Context, env domain.Environment, provider string, body []byte) (outcome string, err error) {
@@ -46,12 +47,11 @@ func (s *Service) ProcessProviderEvent(ctx context.Context, env domain.Environme
 		}
 		return fmt.Sprintf("withdrawal %s of merchant %s: %s", rec.Reference, rec.MerchantID, rec.Status), nil
 	case gateway.ChargeEvent:
-		// Nothing here collects money through a provider's charge yet
-		// (dedicated-account deposits and card payments are not built),
-		// so no charge can be one of this service's payments; the event
-		// stays kept, and reconciliation is where a missed credit would
-		// be found.
-		return fmt.Sprintf("no payment here is collected by charge %q", ev.Reference), nil
+		res, err := s.SettleCharge(ctx, env, ev.Reference, ProviderEventsAgent)
+		if err != nil {
+			return "", err
+		}
+		return res.String(), nil
 	}
 	return "kept: not an event this service acts on", nil
 }

@@ -153,7 +153,76 @@ func outcomeOf(st payment.ProviderStatus) ledger.Status {
 func (d PayoutDifference) String() string {
 	who := d.ProviderReference
 	if d.Reference != "" {
-		who = fmt.Sprintf("%s (withdrawal %s of merchant %s)", d.ProviderReference, d.Reference, d.MerchantID)
+		who = fmt.Sprintf("%s (%s of merchant %s)", d.ProviderReference, d.Reference, d.MerchantID)
 	}
 	return fmt.Sprintf("%s: %s: here %q, provider %q", d.Kind, who, d.Here, d.There)
+}
+
+// ReconcileCharges compares the provider's charges of a period (charges)
+// with the records here its collections settled in the same period
+// (collected, as the read model lists them: deposits and escrow payments
+// that succeeded). A succeeded charge not yet in the ledger is put there
+// now (SettleCharge: the provider is asked, and its answer goes through
+// the one money rule; reported as healed); one no customer or payment
+// here is paid by is missing here; a credit here the provider does not
+// list is missing there; another amount, or a credit of a charge the
+// provider says did not succeed, is a difference.
+func (s *Service) ReconcileCharges(ctx context.Context, env domain.Environment, charges []payment.ProviderCharge, collected []ledger.Record) (PayoutReconciliation, error) {
+	out := PayoutReconciliation{Healed: []PayoutDifference{}, Differences: []PayoutDifference{}}
+	if s.gateways(env).Charges == nil {
+		return out, ErrPaymentsNotConfigured
+	}
+	listed := map[string]bool{}
+	for _, pc := range charges {
+		listed[pc.Reference] = true
+		out.Compared++
+		d := PayoutDifference{ProviderReference: pc.Reference, There: string(pc.Status)}
+		c, _, err := Load(ctx, s.Engine, ChargeKind, payment.ChargeID(env, pc.Reference))
+		if err != nil {
+			return out, err
+		}
+		d.MerchantID, d.Reference = c.MerchantID, c.Reference
+		switch {
+		case c.Applied && pc.Status != payment.ChargeSucceeded:
+			d.Kind, d.Here = StatusDiffers, "credited"
+			out.Differences = append(out.Differences, d)
+		case c.Applied && c.Amount != pc.Amount:
+			d.Kind, d.Here, d.There = AmountDiffers, c.Amount.String(), pc.Amount.String()
+			out.Differences = append(out.Differences, d)
+		case c.Applied, pc.Status != payment.ChargeSucceeded:
+			// In agreement: credited on both sides, or on neither.
+		default:
+			res, err := s.SettleCharge(ctx, env, pc.Reference, ReconcileAgent)
+			d.MerchantID, d.Reference, d.Here = res.MerchantID, res.Reference, "not credited"
+			switch {
+			case err != nil:
+				d.Kind = ProviderSilent
+				out.Differences = append(out.Differences, d)
+			case res.Outcome == ChargeUnknownHere:
+				d.Kind = MissingHere
+				out.Differences = append(out.Differences, d)
+			case res.Outcome == ChargeNotPaid || res.Outcome == ChargeUnknownThere:
+				d.Kind, d.There = StatusDiffers, string(res.Charge.Status)
+				out.Differences = append(out.Differences, d)
+			case res.Outcome == ChargeAlreadyApplied:
+				// Applied meanwhile (its event): nothing to heal.
+			default:
+				d.Kind, d.Here = MissingHere, res.Outcome
+				out.Healed = append(out.Healed, d)
+			}
+		}
+	}
+	for _, r := range collected {
+		ref, ok, err := s.providerChargeOf(ctx, env, r)
+		if err != nil {
+			return out, err
+		}
+		if !ok || listed[ref] {
+			continue
+		}
+		out.Compared++
+		out.Differences = append(out.Differences, PayoutDifference{Kind: MissingThere, ProviderReference: ref,
+			MerchantID: r.MerchantID, Reference: r.Reference, Here: string(r.Status)})
+	}
+	return out, nil
 }

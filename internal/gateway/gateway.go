@@ -92,6 +92,51 @@ type ProviderTransfer struct {
 	Answer    payment.PayoutAnswer
 }
 
+// Charges collects money through a provider's charges: transfers into
+// customers' dedicated accounts, and payments the payer completes on the
+// provider's page. What a charge does to the ledger is the domain's
+// (payment.CreditDeposit, payment.FundFromCharge), decided only on the
+// provider's answer to Charge.
+type Charges interface {
+	// OpenDepositAccount gets the provider customer and the dedicated
+	// account of holder. Asking again for one customer must be harmless
+	// (the provider answers the same account).
+	OpenDepositAccount(ctx context.Context, holder DepositHolder) (providerCustomer string, account payment.BankAccount, err error)
+	// Reference is the provider's reference of the charge that pays the
+	// record recordID: the same id always gives the same reference.
+	Reference(recordID string) string
+	// Initialize starts a payment the payer completes on the page it
+	// answers.
+	Initialize(ctx context.Context, r ChargeRequest) (authorizationURL string, err error)
+	// Charge asks the provider about the charge reference: a query.
+	// ErrChargeUnknown when the provider has no such charge.
+	Charge(ctx context.Context, reference string) (payment.ProviderCharge, error)
+	// Charges are the charges the provider created in [from, to).
+	Charges(ctx context.Context, from, to time.Time) ([]payment.ProviderCharge, error)
+}
+
+// DepositHolder is the customer a dedicated account is opened for.
+type DepositHolder struct {
+	CustomerID string
+	Email      string
+	FirstName  string
+	LastName   string
+	Phone      string
+}
+
+// ChargeRequest starts a payment at the provider.
+type ChargeRequest struct {
+	Reference   string // Charges.Reference of the intent's record
+	Email       string
+	Amount      money.Amount
+	CallbackURL string
+	// Channels are how the payer may pay ("card", "bank", "ussd").
+	Channels []string
+}
+
+// ErrChargeUnknown: the provider has no charge under the reference.
+var ErrChargeUnknown = errors.New("gateway: the provider has no such charge")
+
 // ErrAccountUnresolved: the bank knows no such account.
 var ErrAccountUnresolved = errors.New("gateway: the bank could not resolve the account")
 
@@ -109,6 +154,10 @@ type Set struct {
 	// where there is nothing to reconcile with (the built-in test
 	// payouts).
 	Transfers Transfers
+	// Charges collects through the provider (dedicated accounts, card,
+	// bank and USSD payments); nil where nothing does (then deposits use
+	// Collection).
+	Charges Charges
 	// Events reads the provider's inbound events; nil where the
 	// environment's gateways send none (the built-in test gateways).
 	Events Events

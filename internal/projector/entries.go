@@ -19,6 +19,8 @@ import (
 var entryRegistries = map[string]domain.Registry{
 	"payment": payment.Registry,
 	"escrow":  escrow.Registry,
+	// A provider charge credited as a deposit of its own.
+	"charge": payment.ChargeRegistry,
 }
 
 // nonEntryTypes are the event types of entryRegistries that are not

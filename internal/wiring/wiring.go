@@ -149,12 +149,6 @@ func Gateways(providers map[domain.Environment]Provider) (map[domain.Environment
 			if err != nil {
 				return nil, fmt.Errorf("%s environment: %w", env, err)
 			}
-			if env == domain.Test && set.Collection == nil {
-				// Collection through Paystack is not built: the test
-				// environment keeps the built-in test deposits; the live
-				// one takes none (Payments are not configured).
-				set.Collection = gateway.TestCollection{}
-			}
 			out[env] = set
 		default:
 			return nil, fmt.Errorf("%s environment: unknown payment provider %q", env, p.Name)

@@ -112,19 +112,21 @@ func mapError(err error) error {
 	return err
 }
 
-// New is an environment's gateways on Paystack: bank payouts, recipients,
-// account resolution and inbound events. Collection is not adapted yet
-// (dedicated accounts, charges), so deposits keep answering that payments
-// are not configured.
+// New is an environment's gateways on Paystack: collections (dedicated
+// accounts, card, bank and USSD payments), bank payouts, recipients,
+// account resolution and inbound events.
 func New(cfg Config) (gateway.Set, error) {
 	if cfg.SecretKey == "" {
 		return gateway.Set{}, errors.New("paystack: no secret key")
 	}
-	client, ref, err := NewClient(cfg)
-	if err != nil {
-		return gateway.Set{}, err
+	base := cfg.BaseURL
+	if base == "" {
+		base = paystack.DefaultBaseURL
 	}
-	return Gateways(cfg, client, ref), nil
+	c := paystack.New(paystack.Config{BaseURL: base, SecretKey: cfg.SecretKey, Logger: cfg.Logger, Observe: cfg.Observe})
+	set := Gateways(cfg, bound{c: c}, paystack.TransferReference)
+	set.Charges = Charges{Client: c, DVABank: cfg.DVABank}
+	return set, nil
 }
 
 // Gateways is the set over a bound client.

@@ -1,0 +1,171 @@
+package payment
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/money"
+)
+
+var collectAt = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func paid(amount, fee money.Amount) ProviderCharge {
+	return ProviderCharge{Reference: "T1", Status: ChargeSucceeded, Amount: amount, Fee: fee, Channel: "dedicated_nuban", Account: "9900000011"}
+}
+
+func stagedDeposit(ref string, amount money.Amount) State {
+	return Apply(State{}, IntentCreated{Record: ledger.Record{ID: "r-" + ref, Reference: ref, Amount: amount, Type: ledger.Deposit,
+		CreditType: ledger.Credit, Status: ledger.Pending, CustomerID: "c1", MerchantID: "m1", Environment: domain.Live}})
+}
+
+func TestCreditDeposit(t *testing.T) {
+	holder := AccountLink{MerchantID: "m1", CustomerID: "c1"}
+	intent := stagedDeposit("dep-1", money.Naira(500))
+	for _, tc := range []struct {
+		name    string
+		charge  Charge
+		pc      ProviderCharge
+		intent  *State
+		wantErr error
+		want    string // "record", "intent" or "none"
+	}{
+		{"a transfer of its own", Charge{}, paid(money.Naira(500), money.Naira(5)), nil, nil, "record"},
+		{"the awaited intent's", Charge{}, paid(money.Naira(500), money.Naira(5)), &intent, nil, "intent"},
+		{"applied before", Charge{Applied: true}, paid(money.Naira(500), 0), nil, nil, "none"},
+		{"not succeeded", Charge{}, ProviderCharge{Reference: "T1", Status: ChargePending, Amount: 100}, nil, ErrChargeNotPaid, ""},
+		{"failed", Charge{}, ProviderCharge{Reference: "T1", Status: ChargeFailed, Amount: 100}, nil, ErrChargeNotPaid, ""},
+		{"a fee above the amount", Charge{}, paid(100, 101), nil, ErrChargeMalformed, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := CreditDeposit(tc.charge, tc.pc, holder, domain.Live, tc.intent, "rec-9", collectAt)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			switch tc.want {
+			case "none":
+				if got != nil {
+					t.Fatalf("applied twice: %+v", got)
+				}
+				return
+			case "record":
+				if got.Intent != nil || got.Applied.Movement == nil || len(got.Applied.Records) != 1 {
+					t.Fatalf("%+v", got)
+				}
+				r := got.Applied.Records[0]
+				if r.Reference != "T1" || r.Type != ledger.Deposit || r.Status != ledger.Success || r.Amount != tc.pc.Amount {
+					t.Fatalf("record %+v", r)
+				}
+				checkChargeMovement(t, *got.Applied.Movement, tc.pc)
+			case "intent":
+				if got.Intent == nil || got.Applied.Movement != nil || got.Matched == nil || got.Matched.Reference != "dep-1" {
+					t.Fatalf("%+v", got)
+				}
+				if r := got.Intent.Records[0]; r.ID != "r-dep-1" || r.Status != ledger.Success {
+					t.Fatalf("intent record %+v", r)
+				}
+				checkChargeMovement(t, *got.Intent.Movement, tc.pc)
+				if st := Apply(intent, *got.Intent); st.ChargeReference != "T1" || st.Phase != Done {
+					t.Fatalf("intent after %+v", st)
+				}
+			}
+		})
+	}
+}
+
+// checkChargeMovement: the customer gets the whole amount, clearing nets
+// what the provider settles, the fee is the platform's cost.
+func checkChargeMovement(t *testing.T, m ledger.Movement, pc ProviderCharge) {
+	t.Helper()
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := m.Deltas()
+	if d[ledger.CustomerMain("c1")] != pc.Amount || d[ledger.ExternalClearing("m1")] != -(pc.Amount-pc.Fee) ||
+		d[ledger.PlatformCost("m1")] != -pc.Fee {
+		t.Fatalf("deltas %v", d)
+	}
+	if !ledger.PlatformCost("m1").MayGoNegative() || ledger.PlatformRevenue("m1").MayGoNegative() {
+		t.Fatal("only the cost account (and clearing) may go below zero")
+	}
+}
+
+func TestDepositAccountMatch(t *testing.T) {
+	var s DepositAccount
+	s = ApplyDepositAccount(s, DepositAwaited{Reference: "a", Amount: 500, At: collectAt})
+	s = ApplyDepositAccount(s, DepositAwaited{Reference: "b", Amount: 500, At: collectAt.Add(time.Minute)})
+	s = ApplyDepositAccount(s, DepositAwaited{Reference: "c", Amount: 700, At: collectAt.Add(time.Hour)})
+	if m, ok := s.Match(500, collectAt.Add(time.Hour)); !ok || m.Reference != "a" {
+		t.Fatalf("oldest of the amount: %+v %v", m, ok)
+	}
+	if _, ok := s.Match(700, collectAt); ok {
+		t.Fatal("a transfer matched an intent staged after it")
+	}
+	if _, ok := s.Match(600, collectAt.Add(time.Hour)); ok {
+		t.Fatal("a transfer matched another amount")
+	}
+	s = ApplyDepositAccount(s, DepositMatched{Reference: "a", Charge: "T1"})
+	if m, ok := s.Match(500, collectAt.Add(time.Hour)); !ok || m.Reference != "b" {
+		t.Fatalf("after the first was matched: %+v %v", m, ok)
+	}
+}
+
+func TestFundFromCharge(t *testing.T) {
+	staged := Apply(State{}, IntentCreated{Record: ledger.Record{ID: "r1", Reference: "buy-1", Amount: money.Naira(1025),
+		Type: ledger.EscrowPayment, CustomerID: "c1", MerchantID: "m1", Environment: domain.Live, Status: ledger.Pending},
+		Charge: &ChargeStart{Reference: "esc_r1", AuthorizationURL: "https://pay/x"}})
+	c := Charge{MerchantID: "m1", CustomerID: "c1", Reference: "buy-1"}
+	funding := ledger.Movement{MerchantID: "m1", Environment: domain.Live}
+	funding.Move(ledger.CustomerMain("c1"), ledger.CustomerEscrow("c1"), money.Naira(1025))
+	funded := staged.Record
+	funded.Status = ledger.Success
+	settled := Settled{Movement: &funding, Records: []ledger.Record{funded}}
+	pc := ProviderCharge{Reference: "esc_r1", Status: ChargeSucceeded, Amount: money.Naira(1025), Fee: money.Naira(115)}
+
+	got, err := FundFromCharge(c, pc, staged, &settled, "rec-2", collectAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Intent == nil || got.Applied.Movement != nil || got.Applied.Intent != "buy-1" {
+		t.Fatalf("funded: %+v", got)
+	}
+	d := got.Intent.Movement.Deltas()
+	if d[ledger.CustomerMain("c1")] != 0 || d[ledger.CustomerEscrow("c1")] != pc.Amount || d[ledger.PlatformCost("m1")] != -pc.Fee {
+		t.Fatalf("one movement credits and funds: %v", d)
+	}
+
+	for name, tc := range map[string]struct {
+		pc      ProviderCharge
+		funding *Settled
+		intent  State
+	}{
+		"escrow gone":        {pc, nil, staged},
+		"another amount":     {ProviderCharge{Reference: "esc_r1", Status: ChargeSucceeded, Amount: money.Naira(1000)}, &settled, staged},
+		"paid from a wallet": {pc, nil, Apply(staged, settled)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := FundFromCharge(c, tc.pc, tc.intent, tc.funding, "rec-2", collectAt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Applied.Movement == nil || len(got.Applied.Records) != 1 || got.Applied.Records[0].Type != ledger.Deposit ||
+				got.Applied.Records[0].Amount != tc.pc.Amount {
+				t.Fatalf("not credited to the wallet: %+v", got)
+			}
+			if tc.intent.Phase == Staged && (got.Intent == nil || got.Intent.Movement != nil || got.Intent.Records[0].Status != ledger.Failed) {
+				t.Fatalf("intent not failed without money: %+v", got.Intent)
+			}
+			if tc.intent.Phase == Done && got.Intent != nil {
+				t.Fatalf("a settled intent rewritten: %+v", got.Intent)
+			}
+		})
+	}
+	if got, err := FundFromCharge(Charge{Applied: true, Reference: "buy-1", CustomerID: "c1"}, pc, staged, &settled, "rec-2", collectAt); err != nil || got != nil {
+		t.Fatalf("applied twice: %+v %v", got, err)
+	}
+}
