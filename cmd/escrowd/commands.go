@@ -76,18 +76,19 @@ var commands []*command
 
 // groups are the first words of commands with subcommands.
 var groups = map[string]string{
-	"merchant":    "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
-	"key":         "API keys: issue and revoke",
-	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
-	"events":      "the event log: export a merchant's events",
-	"webhooks":    "webhook tools that need no database",
+	"merchant":       "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
+	"key":            "API keys: issue and revoke",
+	"projections":    "read models and the webhook subscriber: status, rebuild, and parked events",
+	"events":         "the event log: export a merchant's events",
+	"webhooks":       "webhook tools that need no database",
+	"dashboard-user": "the merchant dashboard's users",
 }
 
 func init() {
 	commands = []*command{serveCommand, migrateCommand,
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantSetDefaultsCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
-		keyCreateCommand, keyRevokeCommand,
+		keyCreateCommand, keyRevokeCommand, dashboardUserCreateCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		auditCommand, reconcileCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
