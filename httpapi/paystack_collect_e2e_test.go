@@ -542,7 +542,7 @@ func TestCheckoutPaysByCard(t *testing.T) {
 func TestChargeEventOnTwoInstancesCreditsOnce(t *testing.T) {
 	h := newHarness(t)
 	sim, _ := collectThroughSim(h)
-	other := wired.API(Config{DefaultEnvironment: domain.Test, DataDir: t.TempDir(), MaxReadyHorizon: time.Minute},
+	other := wired.API(Config{DefaultEnvironment: domain.Test, MaxReadyHorizon: time.Minute},
 		h.store, h.pool, h.runner, nil, nil)
 	t.Cleanup(other.Close)
 	otherSet, err := paystackgw.New(paystackgw.Config{SecretKey: collectKey, BaseURL: sim.URL, DVABank: "test-bank"})

@@ -16,4 +16,5 @@ func (s *Server) routes() {
 	s.eventRoutes()
 	s.checkoutRoutes()
 	s.providerHookRoutes()
+	s.dashboardRoutes()
 }

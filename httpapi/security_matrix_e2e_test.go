@@ -56,6 +56,9 @@ type matrixRow struct {
 	showsItsTarget bool
 }
 
+// dashPublic is why a dashboard page needs no API key.
+const dashPublic = "a dashboard page: the session cookie of a dashboard user is the capability"
+
 // paramKinds are the id kinds of path parameters by name.
 var paramKinds = map[string]string{"customerId": "customerId", "paymentToken": "paymentToken", "escrowId": "escrowId",
 	"id": "categoryId", "addressId": "addressId", "phone": "phone", "name": "fileName", "milestoneId": "milestoneId"}
@@ -180,8 +183,43 @@ var tenancyMatrix = map[string]matrixRow{
 	"GET /openapi.json":              {public: "the API reference"},
 	"POST /hooks/paystack/:env": {public: "the provider's signed events: the signature is the capability, and money moves only on the provider's own answer",
 		params: map[string]string{"env": "environment"}, bodies: []string{`{"event":"transfer.success","data":{"id":1,"reference":"{{reference}}"}}`}},
-	"GET /docs":                     {public: "the API reference, rendered"},
-	"GET /docs/redoc.standalone.js": {public: "the API reference's renderer, served from the binary"},
+	"GET /docs": {public: "the API reference, rendered"},
+	// The dashboard answers a request without its session cookie with the
+	// login page (GET) or 401 (POST); dashboard_security_e2e_test.go
+	// attacks it with the sessions of another merchant's users.
+	"GET /dashboard":                                         {public: dashPublic},
+	"GET /dashboard/assets/dashboard.css":                    {public: "the dashboard's stylesheet"},
+	"GET /dashboard/login":                                   {public: "the dashboard's login form"},
+	"POST /dashboard/login":                                  {public: "the dashboard's login: email, password and the form's cookie-bound token are the capability"},
+	"GET /dashboard/setup/:token":                            {public: "a dashboard user's one-time setup link: the unguessable token is the capability", params: map[string]string{"token": "setupToken"}},
+	"POST /dashboard/setup/:token":                           {public: "a dashboard user's one-time setup link: the unguessable token is the capability", params: map[string]string{"token": "setupToken"}},
+	"GET /dashboard/code":                                    {public: dashPublic},
+	"POST /dashboard/code":                                   {public: dashPublic},
+	"POST /dashboard/logout":                                 {public: dashPublic},
+	"GET /dashboard/users":                                   {public: dashPublic},
+	"POST /dashboard/users":                                  {public: dashPublic, bodies: []string{`email=x@victim.example&role=owner`}},
+	"POST /dashboard/users/:userId/delete":                   {public: dashPublic, params: map[string]string{"userId": "userId"}},
+	"GET /dashboard/:env":                                    {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"GET /dashboard/:env/escrows":                            {public: dashPublic, params: map[string]string{"env": "environment"}, query: "find={{escrowId}}"},
+	"GET /dashboard/:env/escrows/:escrowId":                  {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/escrows/:escrowId/resolve":         {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"GET /dashboard/:env/disputes":                           {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"GET /dashboard/:env/customers":                          {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/customers/:customerId/block":       {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/customers/:customerId/unblock":     {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"GET /dashboard/:env/webhooks":                           {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/webhooks/url":                      {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/webhooks/secret":                   {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/webhooks/deliveries/:id/redeliver": {public: dashPublic, params: map[string]string{"env": "environment", "id": "deliveryId"}},
+	"GET /dashboard/:env/keys":                               {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/keys":                              {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/keys/:keyId/revoke":                {public: dashPublic, params: map[string]string{"env": "environment", "keyId": "keyId"}},
+	"GET /dashboard/:env/allowlist":                          {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"POST /dashboard/:env/allowlist":                         {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"GET /dashboard/:env/ledger.csv":                         {public: dashPublic, params: map[string]string{"env": "environment"}},
+	"echo_route_not_found /dashboard":                        {public: "the dashboard's not-found handler"},
+	"echo_route_not_found /dashboard/*":                      {public: "the dashboard's not-found handler"},
+	"GET /docs/redoc.standalone.js":                          {public: "the API reference's renderer, served from the binary"},
 }
 
 // TestTenancyMatrixCoversEveryRoute: every route the server registers has
@@ -266,6 +304,10 @@ func setUpTenant(t *testing.T, h *harness, name string, m *tenantKeys, n int) *t
 	tn.ids["deliveryId"] = "00000000-0000-7000-8000-00000000000" + fmt.Sprint(n)
 	tn.ids["fileName"] = "none.png"
 	tn.ids["environment"] = "test"
+	// Dashboard ids: well-formed, of nothing the attacker can reach.
+	tn.ids["keyId"] = fmt.Sprintf("key_00000000-0000-7000-8000-00000000000%d", n)
+	tn.ids["userId"] = fmt.Sprintf("usr_victim%d", n)
+	tn.ids["setupToken"] = fmt.Sprintf("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA%d", n)
 	owner := m.merchantID
 	if owner == "" {
 		owner = h.m.MerchantID

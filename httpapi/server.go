@@ -24,6 +24,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/internal/files"
 	"github.com/escrowd/escrowd/internal/inbox"
 	"github.com/escrowd/escrowd/projections"
@@ -123,6 +124,7 @@ type Server struct {
 	files    *files.Store
 	hooks    *webhooks.Outbox
 	inbox    *inbox.Worker
+	users    *dashauth.Store
 	// masterQR holds the master wallet addresses' QR codes.
 	masterQR qrCache
 	closers  []func()
@@ -151,6 +153,9 @@ type Deps struct {
 	// Inbox keeps providers' inbound events and processes them (its
 	// worker runs where the process runs it); nil refuses them.
 	Inbox *inbox.Worker
+	// Dashboard keeps the dashboard's users and sessions; nil serves no
+	// dashboard pages but the login page's refusal.
+	Dashboard *dashauth.Store
 	// Closers stop background work of the dependencies (the auth cache's
 	// log tail) when the server is closed.
 	Closers []func()
@@ -186,7 +191,7 @@ func New(cfg Config, d Deps) *Server {
 		cfg.PublicURL = "http://localhost:8080"
 	}
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
-		limiter: d.Limiter, idem: d.Idem, keyUses: d.KeyUses, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, closers: d.Closers}
+		limiter: d.Limiter, idem: d.Idem, keyUses: d.KeyUses, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, users: d.Dashboard, closers: d.Closers}
 	s.files = files.New(cfg.Files, cfg.PublicURL, cfg.FilesQuota)
 	if s.log == nil {
 		s.log = zap.NewNop()

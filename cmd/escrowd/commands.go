@@ -76,21 +76,22 @@ var commands []*command
 
 // groups are the first words of commands with subcommands.
 var groups = map[string]string{
-	"merchant":    "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
-	"key":         "API keys: issue, list and revoke",
-	"keys":        "the data keys of encrypted personal data and secrets: re-wrap them with a new master key",
-	"projections": "read models and the webhook subscriber: status, rebuild, and parked events",
-	"events":      "the event log: export a merchant's events",
-	"payouts":     "withdrawals the payout resumer cannot finish: list them, retry or return one",
-	"webhooks":    "webhook tools that need no database",
-	"files":       "uploaded files: move them into the file store, collect orphans",
+	"merchant":       "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
+	"key":            "API keys: issue, list and revoke",
+	"keys":           "the data keys of encrypted personal data and secrets: re-wrap them with a new master key",
+	"projections":    "read models and the webhook subscriber: status, rebuild, and parked events",
+	"events":         "the event log: export a merchant's events",
+	"payouts":        "withdrawals the payout resumer cannot finish: list them, retry or return one",
+	"webhooks":       "webhook tools that need no database",
+	"files":          "uploaded files: move them into the file store, collect orphans",
+	"dashboard-user": "the merchant dashboard's users",
 }
 
 func init() {
 	commands = []*command{serveCommand, migrateCommand,
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantSetDefaultsCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
-		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand,
+		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand, dashboardUserCreateCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		payoutsHeldCommand, payoutsResolveCommand,
 		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}

@@ -57,6 +57,7 @@ func MerchantEscrow(merchantID string) Account { return Account{HolderMerchant, 
 func PlatformRevenue(merchantID string) Account {
 	return Account{HolderPlatform, merchantID, Revenue}
 }
+
 // PlatformCost is the service's processing costs of this merchant's
 // collections (a provider's fees): it only ever goes down.
 func PlatformCost(merchantID string) Account {

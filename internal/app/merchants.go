@@ -164,25 +164,7 @@ func (s *Service) IssueKey(ctx context.Context, merchantID string, env domain.En
 
 // UpdateMerchant applies an operator decision on a merchant.
 func (s *Service) UpdateMerchant(ctx context.Context, merchantID string, decide func(merchant.State) ([]domain.Event, error)) (eventstore.Position, error) {
-	res, err := s.Engine.Do(ctx, Actor{MerchantID: merchantID}.meta(), func(tx *Tx) error {
-		m, err := Read(tx, MerchantKind, merchantID)
-		if err != nil {
-			return err
-		}
-		if !m.Exists() {
-			return domain.Errorf(domain.NotFound, "Merchant not found")
-		}
-		events, err := decide(m)
-		if err != nil {
-			return err
-		}
-		if len(events) == 0 {
-			return ErrNothingToDo
-		}
-		Record(tx, MerchantKind, merchantID, events...)
-		return nil
-	})
-	return res.Position, err
+	return s.ChangeMerchant(ctx, Actor{MerchantID: merchantID}, decide)
 }
 
 // CompatChange is what switching a merchant's profile issued: for

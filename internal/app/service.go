@@ -53,10 +53,16 @@ type Actor struct {
 	// Agent names a background job acting for the merchant (the payout
 	// resumer); "" for requests and operator commands.
 	Agent string
+	// User is the dashboard user who acts (their user id); "" for API
+	// keys, operator commands and background jobs.
+	User string
 }
 
 func (a Actor) meta() domain.Meta {
 	actor := a.KeyID
+	if a.User != "" {
+		actor = a.User
+	}
 	if actor == "" {
 		actor = "operator"
 		if a.Agent != "" {

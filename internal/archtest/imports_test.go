@@ -63,6 +63,8 @@ var rules = []rule{
 	// The Paystack adapter of the gateway ports: it translates, the
 	// domain decides.
 	{pkg: "internal/gateway/paystackgw", may: append([]string{"internal/gateway", "internal/paystack"}, domainPkgs...), testsMay: append([]string{"internal/paystack/paystacksim"}, domainPkgs...)},
+	// The dashboard's users and sessions: credentials, no rule of money.
+	{pkg: "internal/dashauth", testsMay: []string{"internal/pgtest", "migrations"}},
 	// The providers' inbound events, kept before they are acknowledged.
 	{pkg: "internal/inbox", may: domainPkgs, testsMay: []string{"internal/pgtest", "migrations"}},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},
@@ -91,11 +93,11 @@ var rules = []rule{
 	// read models as narrow interfaces the wiring injects.
 	{pkg: "webhooks", may: []string{"domain/...", "eventstore", "internal/projector", "internal/promreg", "view"},
 		testsMay: testFixtures},
-	{pkg: "httpapi", may: []string{"domain/...", "eventstore", "internal/app", "internal/files", "internal/inbox", "internal/promreg",
+	{pkg: "httpapi", may: []string{"domain/...", "eventstore", "internal/app", "internal/dashauth", "internal/files", "internal/inbox", "internal/promreg",
 		"internal/redact", "projections", "view", "webhooks"}, testsMay: append([]string{"internal/wiring"}, testFixtures...)},
 	// The wiring assembles the process; only cmd and test harnesses
 	// import it.
-	{pkg: "internal/wiring", may: []string{"domain/...", "view", "eventstore/...", "internal/app", "internal/files", "internal/gateway/...", "internal/inbox", "internal/projector",
+	{pkg: "internal/wiring", may: []string{"domain/...", "view", "eventstore/...", "internal/app", "internal/dashauth", "internal/files", "internal/gateway/...", "internal/inbox", "internal/projector",
 		"projections", "webhooks", "httpapi"}},
 	// The binary, and the packages that are tests only.
 	{pkg: "cmd/...", may: []string{"..."}, testsMay: []string{"..."}},
