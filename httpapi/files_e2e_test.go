@@ -1,6 +1,11 @@
 package httpapi
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -135,4 +140,35 @@ func TestFilesQuota(t *testing.T) {
 	h.do(req{method: "DELETE", path: "/v1/escrow/delete/" + e["paymentToken"].(string), key: h.std(), cid: seller}).
 		expect(t, 200, "")
 	h.createEscrow(seller, fields, 2).expect(t, 201, "")
+}
+
+// TestFilesOfTheOldFolderAreServedUntilMoved: a file an older server kept
+// in this machine's folder is still served, and goes with its escrow.
+func TestFilesOfTheOldFolderAreServedUntilMoved(t *testing.T) {
+	folder := t.TempDir()
+	h := newHarness(t, func(c *Config) { c.FilesFolder = folder })
+	seller := h.createCustomer(h.sa(), "s@x.com", "08035558801")
+	e := h.createEscrow(seller, map[string]string{"amount": "1000", "purpose": "x", "whoPays": "buyer"}, 1).expect(t, 201, "").obj()
+	url := imageURLs(t, e)[0]
+	name := strings.TrimPrefix(h.filePath(url), "/files/")
+	// As if stored by an older server: in the folder, not in the store.
+	data := uploadPNG(t)
+	if err := os.MkdirAll(filepath.Join(folder, filepath.Dir(name)), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(folder, name), data, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.api.Files().Backend().Delete(context.Background(), name); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.getFile(url).expect(t, 200, ""); !bytes.Equal(got.Raw, data) {
+		t.Fatalf("served %d bytes, want the folder's %d", len(got.Raw), len(data))
+	}
+	h.do(req{method: "DELETE", path: "/v1/escrow/delete/" + e["paymentToken"].(string), key: h.std(), cid: seller}).
+		expect(t, 200, "Escrow deleted successfully")
+	h.getFile(url).expect(t, 404, "File not found")
+	if _, err := os.Stat(filepath.Join(folder, name)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the folder's copy of a deleted escrow's file: %v", err)
+	}
 }

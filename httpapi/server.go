@@ -71,6 +71,10 @@ type Config struct {
 	// Files is where uploaded files are kept, shared by every instance
 	// (files.Postgres, files.S3); required.
 	Files files.Backend
+	// FilesFolder, when set, is the folder an older server kept files in
+	// on this machine: its files are served (and removed with their
+	// escrows) until they are moved into Files (files.Store.ServeFolder).
+	FilesFolder string
 	// FilesQuota bounds each merchant environment's stored files in bytes
 	// (default 1,024 MB); an upload past it is 413.
 	FilesQuota int64
@@ -193,6 +197,9 @@ func New(cfg Config, d Deps) *Server {
 	s := &Server{cfg: cfg, log: d.Log, dir: d.Directory, app: d.App, queries: d.Queries, last: d.Last, eventLog: d.EventLog, waiter: d.Waiter,
 		limiter: d.Limiter, idem: d.Idem, keyUses: d.KeyUses, ping: d.Ping, hooks: d.Webhooks, inbox: d.Inbox, users: d.Dashboard, closers: d.Closers}
 	s.files = files.New(cfg.Files, cfg.PublicURL, cfg.FilesQuota)
+	if cfg.FilesFolder != "" {
+		s.files.ServeFolder(cfg.FilesFolder)
+	}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"go.uber.org/zap"
@@ -110,7 +109,10 @@ both copies are kept. Run it on every machine that kept files.`,
 		return func(ctx context.Context, inv *invocation) error {
 			dir := *from
 			if dir == "" {
-				dir = filepath.Join(inv.cfg.DataDir, "files")
+				dir = oldFilesFolder(inv.cfg)
+			}
+			if dir == "" {
+				return usageError("no data directory: name the folder with --from")
 			}
 			backend, err := openFiles(inv.cfg, inv.env)
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -35,9 +36,19 @@ func httpConfig(cfg Config) httpapi.Config {
 		Hosts: cfg.Hosts, DefaultEnvironment: cfg.DefaultEnvironment,
 		RateLimitPerMinute: cfg.RateLimitPerMinute, TrustedProxies: cfg.TrustedProxies,
 		BSCMasterAddress: map[domain.Environment]string{domain.Test: cfg.BSCMasterTest, domain.Live: cfg.BSCMasterLive},
-		PublicURL:        cfg.PublicURL, FilesQuota: cfg.FilesQuotaMB << 20,
+		PublicURL:        cfg.PublicURL, FilesQuota: cfg.FilesQuotaMB << 20, FilesFolder: oldFilesFolder(cfg),
 		WebhookAllowPrivate: cfg.WebhookAllowPriv,
 	}
+}
+
+// oldFilesFolder is the folder older servers kept uploaded files in
+// (served until `escrowd files move` empties it); "" without a data
+// directory.
+func oldFilesFolder(cfg Config) string {
+	if cfg.DataDir == "" {
+		return ""
+	}
+	return filepath.Join(cfg.DataDir, "files")
 }
 
 // newRegistry is the process's Prometheus registry: the API serves it, the

@@ -13,8 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"mime/multipart"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -50,6 +53,7 @@ type Store struct {
 	publicURL string
 	quota     int64
 	usage     *usage
+	folder    string // ServeFolder
 }
 
 // New is a store over backend; publicURL is the base of the URLs it hands
@@ -206,10 +210,38 @@ func (s *Store) Open(ctx context.Context, name string) (f io.ReadSeekCloser, con
 		return nil, "", time.Time{}, ErrNotFound
 	}
 	o, err := s.backend.Get(ctx, name)
+	if errors.Is(err, ErrNotFound) && s.folder != "" {
+		return s.openInFolder(name)
+	}
 	if err != nil {
 		return nil, "", time.Time{}, err
 	}
 	return nopCloser{bytes.NewReader(o.Data)}, typeOfName(name), o.Created, nil
+}
+
+// ServeFolder makes the store also serve the files of dir, the folder an
+// older server kept files in on its own disk (<ESCROW_DATA_DIR>/files), as
+// long as they are not moved into the backend (Move), and remove them there
+// with the rest: nothing it served before goes missing, and a deleted
+// escrow's files still go. Only this instance's folder is seen.
+func (s *Store) ServeFolder(dir string) { s.folder = dir }
+
+// openInFolder opens name in the folder; ErrNotFound when it is not there
+// as a regular file.
+func (s *Store) openInFolder(name string) (io.ReadSeekCloser, string, time.Time, error) {
+	f, err := os.Open(filepath.Join(s.folder, filepath.FromSlash(name)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "", time.Time{}, ErrNotFound
+	}
+	if err != nil {
+		return nil, "", time.Time{}, fmt.Errorf("files: open: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, "", time.Time{}, ErrNotFound
+	}
+	return f, typeOfName(name), st.ModTime(), nil
 }
 
 type nopCloser struct{ *bytes.Reader }
@@ -256,6 +288,11 @@ func (s *Store) removeName(ctx context.Context, name string) error {
 	n, err := s.backend.Delete(ctx, name)
 	if err == nil && n > 0 {
 		s.usage.release(ownerOf(name), n)
+	}
+	if s.folder != "" {
+		if rerr := os.Remove(filepath.Join(s.folder, filepath.FromSlash(name))); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
+			err = fmt.Errorf("files: remove: %w", rerr)
+		}
 	}
 	return err
 }

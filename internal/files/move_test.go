@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -231,5 +232,52 @@ func TestNameSetAddURL(t *testing.T) {
 	}
 	if len(s) != 2 || !s.Has(name) || !s.Has(hexName(7)+".gif") {
 		t.Fatalf("names %v", s)
+	}
+}
+
+// TestServeFolder: a file still in the old folder is served until it is
+// moved, and removed from the folder with its escrow; a name is never a
+// path out of the folder.
+func TestServeFolder(t *testing.T) {
+	dir, files := oldFolder(t)
+	s := newStore(t)
+	s.ServeFolder(dir)
+	name := nameIn(ownerA, "1", "png")
+	f, ct, _, err := s.Open(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(f)
+	f.Close()
+	if !bytes.Equal(got, files[name]) || ct != "image/png" {
+		t.Fatalf("served %q as %s", got, ct)
+	}
+	for _, bad := range []string{"notes.txt", ownerA + "/.upload-123", "other/" + hexName(6) + ".png", "../files/" + name} {
+		if _, _, _, err := s.Open(ctx, bad); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: %v", bad, err)
+		}
+	}
+	if err := s.Remove(ctx, []string{testURL + "/files/" + name}); err != nil {
+		t.Fatal(err)
+	}
+	if inFolder(dir, name) {
+		t.Fatal("a removed file is still in the folder")
+	}
+	if _, _, _, err := s.Open(ctx, name); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("a removed file is served: %v", err)
+	}
+	// Once moved, the store's copy is served.
+	moved := nameIn(ownerB, "3", "jpg")
+	if _, err := Move(ctx, dir, s.Backend(), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, _, _, err = s.Open(ctx, moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = io.ReadAll(f)
+	f.Close()
+	if !bytes.Equal(got, files[moved]) || inFolder(dir, moved) {
+		t.Fatalf("after the move: %q, in folder %v", got, inFolder(dir, moved))
 	}
 }
