@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
+	"unicode/utf8"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
@@ -264,7 +265,7 @@ func checkPaid(pc ProviderCharge) error {
 	if pc.Status != ChargeSucceeded {
 		return ErrChargeNotPaid
 	}
-	if pc.Amount <= 0 || pc.Fee < 0 || pc.Fee > pc.Amount {
+	if pc.Amount <= 0 || pc.Fee < 0 || pc.Fee > pc.Amount || utf8.RuneCountInString(pc.Reference) > MaxProviderReference {
 		return ErrChargeMalformed
 	}
 	return nil
@@ -379,4 +380,36 @@ func FundFromCharge(c Charge, pc ProviderCharge, intent State, funding *Settled,
 		CreatedAt: at, UpdatedAt: at,
 	}}
 	return out, nil
+}
+
+// Bounds of the provider's answers that events keep (every event fits
+// domain.MaxEventBytes): an answer past them is refused, never clipped, as
+// a clipped account number or payment page would send a payer astray.
+const (
+	MaxProviderReference = 100 // as a ledger record's reference
+	MaxProviderCustomer  = 64
+	MaxBankAccountField  = 200
+)
+
+// ErrProviderAnswerTooLong: the provider answered a field longer than an
+// event keeps.
+var ErrProviderAnswerTooLong = domain.Errorf(domain.Internal, "payment: the provider's answer exceeds what an event keeps")
+
+// Check refuses an account with a field past MaxBankAccountField.
+func (b BankAccount) Check() error {
+	for _, f := range []string{b.BankName, b.AccountNumber, b.AccountName} {
+		if utf8.RuneCountInString(f) > MaxBankAccountField {
+			return ErrProviderAnswerTooLong
+		}
+	}
+	return nil
+}
+
+// Check refuses a started charge whose reference or payment page is
+// longer than an event keeps.
+func (c ChargeStart) Check() error {
+	if utf8.RuneCountInString(c.Reference) > MaxProviderReference || utf8.RuneCountInString(c.AuthorizationURL) > domain.MaxURL {
+		return ErrProviderAnswerTooLong
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package payment
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,32 @@ func TestFundFromCharge(t *testing.T) {
 	}
 	if got, err := FundFromCharge(Charge{Applied: true, Reference: "buy-1", CustomerID: "c1"}, pc, staged, &settled, "rec-2", collectAt); err != nil || got != nil {
 		t.Fatalf("applied twice: %+v %v", got, err)
+	}
+}
+
+// A provider's answer longer than an event keeps is refused whole, never
+// clipped: a payer must not be sent to half a payment page or account.
+func TestProviderAnswersPastTheirBoundsAreRefused(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("x", n) }
+	cases := []struct {
+		name string
+		err  error
+	}{
+		{"account name", BankAccount{BankName: "B", AccountNumber: "0123456789", AccountName: long(MaxBankAccountField + 1)}.Check()},
+		{"account number", BankAccount{BankName: "B", AccountNumber: long(MaxBankAccountField + 1)}.Check()},
+		{"payment page", ChargeStart{Reference: "esc_1", AuthorizationURL: "https://p.example/" + long(domain.MaxURL)}.Check()},
+		{"charge reference", ChargeStart{Reference: long(MaxProviderReference + 1)}.Check()},
+		{"paid charge reference", checkPaid(ProviderCharge{Reference: long(MaxProviderReference + 1), Status: ChargeSucceeded, Amount: 100})},
+	}
+	for _, c := range cases {
+		if c.err == nil {
+			t.Errorf("%s past its bound: accepted", c.name)
+		}
+	}
+	if err := (BankAccount{BankName: long(MaxBankAccountField), AccountNumber: "0123456789", AccountName: "A"}).Check(); err != nil {
+		t.Errorf("an account at its bounds: %v", err)
+	}
+	if err := (ChargeStart{Reference: long(MaxProviderReference), AuthorizationURL: long(domain.MaxURL)}).Check(); err != nil {
+		t.Errorf("a charge at its bounds: %v", err)
 	}
 }

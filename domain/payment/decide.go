@@ -113,6 +113,16 @@ func Stage(s State, in Intent) (*IntentCreated, error) {
 		}
 		return nil, ErrReferenceReused
 	}
+	if in.DepositAccount != nil {
+		if err := in.DepositAccount.Check(); err != nil {
+			return nil, err
+		}
+	}
+	if in.Charge != nil {
+		if err := in.Charge.Check(); err != nil {
+			return nil, err
+		}
+	}
 	return &IntentCreated{Record: rec, TestAccount: in.TestAccount, DepositAccount: in.DepositAccount, Charge: in.Charge}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/checkout"
@@ -63,6 +64,9 @@ func (s *Service) DepositAccount(ctx context.Context, a Actor, c customer.State)
 		}
 		if l.Exists() && l.CustomerID != c.ID {
 			return domain.Errorf(domain.Internal, "app: the provider answered customer %s's dedicated account for %s", l.CustomerID, c.ID)
+		}
+		if err := acct.Check(); err != nil || utf8.RuneCountInString(code) > payment.MaxProviderCustomer {
+			return payment.ErrProviderAnswerTooLong
 		}
 		Record(tx, DepositAccountKind, c.ID, payment.DepositAccountOpened{MerchantID: a.MerchantID, CustomerID: c.ID,
 			Environment: a.Environment, ProviderCustomer: code, Account: acct})

@@ -78,7 +78,7 @@ type DeadlineScheduler struct {
 	// (orphan collection removes them later). What it fails to remove,
 	// orphan collection removes.
 	RemoveFiles func(ctx context.Context, urls []string) error
-	Log    *zap.Logger
+	Log         *zap.Logger
 	// Interval between rounds (default DefaultDeadlineInterval); Lease is
 	// how long a taken deadline is left to its taker before another round
 	// may take it again (default DefaultDeadlineLease); Batch how many a

@@ -42,6 +42,10 @@ var fieldCaps = map[string]int{
 	"ledger.BlockchainDetails.ToAddress": 42, "ledger.WalletDetails.Phone": 32, "ledger.Beneficiary.Phone": 32,
 	"merchant.Created.MerchantID": 64, "merchant.Created.Country": 64, "merchant.Key.Digest": 128, "merchant.Key.Hint": 16,
 	"merchant.Key.ID": 64, "merchant.KeyRevoked.KeyID": 64, "merchant.SigningSecretRotated.Secret": 128,
+	"escrow.PartiallyRefunded.RefundedBy": 64, "escrow.Reminded.MilestoneID": 64,
+	"payment.ChargeStart.Reference": payment.MaxProviderReference, "payment.ChargeStart.AuthorizationURL": domain.MaxURL,
+	"payment.Settled.Charge": payment.MaxProviderReference, "payment.BankAccount.AccountName": payment.MaxBankAccountField,
+	"payment.BankAccount.AccountNumber": payment.MaxBankAccountField, "payment.BankAccount.BankName": payment.MaxBankAccountField,
 	"payment.PayoutLeased.Holder": 64, "payment.PayoutStarted.LeaseHolder": 64,
 	"payment.TestAccount.AccountName": 200, "payment.TestAccount.AccountNumber": 32, "payment.TestAccount.BankName": 200,
 	"wallet.Posted.Reference": 100, "wallet.Posted.TransactionID": 64,
@@ -88,6 +92,7 @@ var fieldCaps = map[string]int{
 	"escrow.Released.Records":           4,
 	"escrow.DisputeResolved.Records":    4,
 	"escrow.MilestoneConfirmed.Records": 4,
+	"escrow.PartiallyRefunded.Records":  1,
 	"payment.Settled.Records":           2, // a transfer's two sides; one otherwise
 	// a record names the escrows of a payment: up to payment.MaxEscrows
 	// for the payment of several escrows, one otherwise
