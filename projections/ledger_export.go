@@ -2,6 +2,7 @@ package projections
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -17,34 +18,6 @@ func (q *Queries) EachLedgerRecord(ctx context.Context, merchantID string, env d
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	var last *int64
-	for {
-		rows, err := tx.Query(ctx, `SELECT record, pos FROM rm_transactions WHERE merchant_id = $1 AND environment = $2
-			AND ($3::bigint IS NULL OR pos < $3) ORDER BY pos DESC LIMIT $4`, merchantID, string(env), last, flatBatch)
-		if err != nil {
-			return err
-		}
-		n := 0
-		for rows.Next() {
-			var doc []byte
-			var pos int64
-			if err := rows.Scan(&doc, &pos); err != nil {
-				rows.Close()
-				return err
-			}
-			n++
-			last = &pos
-			if err := each(doc); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if n < flatBatch {
-			return nil
-		}
-	}
+	return eachInBatches(ctx, tx, `SELECT record, pos FROM rm_transactions WHERE merchant_id = $1 AND environment = $2
+		AND ($3::bigint IS NULL OR pos < $3) ORDER BY pos DESC LIMIT `+strconv.Itoa(flatBatch), []any{merchantID, string(env)}, each)
 }

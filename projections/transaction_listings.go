@@ -91,35 +91,7 @@ func (q *Queries) EachTransaction(ctx context.Context, f TransactionFilter, each
 	sql := `SELECT record, pos FROM rm_transactions WHERE merchant_id = $1 AND environment = $2 AND ((` +
 		joinOr(l.branches) + `)) AND ($` + strconv.Itoa(before) + `::bigint IS NULL OR pos < $` + strconv.Itoa(before) +
 		`) ORDER BY pos DESC LIMIT ` + strconv.Itoa(flatBatch)
-	var last *int64
-	for {
-		rows, err := tx.Query(ctx, sql, append(args, last)...)
-		if err != nil {
-			return err
-		}
-		n := 0
-		for rows.Next() {
-			var doc []byte
-			var pos int64
-			if err := rows.Scan(&doc, &pos); err != nil {
-				rows.Close()
-				return err
-			}
-			n++
-			last = &pos
-			if err := each(doc); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if n < flatBatch {
-			return nil
-		}
-	}
+	return eachInBatches(ctx, tx, sql, args, each)
 }
 
 // transactionsListing is the listing f selects.
@@ -158,4 +130,39 @@ func dedupe(s []string) []string {
 		}
 	}
 	return out
+}
+
+// eachInBatches runs sql, whose last parameter is the position to read
+// below (NULL: from the newest) and whose LIMIT is flatBatch, batch after
+// batch until one comes back short, calling each with every record read.
+func eachInBatches(ctx context.Context, tx pgx.Tx, sql string, args []any, each func(record []byte) error) error {
+	var last *int64
+	for {
+		rows, err := tx.Query(ctx, sql, append(args, last)...)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for rows.Next() {
+			var doc []byte
+			var pos int64
+			if err := rows.Scan(&doc, &pos); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			last = &pos
+			if err := each(doc); err != nil {
+				rows.Close()
+				return err
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n < flatBatch {
+			return nil
+		}
+	}
 }
