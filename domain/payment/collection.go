@@ -89,7 +89,8 @@ type (
 	// DepositAwaited records a deposit intent waiting for its transfer.
 	DepositAwaited AwaitedDeposit
 	// DepositMatched: the awaited deposit Reference was settled by the
-	// transfer Charge (a provider reference).
+	// transfer Charge (a provider reference), or dropped as stale (Charge
+	// empty: its intent no longer awaits a transfer).
 	DepositMatched struct {
 		Reference string `json:"reference"`
 		Charge    string `json:"charge"`
@@ -298,7 +299,9 @@ type Credit struct {
 // account: the deposit intent it matches (intent, staged and awaited;
 // nil when none) is settled by it, with the charge's money; otherwise a
 // deposit record of its own (recordID, the provider's reference)
-// credits the customer. A charge already applied does nothing (nil).
+// credits the customer (and an awaited entry whose intent is no longer
+// an awaited deposit of that amount is dropped). A charge already applied
+// does nothing (nil).
 func CreditDeposit(c Charge, pc ProviderCharge, holder AccountLink, env domain.Environment, intent *State, recordID string, at time.Time) (*Credit, error) {
 	if c.Applied {
 		return nil, nil
@@ -311,11 +314,16 @@ func CreditDeposit(c Charge, pc ProviderCharge, holder AccountLink, env domain.E
 	}
 	m := ChargeMovement(holder.MerchantID, env, holder.CustomerID, pc)
 	out := &Credit{Applied: ChargeApplied{MerchantID: holder.MerchantID, CustomerID: holder.CustomerID, Amount: pc.Amount, Fee: pc.Fee}}
+	if intent != nil && (intent.Phase != Staged || intent.Record.Type != ledger.Deposit || intent.Record.Amount != pc.Amount ||
+		intent.Record.CustomerID != holder.CustomerID) {
+		// The awaited entry is stale (its intent settled or changed by
+		// another path): it is dropped, and the transfer is credited as a
+		// deposit of its own, so that money received is never held back
+		// by an entry that can no longer match.
+		out.Matched = &DepositMatched{Reference: intent.Record.Reference}
+		intent = nil
+	}
 	if intent != nil {
-		if intent.Phase != Staged || intent.Record.Type != ledger.Deposit || intent.Record.Amount != pc.Amount ||
-			intent.Record.CustomerID != holder.CustomerID {
-			return nil, domain.Errorf(domain.Internal, "payment: %s is not an awaited deposit of this amount", intent.Record.Reference)
-		}
 		r := intent.Record
 		r.Status, r.UpdatedAt = ledger.Success, at
 		out.Intent = &Settled{Movement: &m, Records: []ledger.Record{r}, Charge: pc.Reference}

@@ -25,6 +25,8 @@ func stagedDeposit(ref string, amount money.Amount) State {
 func TestCreditDeposit(t *testing.T) {
 	holder := AccountLink{MerchantID: "m1", CustomerID: "c1"}
 	intent := stagedDeposit("dep-1", money.Naira(500))
+	settledMeanwhile := intent
+	settledMeanwhile.Phase = Done
 	for _, tc := range []struct {
 		name    string
 		charge  Charge
@@ -35,6 +37,7 @@ func TestCreditDeposit(t *testing.T) {
 	}{
 		{"a transfer of its own", Charge{}, paid(money.Naira(500), money.Naira(5)), nil, nil, "record"},
 		{"the awaited intent's", Charge{}, paid(money.Naira(500), money.Naira(5)), &intent, nil, "intent"},
+		{"a stale awaited entry", Charge{}, paid(money.Naira(500), money.Naira(5)), &settledMeanwhile, nil, "stale"},
 		{"applied before", Charge{Applied: true}, paid(money.Naira(500), 0), nil, nil, "none"},
 		{"not succeeded", Charge{}, ProviderCharge{Reference: "T1", Status: ChargePending, Amount: 100}, nil, ErrChargeNotPaid, ""},
 		{"failed", Charge{}, ProviderCharge{Reference: "T1", Status: ChargeFailed, Amount: 100}, nil, ErrChargeNotPaid, ""},
@@ -61,6 +64,14 @@ func TestCreditDeposit(t *testing.T) {
 				r := got.Applied.Records[0]
 				if r.Reference != "T1" || r.Type != ledger.Deposit || r.Status != ledger.Success || r.Amount != tc.pc.Amount {
 					t.Fatalf("record %+v", r)
+				}
+				checkChargeMovement(t, *got.Applied.Movement, tc.pc)
+			case "stale":
+				// credited as a transfer of its own, and the entry that
+				// can no longer match is dropped
+				if got.Intent != nil || got.Applied.Movement == nil || len(got.Applied.Records) != 1 ||
+					got.Matched == nil || got.Matched.Reference != "dep-1" || got.Matched.Charge != "" {
+					t.Fatalf("%+v", got)
 				}
 				checkChargeMovement(t, *got.Applied.Movement, tc.pc)
 			case "intent":

@@ -216,11 +216,13 @@ func (s *Service) creditDeposit(ctx context.Context, env domain.Environment, pc 
 			return err
 		}
 		out.Outcome, out.Reference = ChargeCredited, pc.Reference
+		if credit.Matched != nil {
+			Record(tx, DepositAccountKind, holder.CustomerID, *credit.Matched)
+		}
 		if credit.Intent != nil {
 			if err := recordEntry(s, tx, PaymentKind, stream, *credit.Intent); err != nil {
 				return err
 			}
-			Record(tx, DepositAccountKind, holder.CustomerID, *credit.Matched)
 			out.Outcome, out.Reference = ChargeSettledIntent, credit.Matched.Reference
 		}
 		return nil
