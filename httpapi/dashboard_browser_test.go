@@ -57,7 +57,7 @@ func TestDashboardBrowserSupportAndOwner(t *testing.T) {
 	seller := h.createCustomer(h.sa(), "s@x.com", "08035557001")
 	buyer := h.funded("b@x.com", "08035557002", 20000)
 	id, _ := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
-	hits := rc.waitFor(t, 1)
+	rc.waitFor(t, 1)
 	owner := h.dashUser("owner@shop.example", dashauth.Owner)
 
 	tab := browser(t)
@@ -118,9 +118,20 @@ func TestDashboardBrowserSupportAndOwner(t *testing.T) {
 		t.Fatalf("the seller is %s", st)
 	}
 
-	// Redeliver a webhook: the receiver gets the message again.
+	// Redeliver the escrow's escrow.disputed webhook: the receiver gets the
+	// message again, and the escrow's timeline says who asked.
+	first := ""
+	for deadline := time.Now().Add(15 * time.Second); first == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, hit := range rc.delivered() {
+			if hit.Event == "escrow.disputed" {
+				first = hit.ID
+			}
+		}
+	}
+	if first == "" {
+		t.Fatalf("no escrow.disputed webhook among %+v", rc.delivered())
+	}
 	navigate(t, tab, h.srv.URL+"/dashboard/test/webhooks")
-	first := hits[0].ID
 	if st := submit(t, tab, "#delivery-"+first+" button.redeliver"); st != 200 {
 		t.Fatalf("redeliver: %d", st)
 	}
@@ -138,6 +149,12 @@ func TestDashboardBrowserSupportAndOwner(t *testing.T) {
 	}
 	if again == 0 {
 		t.Fatalf("the redelivery of %s did not arrive: %+v", first, rc.delivered())
+	}
+	navigate(t, tab, h.srv.URL+"/dashboard/test/escrows/"+id)
+	entry, err := chromedp.Run(tab, chromedp.Evaluate[string](
+		`[...document.querySelectorAll("#timeline li")].map(e => e.textContent).find(s => s.includes("webhook.redelivery_requested")) || ""`))
+	if err != nil || !strings.Contains(entry, "escrow.disputed, delivery "+first) || !strings.Contains(entry, "by owner@shop.example (dashboard)") {
+		t.Errorf("the timeline's redelivery entry %q (%v)", entry, err)
 	}
 
 	// Create a key (shown once), use it, revoke it.

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/dashauth"
 )
@@ -231,5 +233,127 @@ func TestDashboardSessionIdles(t *testing.T) {
 	}
 	if r := expectStatus(t, c.get("/dashboard/test"), 303, "an idle session"); r.Location != "/dashboard/login" {
 		t.Fatalf("sends to %q", r.Location)
+	}
+}
+
+// TestDashboardRedeliverIsAnEventOfTheUser: redelivering a webhook from
+// the dashboard is recorded with the user as the actor, on the escrow's
+// timeline when the delivery is an escrow's and in the delivery's own
+// stream when it is a payment's; the API's retry is the same command with
+// the key as the actor; a refused redelivery records nothing.
+func TestDashboardRedeliverIsAnEventOfTheUser(t *testing.T) {
+	h := newWebhookHarness(t)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
+	seller := h.createCustomer(h.sa(), "s@x.com", "08035557001")
+	buyer := h.funded("b@x.com", "08035557002", 20000)
+	id, _ := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
+	var escrowHit, paymentHit hookHit
+	deadline := time.Now().Add(15 * time.Second)
+	for (escrowHit.ID == "" || paymentHit.ID == "") && time.Now().Before(deadline) {
+		for _, hit := range rc.delivered() {
+			switch {
+			case hit.Event == "escrow.disputed":
+				escrowHit = hit
+			case hit.Event == "payment.deposit.success":
+				paymentHit = hit
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if escrowHit.ID == "" || paymentHit.ID == "" {
+		t.Fatalf("no escrow.disputed and payment.deposit.success among %+v", rc.delivered())
+	}
+	c := h.dashUser("support@shop.example", dashauth.Support)
+	users, err := h.api.users.Users(context.Background(), h.m.MerchantID)
+	if err != nil || len(users) != 1 {
+		t.Fatalf("users %v %v", users, err)
+	}
+	user := users[0].ID
+	redeliver := func(delivery string) dashResp {
+		c.page("/dashboard/test/webhooks")
+		return c.post("/dashboard/test/webhooks/deliveries/"+delivery+"/redeliver", nil)
+	}
+	// lastEvent is the last event of stream, its data decoded into data.
+	lastEvent := func(stream string, data any) (string, domain.Meta) {
+		t.Helper()
+		events, err := h.store.ReadStream(context.Background(), stream, 0, 1000)
+		if err != nil || len(events) == 0 {
+			t.Fatalf("stream %s: %d events, %v", stream, len(events), err)
+		}
+		last := events[len(events)-1]
+		var meta domain.Meta
+		if err := json.Unmarshal(last.Metadata, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(last.Data, data); err != nil {
+			t.Fatal(err)
+		}
+		return last.Type, meta
+	}
+
+	// An escrow's delivery: on the escrow's stream and its timeline.
+	r := expectStatus(t, redeliver(escrowHit.ID), 303, "redeliver the escrow's webhook")
+	if r.Location != "/dashboard/test/webhooks?done=redelivered" {
+		t.Fatalf("redeliver sends to %q", r.Location)
+	}
+	var asked webhook.RedeliveryRequested
+	typ, meta := lastEvent(app.EscrowKind.StreamName(id), &asked)
+	if typ != "webhook.redelivery_requested" || meta.Actor != user || meta.MerchantID != h.m.MerchantID ||
+		meta.Environment != domain.Test || asked.DeliveryID != escrowHit.ID || asked.Event != "escrow.disputed" || asked.EscrowID != id {
+		t.Fatalf("the escrow's last event %s %+v, metadata %+v (user %s, delivery %s)", typ, asked, meta, user, escrowHit.ID)
+	}
+	body := c.page("/dashboard/test/escrows/" + id)
+	entry := regexp.MustCompile(`<li>[^\n]*webhook\.redelivery_requested[^\n]*</li>`).FindString(body)
+	if !strings.Contains(entry, "escrow.disputed, delivery "+escrowHit.ID) || !strings.Contains(entry, "by support@shop.example (dashboard)") {
+		t.Fatalf("the timeline's redelivery entry %q in %s", entry, body)
+	}
+
+	// A payment's delivery: in the delivery's own stream.
+	expectStatus(t, redeliver(paymentHit.ID), 303, "redeliver the payment's webhook")
+	asked = webhook.RedeliveryRequested{}
+	typ, meta = lastEvent(app.WebhookDeliveryKind.StreamName(paymentHit.ID), &asked)
+	if typ != "webhook.redelivery_requested" || meta.Actor != user || asked.DeliveryID != paymentHit.ID ||
+		asked.Event != "payment.deposit.success" || asked.EscrowID != "" {
+		t.Fatalf("the delivery's event %s %+v, metadata %+v", typ, asked, meta)
+	}
+
+	// The API's retry: the same command, the key as the actor.
+	h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + escrowHit.ID + "/retry", key: h.sa()}).
+		expect(t, 200, "Webhook delivery queued for retry")
+	asked = webhook.RedeliveryRequested{}
+	if typ, meta = lastEvent(app.EscrowKind.StreamName(id), &asked); typ != "webhook.redelivery_requested" ||
+		!strings.HasPrefix(meta.Actor, "key_") || asked.DeliveryID != escrowHit.ID {
+		t.Fatalf("the API's retry recorded %s %+v, metadata %+v", typ, asked, meta)
+	}
+
+	// A delivery the merchant does not have is refused, and nothing is
+	// recorded of it.
+	unknown := "00000000-0000-7000-8000-000000000001"
+	expectStatus(t, redeliver(unknown), 404, "redeliver an unknown delivery")
+	if events, err := h.store.ReadStream(context.Background(), app.WebhookDeliveryKind.StreamName(unknown), 0, 10); err != nil || len(events) != 0 {
+		t.Fatalf("a refused redelivery recorded %d events (%v)", len(events), err)
+	}
+	// Every redelivery asked reached the receiver again.
+	for _, d := range []string{escrowHit.ID, paymentHit.ID} {
+		want := 2
+		if d == escrowHit.ID {
+			want = 3
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for got := 0; ; time.Sleep(10 * time.Millisecond) {
+			got = 0
+			for _, hit := range rc.delivered() {
+				if hit.ID == d {
+					got++
+				}
+			}
+			if got >= want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("delivery %s arrived %d times, want %d", d, got, want)
+			}
+		}
 	}
 }

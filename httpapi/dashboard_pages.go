@@ -15,6 +15,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/projections"
@@ -118,6 +119,9 @@ type timelineEntry struct {
 	At    time.Time
 	Type  string
 	Actor string
+	// Detail says what of the escrow an event not of its own names (the
+	// webhook a redelivery was asked of).
+	Detail string
 }
 
 type escrowPage struct {
@@ -217,7 +221,14 @@ func (s *Server) timeline(ctx context.Context, d dashCtx, id string) ([]timeline
 		case actor == "":
 			actor = "the service"
 		}
-		out = append(out, timelineEntry{At: ev.RecordedAt, Type: ev.Type, Actor: actor})
+		entry := timelineEntry{At: ev.RecordedAt, Type: ev.Type, Actor: actor}
+		if ev.Type == (webhook.RedeliveryRequested{}).EventType() {
+			var r webhook.RedeliveryRequested
+			if err := json.Unmarshal(ev.Data, &r); err == nil {
+				entry.Detail = r.Event + ", delivery " + r.DeliveryID
+			}
+		}
+		out = append(out, entry)
 	}
 	return out, nil
 }
@@ -365,7 +376,7 @@ func (s *Server) dashRotateSecret(d dashCtx) error {
 func (s *Server) dashRedeliver(d dashCtx) error {
 	box, err := s.outbox()
 	if err == nil {
-		_, err = box.Retry(d.Request().Context(), d.Session.User.MerchantID, d.Env, d.Param("id"))
+		_, err = s.redeliver(d.Request().Context(), box, d.actor(), d.Param("id"))
 	}
 	if err != nil {
 		return s.dashFail(d, err, func() error { return s.dashWebhooks(d) })

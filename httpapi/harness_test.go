@@ -151,13 +151,14 @@ var eventKinds = map[string]domain.Registry{
 	app.ReservationKind.Name: app.ReservationKind.Registry, app.WhitelistKind.Name: app.WhitelistKind.Registry,
 	app.WalletKind.Name: app.WalletKind.Registry, app.PaymentKind.Name: app.PaymentKind.Registry,
 	app.EscrowKind.Name: app.EscrowKind.Registry, app.CategoryKind.Name: app.CategoryKind.Registry,
-	app.CategoryOrderKind.Name:  app.CategoryOrderKind.Registry,
-	app.CheckoutKind.Name:       app.CheckoutKind.Registry,
-	app.PayoutLinkKind.Name:     app.PayoutLinkKind.Registry,
-	app.RecipientKind.Name:      app.RecipientKind.Registry,
-	app.DepositAccountKind.Name: app.DepositAccountKind.Registry,
-	app.AccountLinkKind.Name:    app.AccountLinkKind.Registry,
-	app.ChargeKind.Name:         app.ChargeKind.Registry,
+	app.CategoryOrderKind.Name:   app.CategoryOrderKind.Registry,
+	app.CheckoutKind.Name:        app.CheckoutKind.Registry,
+	app.PayoutLinkKind.Name:      app.PayoutLinkKind.Registry,
+	app.RecipientKind.Name:       app.RecipientKind.Registry,
+	app.DepositAccountKind.Name:  app.DepositAccountKind.Registry,
+	app.AccountLinkKind.Name:     app.AccountLinkKind.Registry,
+	app.ChargeKind.Name:          app.ChargeKind.Registry,
+	app.WebhookDeliveryKind.Name: app.WebhookDeliveryKind.Registry,
 }
 
 // eventsDecodeAsEncodingJSONDoes: every aggregate event the test stored

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -106,10 +107,22 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, _ := PrincipalFrom(c)
-	d, err := box.Retry(c.Request().Context(), p.MerchantID, p.Environment, c.Param("id"))
+	d, err := s.redeliver(c.Request().Context(), box, actor(c), c.Param("id"))
 	if err != nil {
 		return err
 	}
 	return respond(c, http.StatusOK, "Webhook delivery queued for retry", d)
+}
+
+// redeliver queues delivery id of a's merchant and environment for another
+// attempt through the application's command, which records a as the one
+// who asked (on the escrow's timeline when the delivery is an escrow's).
+func (s *Server) redeliver(ctx context.Context, box *webhooks.Outbox, a app.Actor, id string) (webhooks.Delivery, error) {
+	var d webhooks.Delivery
+	_, err := s.app.RequestRedelivery(ctx, a, func(ctx context.Context) (app.QueuedDelivery, error) {
+		var err error
+		d, err = box.Retry(ctx, a.MerchantID, a.Environment, id)
+		return app.QueuedDelivery{ID: d.ID, Event: d.Event, EscrowID: d.EscrowID}, err
+	})
+	return d, err
 }

@@ -59,6 +59,9 @@ type Delivery struct {
 	CreatedAt      time.Time  `json:"createdAt"`
 	DeliveredAt    *time.Time `json:"deliveredAt"`
 	AttemptLog     []Attempt  `json:"attemptLog"`
+	// EscrowID is the escrow whose event the delivery announces (its
+	// order key); "" for a payment's. Not part of the delivery log's JSON.
+	EscrowID string `json:"-"`
 }
 
 // Attempt is one try to deliver a message.
@@ -77,7 +80,7 @@ type DeliveryFilter struct {
 }
 
 const deliveryColumns = `id::text, event, status, attempts, last_status_code, last_error, next_attempt_at, created_at, delivered_at,
-	last_attempt, last_attempt_at, last_attempt_status_code, last_attempt_error, last_attempt_duration_ms`
+	last_attempt, last_attempt_at, last_attempt_status_code, last_attempt_error, last_attempt_duration_ms, coalesce(order_key, '')`
 
 // scanDelivery reads a row of deliveryColumns: the delivery, with an empty
 // attempt log, and the attempt the row holds (nil: none).
@@ -91,7 +94,7 @@ func scanDelivery(row pgx.Row) (Delivery, *Attempt, error) {
 		at   *time.Time
 	)
 	if err := row.Scan(&d.ID, &d.Event, &d.Status, &d.Attempts, &d.LastStatusCode, &d.LastError, &next,
-		&d.CreatedAt, &d.DeliveredAt, &num, &at, &a.StatusCode, &a.Error, &took); err != nil {
+		&d.CreatedAt, &d.DeliveredAt, &num, &at, &a.StatusCode, &a.Error, &took, &d.EscrowID); err != nil {
 		return d, nil, err
 	}
 	d.CreatedAt = d.CreatedAt.UTC()

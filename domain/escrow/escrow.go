@@ -12,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/webhook"
 )
 
 // Status and state values of the spec.
@@ -306,6 +307,9 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &WindowExtended{} },
 	func() domain.Event { return &Reminded{} },
 	func() domain.Event { return &PartiallyRefunded{} },
+	// A redelivery of a webhook of the escrow: on its timeline, and no
+	// change to its state (Apply has no case for it).
+	func() domain.Event { return &webhook.RedeliveryRequested{} },
 )
 
 // Apply folds an escrow event. It copies slices before changing them.

@@ -13,6 +13,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ids"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/webhook"
 )
 
 // Accounts of the fixtures.
@@ -377,6 +378,7 @@ func TestRegistryRoundTrip(t *testing.T) {
 			Records: []ledger.Record{record("release-m1", ledger.EscrowRelease, "s1", 150, 0)}, At: now},
 		MilestoneConfirmed{MilestoneID: "m1", Movement: movement(post(buyerEscrow, sellerMain, 150)),
 			Records: []ledger.Record{record("release-m1", ledger.EscrowRelease, "s1", 150, 0)}, MilestoneDueAt: now.Add(time.Hour), At: now},
+		webhook.RedeliveryRequested{DeliveryID: "d1", Event: "escrow.disputed", EscrowID: "e1", RequestedAt: now},
 	}
 	for i, back := range domaintest.RoundTrip(t, Registry, events...) {
 		// Folding the decoded event is the same as folding the decided one.
@@ -384,8 +386,23 @@ func TestRegistryRoundTrip(t *testing.T) {
 			t.Fatalf("%s: decoded event folds differently", back.EventType())
 		}
 	}
-	if len(Registry) != 16 {
-		t.Errorf("registry has %d types, want 16", len(Registry))
+	if len(Registry) != 17 {
+		t.Errorf("registry has %d types, want 17", len(Registry))
+	}
+}
+
+// TestRedeliveryLeavesTheEscrowAsItWas: a webhook's redelivery is on the
+// escrow's stream for its timeline only; in every status the escrow folds
+// to the state it had.
+func TestRedeliveryLeavesTheEscrowAsItWas(t *testing.T) {
+	ev := webhook.RedeliveryRequested{DeliveryID: "d1", Event: "escrow.ongoing", EscrowID: "e1", RequestedAt: now.Add(time.Hour)}
+	for name, s := range map[string]State{
+		"pending": fold(link()),
+		"ongoing": fold(funds(money.Naira(500), whoPays(Both))...),
+	} {
+		if got := Apply(s, ev); !reflect.DeepEqual(got, s) {
+			t.Errorf("%s: a redelivery changed the escrow:\n%+v\nwas\n%+v", name, got, s)
+		}
 	}
 }
 

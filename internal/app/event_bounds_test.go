@@ -49,7 +49,9 @@ var fieldCaps = map[string]int{
 	"payment.PayoutLeased.Holder": 64, "payment.PayoutStarted.LeaseHolder": 64,
 	"payment.TestAccount.AccountName": 200, "payment.TestAccount.AccountNumber": 32, "payment.TestAccount.BankName": 200,
 	"wallet.Posted.Reference": 100, "wallet.Posted.TransactionID": 64,
-	"whitelist.AddressRemoved.AddressID": 64, "whitelist.AddressRemoved.WalletAddress": 42,
+	"webhook.RedeliveryRequested.DeliveryID": 36, "webhook.RedeliveryRequested.Event": 64,
+	"webhook.RedeliveryRequested.EscrowID": 64,
+	"whitelist.AddressRemoved.AddressID":   64, "whitelist.AddressRemoved.WalletAddress": 42,
 	"whitelist.AddressWhitelisted.AddressID": 64, "whitelist.AddressWhitelisted.CustomerID": 255,
 	"whitelist.AddressWhitelisted.MerchantID": 64, "whitelist.AddressWhitelisted.Network": 16,
 	"whitelist.AddressWhitelisted.WalletAddress": 42, "whitelist.AddressWhitelisted.Label": whitelist.MaxLabel,
@@ -155,7 +157,7 @@ func TestEveryEventFitsItsBound(t *testing.T) {
 	uncapped := map[string]bool{}
 	for _, reg := range []domain.Registry{MerchantKind.Registry, CustomerKind.Registry, ReservationKind.Registry,
 		WhitelistKind.Registry, WalletKind.Registry, PaymentKind.Registry, EscrowKind.Registry,
-		CategoryKind.Registry, CategoryOrderKind.Registry, CheckoutKind.Registry} {
+		CategoryKind.Registry, CategoryOrderKind.Registry, CheckoutKind.Registry, WebhookDeliveryKind.Registry} {
 		for typ, ctor := range reg {
 			ptr := reflect.ValueOf(ctor())
 			fm := maximal{event: typ, uncapped: uncapped}

@@ -8,6 +8,7 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/wallet"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/domain/whitelist"
 )
 
@@ -44,4 +45,8 @@ var (
 	// (category.OrderKey).
 	CategoryOrderKind = Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder, Snapshot: "categoryorder/1"}
 	CheckoutKind      = Kind[checkout.State]{Name: "checkout", Registry: checkout.Registry, Apply: checkout.Apply}
+	// WebhookDeliveryKind is one stream per webhook delivery that announces
+	// no escrow's event (a payment's): the redeliveries asked of it. An
+	// escrow's deliveries are asked in the escrow's own stream.
+	WebhookDeliveryKind = Kind[webhook.Delivery]{Name: "webhookdelivery", Registry: webhook.Registry, Apply: webhook.Apply}
 )

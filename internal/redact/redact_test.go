@@ -16,6 +16,7 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/wallet"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/domain/whitelist"
 )
 
@@ -99,7 +100,8 @@ func TestExportRedactionsCoverTheDomain(t *testing.T) {
 	sensitive := regexp.MustCompile(`(?i)secret|digest|bvn|password|private|mnemonic|token`)
 	allowed := map[string]bool{"paymentToken": true} // a public link id, not a credential
 	for _, reg := range []domain.Registry{merchant.Registry, customer.Registry, customer.ReservationRegistry, wallet.Registry,
-		payment.Registry, escrow.Registry, category.Registry, category.OrderRegistry, whitelist.Registry, checkout.Registry} {
+		payment.Registry, escrow.Registry, category.Registry, category.OrderRegistry, whitelist.Registry, checkout.Registry,
+		webhook.Registry} {
 		for typ, ctor := range reg {
 			for _, name := range jsonFields(reflect.TypeOf(ctor()).Elem()) {
 				if !sensitive.MatchString(name) || allowed[name] {
