@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"net/url"
 	"strings"
@@ -62,17 +63,9 @@ func TestDashboardForgedForms(t *testing.T) {
 // the password step stops working at the code step.
 func TestDashboardSessionFixation(t *testing.T) {
 	h := newHarness(t)
-	h.dashUser("ada@shop.example", dashauth.Owner)
-	var secret string
-	{
-		// The user's secret, from the first login's browser.
-		users, _ := h.api.users.Users(context.Background(), h.m.MerchantID)
-		if err := h.pool.QueryRow(context.Background(), `SELECT totp_secret FROM dashboard_users WHERE user_id = $1`, users[0].ID).Scan(&secret); err != nil {
-			t.Fatal(err)
-		}
-	}
+	first := h.dashUser("ada@shop.example", dashauth.Owner)
 	c := h.dashBrowser()
-	c.secret = secret
+	c.secret = first.secret // the user's authenticator
 	u, _ := url.Parse(h.srv.URL + "/dashboard/")
 	planted := "PLANTEDBYANATTACKERPLANTEDBYANATTACKER"
 	c.client.Jar.SetCookies(u, []*http.Cookie{{Name: dashCookie, Value: planted, Path: "/dashboard"}})
@@ -230,4 +223,29 @@ func TestDashboardEscapesEverySuppliedString(t *testing.T) {
 	if r.Status != 400 || strings.Contains(r.Body, "<script>") || !strings.Contains(r.Body, "Note&#34;") {
 		t.Fatalf("a refused resolution: %d %s", r.Status, r.Body)
 	}
+}
+
+// TestDashboardTOTPSecretIsSealed: once a user has enrolled over HTTP,
+// their row holds no TOTP secret (as text or as bytes), and their
+// authenticator's code still logs them in.
+func TestDashboardTOTPSecretIsSealed(t *testing.T) {
+	h := newHarness(t)
+	c := h.dashUser("ada@shop.example", dashauth.Support)
+	var raw string
+	if err := h.pool.QueryRow(context.Background(), `SELECT row_to_json(u)::text FROM dashboard_users u WHERE lower(email) = $1`,
+		"ada@shop.example").Scan(&raw); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.ToUpper(raw), c.secret) || strings.Contains(strings.ToLower(raw), hex.EncodeToString([]byte(c.secret))) {
+		t.Fatalf("the user's row holds their TOTP secret: %s", raw)
+	}
+	again := h.dashBrowser()
+	again.page("/dashboard/login")
+	if r := expectStatus(t, again.post("/dashboard/login", url.Values{"email": {c.email}, "password": {dashPassword}}), 303, "login"); r.Location != "/dashboard/code" {
+		t.Fatalf("login sends to %q", r.Location)
+	}
+	again.page("/dashboard/code")
+	again.secret = c.secret
+	again.enterCode(time.Now().Add(30 * time.Second)) // the enrolment used this step's code
+	again.page("/dashboard/test")
 }

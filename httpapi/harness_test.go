@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,8 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/dashauth"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -63,6 +66,20 @@ func startHarness(t *testing.T, also func(ctx context.Context, store eventstore.
 	mutate ...func(*Config)) *harness {
 	t.Helper()
 	return startHarnessWith(t, harnessOptions{}, also, mutate...)
+}
+
+// testMaster is a fresh master key, as ESCROW_MASTER_KEY_FILE holds one.
+func testMaster(t *testing.T) keyring.Master {
+	t.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	m, err := keyring.NewMaster(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // harnessOptions tune the parts of the harness that Config does not reach.
@@ -120,7 +137,8 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 		PublicURL: "http://" + l.Addr().String(),
 		// Tests of other packages hold transactions open on the shared
 		// server; only TestReadyzReportsHeldHorizon tests this limit.
-		MaxReadyHorizon: time.Minute}
+		MaxReadyHorizon: time.Minute,
+		Dashboard:       dashauth.NewStore(pool, keyring.New(pool, testMaster(t)))}
 	for _, m := range mutate {
 		m(&cfg)
 	}

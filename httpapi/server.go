@@ -78,6 +78,10 @@ type Config struct {
 	// FilesQuota bounds each merchant environment's stored files in bytes
 	// (default 1,024 MB); an upload past it is 413.
 	FilesQuota int64
+	// Dashboard keeps the dashboard's users and sessions, sealing their
+	// TOTP secrets with the master key's data keys; nil (no master key)
+	// serves no dashboard pages but the login page's refusal.
+	Dashboard *dashauth.Store
 	// WebhookAllowPrivate lets callback URLs of either environment resolve
 	// to private or loopback addresses (ESCROW_WEBHOOK_ALLOW_PRIVATE).
 	WebhookAllowPrivate bool

@@ -175,7 +175,7 @@ func startAPI(t *testing.T, db string) string {
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = runner.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	api, err := newAPI(cfg, env, runner, newRegistry(), false)
+	api, err := newAPI(ctx, cfg, env, runner, newRegistry(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,9 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/internal/inbox"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -62,7 +64,7 @@ func newRegistry() *prometheus.Registry {
 // newAPI assembles the API over an open environment, with the payment
 // providers of cfg; webhooksRole says the process runs the webhooks role
 // too, so /readyz checks its subscriber.
-func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) (*httpapi.Server, error) {
+func newAPI(ctx context.Context, cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus.Registry, webhooksRole bool) (*httpapi.Server, error) {
 	providers := map[domain.Environment]wiring.Provider{}
 	for e, p := range cfg.Providers {
 		providers[e] = wiring.Provider{Name: p.Name, SecretKey: string(p.SecretKey), BaseURL: p.BaseURL, DVABank: p.DVABank}
@@ -76,11 +78,39 @@ func newAPI(cfg Config, env *cliEnv, runner *projections.Runner, reg *prometheus
 	if hc.Files, err = openFiles(cfg, env); err != nil {
 		return nil, err
 	}
+	if hc.Dashboard, err = dashboardUsers(ctx, cfg, env); err != nil {
+		return nil, err
+	}
 	api := wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
 	if cfg.Providers != nil { // a Config not read by LoadConfig keeps the defaults
 		api.App().Gateways = gateways
 	}
 	return api, nil
+}
+
+// dashboardUsers is the dashboard's users and sessions, their TOTP
+// secrets sealed with data keys the master key (ESCROW_MASTER_KEY_FILE)
+// wraps; nil without a master key (the dashboard is then off). Secrets an
+// earlier version kept in plain text are sealed first, so none stays
+// readable once this version has started.
+func dashboardUsers(ctx context.Context, cfg Config, env *cliEnv) (*dashauth.Store, error) {
+	if cfg.MasterKeyFile == "" {
+		env.Log.Warn("the dashboard is off: it seals TOTP secrets with the master key, and ESCROW_MASTER_KEY_FILE is not set")
+		return nil, nil
+	}
+	current, _, err := masterKeys(cfg)
+	if err != nil {
+		return nil, err
+	}
+	users := dashauth.NewStore(env.Pool, keyring.New(env.Pool, current))
+	n, err := users.SealPlainSecrets(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dashboard: seal the TOTP secrets kept in plain text: %w", err)
+	}
+	if n > 0 {
+		env.Log.Info("dashboard: sealed TOTP secrets kept in plain text", zap.Int("users", n))
+	}
+	return users, nil
 }
 
 var serveCommand = &command{
@@ -216,7 +246,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		if ln == nil {
 			return errors.New("serve: the api role has no address to listen on")
 		}
-		api, err := newAPI(cfg, env, runner, reg, want["webhooks"])
+		api, err := newAPI(ctx, cfg, env, runner, reg, want["webhooks"])
 		if err != nil {
 			return err
 		}

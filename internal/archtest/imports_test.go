@@ -64,7 +64,8 @@ var rules = []rule{
 	// domain decides.
 	{pkg: "internal/gateway/paystackgw", may: append([]string{"internal/gateway", "internal/paystack"}, domainPkgs...), testsMay: append([]string{"internal/paystack/paystacksim"}, domainPkgs...)},
 	// The dashboard's users and sessions: credentials, no rule of money.
-	{pkg: "internal/dashauth", testsMay: []string{"internal/pgtest", "migrations"}},
+	// Their TOTP secrets are sealed with the merchant's data key.
+	{pkg: "internal/dashauth", may: []string{"internal/keyring"}, testsMay: []string{"internal/keyring", "internal/pgtest", "migrations"}},
 	// The providers' inbound events, kept before they are acknowledged.
 	{pkg: "internal/inbox", may: domainPkgs, testsMay: []string{"internal/pgtest", "migrations"}},
 	{pkg: "internal/pgtest", may: []string{"migrations"}},

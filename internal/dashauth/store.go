@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/internal/keyring"
 )
 
 // User is one dashboard user as the pages see them.
@@ -36,13 +38,98 @@ type Session struct {
 }
 
 // Store keeps users and sessions in PostgreSQL (dashboard_users,
-// dashboard_sessions).
+// dashboard_sessions). TOTP secrets are sealed with the merchant's data
+// key (keys), so a read of the table, or a backup of it, logs nobody in.
 type Store struct {
 	pool *pgxpool.Pool
+	keys *keyring.Keyring
 }
 
-// NewStore returns the store over pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// NewStore returns the store over pool, sealing TOTP secrets with keys.
+// Without keys (nil) it creates users but seals and opens no TOTP
+// secret, so nobody gets past the code step (the operator's dashboard-user
+// command needs none).
+func NewStore(pool *pgxpool.Pool, keys *keyring.Keyring) *Store {
+	return &Store{pool: pool, keys: keys}
+}
+
+// ErrNoKeyring answers a TOTP step of a store made without a keyring.
+var ErrNoKeyring = errors.New("dashauth: TOTP secrets need the master key (ESCROW_MASTER_KEY_FILE)")
+
+// totpAAD binds a sealed TOTP secret to its field and its user: a sealed
+// secret copied to another user's row does not open.
+func totpAAD(userID string) []byte { return []byte("dashboard_users.totp_secret\x00" + userID) }
+
+func (s *Store) sealTOTP(ctx context.Context, merchantID, userID, secret string) ([]byte, error) {
+	if s.keys == nil {
+		return nil, ErrNoKeyring
+	}
+	return s.keys.Seal(ctx, keyring.Merchant(merchantID), []byte(secret), totpAAD(userID))
+}
+
+func (s *Store) openTOTP(ctx context.Context, merchantID, userID string, sealed []byte) (string, error) {
+	if s.keys == nil {
+		return "", ErrNoKeyring
+	}
+	plain, err := s.keys.Open(ctx, keyring.Merchant(merchantID), sealed, totpAAD(userID))
+	return string(plain), err
+}
+
+// sealPlain seals the TOTP secret a user has in plain text (stored before
+// secrets were sealed) into totp_sealed and clears the plain one. It
+// returns that secret ("" when the user had none in plain text).
+func (s *Store) sealPlain(ctx context.Context, userID string) (string, error) {
+	var (
+		merchantID string
+		plain      *string
+	)
+	err := s.pool.QueryRow(ctx, `SELECT merchant_id, totp_secret FROM dashboard_users WHERE user_id = $1`, userID).Scan(&merchantID, &plain)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && plain == nil {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	sealed, err := s.sealTOTP(ctx, merchantID, userID, *plain)
+	if err != nil {
+		return "", err
+	}
+	// Only if it is still that secret: of two processes sealing it at once,
+	// either's sealed copy is the same secret.
+	if _, err := s.pool.Exec(ctx, `UPDATE dashboard_users SET totp_sealed = $2, totp_secret = NULL
+		WHERE user_id = $1 AND totp_secret = $3`, userID, sealed, *plain); err != nil {
+		return "", err
+	}
+	return *plain, nil
+}
+
+// SealPlainSecrets seals every TOTP secret kept in plain text (by a
+// version that did not seal them) and clears it: run at start, so that
+// none stays readable after an upgrade. It returns how many it sealed.
+func (s *Store) SealPlainSecrets(ctx context.Context) (int, error) {
+	if s.keys == nil {
+		return 0, ErrNoKeyring
+	}
+	rows, err := s.pool.Query(ctx, `SELECT user_id FROM dashboard_users WHERE totp_secret IS NOT NULL ORDER BY user_id`)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		plain, err := s.sealPlain(ctx, id)
+		if err != nil {
+			return n, err
+		}
+		if plain != "" {
+			n++
+		}
+	}
+	return n, nil
+}
 
 // ErrEmailTaken answers a user created with an email another user has.
 var ErrEmailTaken = errors.New("a dashboard user with this email exists")
@@ -227,19 +314,31 @@ func (s *Store) End(ctx context.Context, cookie string) error {
 }
 
 // PendingTOTPSecret is the secret a user at the password stage is to add
-// to their authenticator: made once and kept until a code confirms it.
+// to their authenticator: made once and kept (sealed) until a code
+// confirms it.
 func (s *Store) PendingTOTPSecret(ctx context.Context, u User) (string, error) {
 	if u.TOTPConfirmed {
 		return "", errors.New("the user's TOTP secret is confirmed")
+	}
+	// A secret shown before secrets were sealed stays the one to add: the
+	// user may have added it already.
+	if _, err := s.sealPlain(ctx, u.ID); err != nil {
+		return "", err
 	}
 	k, err := NewTOTPKey(u.Email)
 	if err != nil {
 		return "", err
 	}
-	var secret string
-	err = s.pool.QueryRow(ctx, `UPDATE dashboard_users SET totp_secret = COALESCE(totp_secret, $2)
-		WHERE user_id = $1 AND NOT totp_confirmed RETURNING totp_secret`, u.ID, k.Secret()).Scan(&secret)
-	return secret, err
+	fresh, err := s.sealTOTP(ctx, u.MerchantID, u.ID, k.Secret())
+	if err != nil {
+		return "", err
+	}
+	var sealed []byte
+	if err := s.pool.QueryRow(ctx, `UPDATE dashboard_users SET totp_sealed = COALESCE(totp_sealed, $2)
+		WHERE user_id = $1 AND NOT totp_confirmed RETURNING totp_sealed`, u.ID, fresh).Scan(&sealed); err != nil {
+		return "", err
+	}
+	return s.openTOTP(ctx, u.MerchantID, u.ID, sealed)
 }
 
 // CheckCode finishes logging in: with the right TOTP code (one not used
@@ -248,15 +347,16 @@ func (s *Store) PendingTOTPSecret(ctx context.Context, u User) (string, error) {
 // user's TOTP secret. A wrong code counts towards the lock.
 func (s *Store) CheckCode(ctx context.Context, cookie, code string, now time.Time) (string, error) {
 	var (
-		userID string
-		secret *string
-		last   int64
-		locked *time.Time
+		userID, merchantID string
+		plain              *string
+		sealed             []byte
+		last               int64
+		locked             *time.Time
 	)
-	err := s.pool.QueryRow(ctx, `SELECT u.user_id, u.totp_secret, u.totp_last_step, u.locked_until
+	err := s.pool.QueryRow(ctx, `SELECT u.user_id, u.merchant_id, u.totp_secret, u.totp_sealed, u.totp_last_step, u.locked_until
 		FROM dashboard_sessions se JOIN dashboard_users u USING (user_id)
 		WHERE se.digest = $1 AND se.stage = 'password' AND se.last_seen_at > $2`, digest(cookie), now.Add(-IdleTimeout)).
-		Scan(&userID, &secret, &last, &locked)
+		Scan(&userID, &merchantID, &plain, &sealed, &last, &locked)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", ErrNoSession
 	}
@@ -266,9 +366,23 @@ func (s *Store) CheckCode(ctx context.Context, cookie, code string, now time.Tim
 	if locked != nil && locked.After(now) {
 		return "", ErrLocked
 	}
+	secret := ""
+	switch {
+	case plain != nil: // kept before secrets were sealed: sealed now
+		if secret, err = s.sealPlain(ctx, userID); err != nil {
+			return "", err
+		}
+		if secret == "" { // sealed meanwhile by another process
+			secret = *plain
+		}
+	case sealed != nil:
+		if secret, err = s.openTOTP(ctx, merchantID, userID, sealed); err != nil {
+			return "", err
+		}
+	}
 	step, ok := int64(0), false
-	if secret != nil {
-		step, ok = matchStep(*secret, strings.TrimSpace(code), now)
+	if secret != "" {
+		step, ok = matchStep(secret, strings.TrimSpace(code), now)
 	}
 	if !ok || step <= last {
 		return "", s.fail(ctx, userID, now)

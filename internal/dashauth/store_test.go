@@ -2,25 +2,61 @@ package dashauth_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/escrowd/escrowd/internal/dashauth"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 const password = "correct horse battery staple"
 
+// fixture is a store over a database of its own, with the keyring that
+// seals its TOTP secrets.
+type fixture struct {
+	st   *dashauth.Store
+	pool *pgxpool.Pool
+	keys *keyring.Keyring
+}
+
+func newFixture(t *testing.T) fixture {
+	t.Helper()
+	pool := pgtest.NewPool(t)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	m, err := keyring.NewMaster(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := keyring.New(pool, m)
+	return fixture{st: dashauth.NewStore(pool, keys), pool: pool, keys: keys}
+}
+
 // newUser creates a user, uses their setup link and returns the store,
 // the user and the password-stage session's cookie.
 func newUser(t *testing.T, now time.Time) (*dashauth.Store, dashauth.User, string) {
 	t.Helper()
+	f := newFixture(t)
+	u, cookie := f.newUser(t, "Ada@Example.com", now)
+	return f.st, u, cookie
+}
+
+// newUser creates a user of merchant m1 with email, uses their setup link
+// and returns them and the password-stage session's cookie.
+func (f fixture) newUser(t *testing.T, email string, now time.Time) (dashauth.User, string) {
+	t.Helper()
 	ctx := context.Background()
-	st := dashauth.NewStore(pgtest.NewPool(t))
-	u, token, err := st.CreateUser(ctx, "m1", "Ada@Example.com", dashauth.Support, "operator", now)
+	st := f.st
+	u, token, err := st.CreateUser(ctx, "m1", email, dashauth.Support, "operator", now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +67,7 @@ func newUser(t *testing.T, now time.Time) (*dashauth.Store, dashauth.User, strin
 	if _, err := st.CompleteSetup(ctx, token, password, now); !errors.Is(err, dashauth.ErrSetupUsed) {
 		t.Fatalf("a setup link used twice: %v", err)
 	}
-	return st, u, cookie
+	return u, cookie
 }
 
 func TestPasswordHashIsArgon2idAndSalted(t *testing.T) {
@@ -155,7 +191,7 @@ func TestIdleSessionEnds(t *testing.T) {
 func TestSetupLinkExpires(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
-	st := dashauth.NewStore(pgtest.NewPool(t))
+	st := newFixture(t).st
 	_, token, err := st.CreateUser(ctx, "m1", "b@example.com", dashauth.Viewer, "operator", now)
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
-	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/internal/files"
 	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/internal/gateway/paystackgw"
@@ -84,7 +83,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		Directory: auth,
 		Webhooks:  webhooks.NewOutbox(pool),
 		Inbox:     events,
-		Dashboard: dashauth.NewStore(pool),
+		Dashboard: cfg.Dashboard,
 		Closers:   []func(){auth.Close, uses.Close},
 	})
 }
