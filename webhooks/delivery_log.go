@@ -21,11 +21,18 @@ import (
 // Outbox reads and changes deliveries for the API.
 type Outbox struct {
 	pool *pgxpool.Pool
+	// betweenReads runs between the statements of one delivery log read
+	// (BetweenReads); nil for none.
+	betweenReads func()
 }
 
-// testHookBetweenReads, set only by tests (export_test.go), runs between
-// the statements of a delivery log read of o.
-var testHookBetweenReads func(o *Outbox)
+// OutboxOption tunes an outbox.
+type OutboxOption func(*Outbox)
+
+// BetweenReads makes f run between the statements of each delivery log
+// read (the rows, their count, their attempts): whatever f commits there
+// is not seen by the read, which takes one snapshot (see snapshot).
+func BetweenReads(f func()) OutboxOption { return func(o *Outbox) { o.betweenReads = f } }
 
 // snapshot runs the statements of one delivery log read in a read-only
 // repeatable-read transaction: the rows, their count and their attempts
@@ -37,15 +44,21 @@ func (o *Outbox) snapshot(ctx context.Context, f func(tx pgx.Tx) error) error {
 	})
 }
 
-// between calls testHookBetweenReads, if set.
+// between runs the BetweenReads option's function, if any.
 func (o *Outbox) between() {
-	if testHookBetweenReads != nil {
-		testHookBetweenReads(o)
+	if o.betweenReads != nil {
+		o.betweenReads()
 	}
 }
 
 // NewOutbox returns the outbox on pool.
-func NewOutbox(pool *pgxpool.Pool) *Outbox { return &Outbox{pool: pool} }
+func NewOutbox(pool *pgxpool.Pool, opts ...OutboxOption) *Outbox {
+	o := &Outbox{pool: pool}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return o
+}
 
 // Delivery is one message's delivery state, as the delivery log shows it.
 type Delivery struct {

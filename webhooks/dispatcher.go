@@ -85,6 +85,11 @@ type Dispatcher struct {
 	// MetricsInterval (default DefaultMetricsInterval) while Run runs.
 	Metrics         *Metrics
 	MetricsInterval time.Duration
+	// Idle, when set, is called (from Run) each time Run has done what
+	// woke it (a notification, a handoff, its poll) and goes back to
+	// waiting: whoever watches learns that everything the dispatcher was
+	// told of before has been acted on, without guessing how long it takes.
+	Idle func()
 
 	mu   sync.Mutex
 	adm  admission // which attempts may start now; guarded by mu
@@ -94,10 +99,6 @@ type Dispatcher struct {
 	handed     []leasedAttempt
 	handedWake chan struct{}
 }
-
-// testHookWaiting, set only by tests (export_test.go), is called each time
-// Run has done what woke d and goes back to waiting for a wake-up.
-var testHookWaiting func(d *Dispatcher)
 
 // maxLease bounds the rows one lease leases: a longer backlog goes out in
 // several leases, back to back (see Run).
@@ -316,8 +317,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}
 		}
 		timer.Reset(d.PollInterval)
-		if testHookWaiting != nil {
-			testHookWaiting(d)
+		if d.Idle != nil {
+			d.Idle()
 		}
 	wait:
 		for {

@@ -481,12 +481,19 @@ func TestWorkersBoundAllAttempts(t *testing.T) {
 	for _, m := range ms {
 		ids = append(ids, e.deposits(m, each)...)
 	}
+	var w wakeWatch
 	e.runDispatcher(e.pool, func(d *Dispatcher) {
 		d.Workers, d.PerMerchant, d.SlowPerMerchant = workers, each, each
 		d.Timeout, d.SlowAfter = 30*time.Second, 30*time.Second
+		w.watch(d)
 	})
 	eventually(t, 10*time.Second, "every worker busy", func() bool { return cur.Load() >= workers })
-	time.Sleep(20 * 20 * time.Millisecond) // twenty poll intervals for a lease past the bound
+	// Twenty polls in which Run could lease past the bound: a lease it
+	// made would be in the table when Run goes back to waiting.
+	w.waitTurns(t, 20)
+	if n := e.statuses()[StatusDelivering]; n != workers {
+		t.Fatalf("%d deliveries leased, with %d workers", n, workers)
+	}
 	if n := len(rc.all()); n != workers || peak.Load() != workers {
 		t.Fatalf("%d requests, %d at once, with %d workers", n, peak.Load(), workers)
 	}

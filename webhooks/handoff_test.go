@@ -543,7 +543,8 @@ func (merchantTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
-	d, stop := e.runDispatcher(e.pool, func(d *Dispatcher) { d.PollInterval = time.Hour })
+	var w wakeWatch
+	d, stop := e.runDispatcher(e.pool, func(d *Dispatcher) { d.PollInterval = time.Hour; w.watch(d) })
 	msg, err := newMessage(uuid.New(), "m1", domain.Test, "payment.deposit.success", "", map[string]int{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -560,7 +561,7 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 		defer d.mu.Unlock()
 		return d.adm.running
 	})
-	time.Sleep(50 * time.Millisecond) // Run waits for work (PollInterval: an hour)
+	w.wake(t) // Run has acted on everything and waits for work (PollInterval: an hour)
 	// Hold the dispatcher while it stops: its loop ends (on the context),
 	// and its handing back waits for the lock, behind the attempts handed
 	// over meanwhile.
@@ -635,8 +636,18 @@ func TestEnqueueWakesTheDispatchers(t *testing.T) {
 	e := newTestEnv(t)
 	rc := newReceiver(t, nil, func(hit) int { return 200 })
 	m := e.merchant(rc.srv.URL)
-	e.runDispatcher(e.pool, func(d *Dispatcher) { d.PollInterval = time.Hour })
-	time.Sleep(200 * time.Millisecond) // the dispatcher is listening and idle
+	var w wakeWatch
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.PollInterval = time.Hour; w.watch(d) })
+	// The dispatcher is listening, and idle once it has acted on the
+	// catch-up wake-up its LISTEN sends: from here only a notification
+	// wakes it within the hour.
+	eventually(t, 10*time.Second, "the dispatcher listening", func() bool {
+		var n int
+		err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle' AND query = 'LISTEN '||$1`, notifyChannel).Scan(&n)
+		return err == nil && n == 1
+	})
+	w.wake(t)
 	msg, err := newMessage(uuid.New(), m.MerchantID, domain.Test, "payment.deposit.success", "", map[string]int{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -845,20 +856,23 @@ func TestUnreportedBatchGivesBackItsRoom(t *testing.T) {
 }
 
 // wakeWatch tells when Run has handled a wake-up in full: watch installs it
-// on a dispatcher before Run starts; wake wakes the dispatcher and waits
-// until Run, woken after that, has done all it does for it and waits again.
+// on a dispatcher before Run starts (as its Idle); wake wakes the
+// dispatcher and waits until Run, woken after that, has done all it does
+// for it and waits again. It counts Run's turns back to waiting too.
 type wakeWatch struct {
 	mu      sync.Mutex
 	d       *Dispatcher
 	sent    int // wake-ups sent by wake
 	handled int // of them, those Run has handled in full
+	turns   int // times Run went back to waiting
 }
 
 func (w *wakeWatch) watch(d *Dispatcher) {
 	w.d = d
-	onWaiting(d, func() {
+	d.Idle = func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		w.turns++
 		// Only Run's wait takes wake-ups: with none pending as Run goes
 		// back to waiting, the round that ends here (or one before it)
 		// took every wake-up sent so far, so it began after them. A round
@@ -866,6 +880,20 @@ func (w *wakeWatch) watch(d *Dispatcher) {
 		if len(d.wake) == 0 {
 			w.handled = w.sent
 		}
+	}
+}
+
+// waitTurns waits until Run has gone back to waiting n more times (a poll
+// each, when nothing else wakes it).
+func (w *wakeWatch) waitTurns(t *testing.T, n int) {
+	t.Helper()
+	w.mu.Lock()
+	want := w.turns + n
+	w.mu.Unlock()
+	eventually(t, 10*time.Second, fmt.Sprintf("%d turns of Run", n), func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.turns >= want
 	})
 }
 

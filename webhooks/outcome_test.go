@@ -597,7 +597,6 @@ func TestAttemptInBothPlacesShownOnce(t *testing.T) {
 func TestDeliveryLogReadsOneMoment(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
-	box := NewOutbox(e.pool)
 	id := e.insertDelivery("m-1", "")
 	code := int32(500)
 	fail := func() {
@@ -605,13 +604,13 @@ func TestDeliveryLogReadsOneMoment(t *testing.T) {
 	}
 	fail() // attempt 1, held by the row
 	reads := 0
-	betweenReads(box, func() {
+	box := NewOutbox(e.pool, BetweenReads(func() {
 		// Two more attempts between the rows and the attempts: each
 		// outcome moves the attempt before it into webhook_attempts.
 		reads++
 		fail()
 		fail()
-	})
+	}))
 	check := func(name string, d Delivery) {
 		t.Helper()
 		if d.Attempts != len(d.AttemptLog) {
