@@ -98,6 +98,9 @@ type skipFlusher struct {
 	mu    sync.Mutex
 	set   map[*checkpointer]struct{}
 	armed bool
+	// flushing counts the flushes under way: with none, and none armed,
+	// every skip recorded so far has been stored or found overtaken.
+	flushing int
 }
 
 // due adds c to the next flush, arming it for c.delay from now if it is not
@@ -129,7 +132,13 @@ func (f *skipFlusher) due(c *checkpointer) {
 // one's next batch waiting for the lock the flush keeps. It is put back
 // for the next round instead.
 func (f *skipFlusher) flush() {
+	defer func() {
+		f.mu.Lock()
+		f.flushing--
+		f.mu.Unlock()
+	}()
 	f.mu.Lock()
+	f.flushing++
 	cs := make([]*checkpointer, 0, len(f.set))
 	for c := range f.set {
 		cs = append(cs, c)

@@ -102,7 +102,7 @@ func TestSkippedBatchesAreStoredLazily(t *testing.T) {
 	}
 	// And a skip still pending from before that batch, flushed later, never
 	// moves it back.
-	time.Sleep(10 * defaultSkipFlushDelay)
+	waitFlushed(t, active)
 	if got := checkpointOf(t, e.pool, c.name); got != rel.Position {
 		t.Fatalf("stored checkpoint %s after the flush delay, want %s (it moved back)", got, rel.Position)
 	}

@@ -19,6 +19,19 @@ func picky(name string) interested { return interested{newCounter(name)} }
 
 // startActive starts a runner of ps with the given flush delay and waits
 // until it is active for all of them.
+// waitFlushed waits until r's skip flusher has nothing armed and no flush
+// under way: every skip r recorded before has been stored, or found
+// overtaken by another write.
+func waitFlushed(t *testing.T, r *Runner) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "the skips flushed", func() bool {
+		f := &r.skips
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return !f.armed && f.flushing == 0
+	})
+}
+
 func startActive(t *testing.T, e *env, delay time.Duration, ps ...Projector) *Runner {
 	t.Helper()
 	r := testRunner(e.store, e.pool, e.log, ps...)
@@ -237,7 +250,7 @@ func TestFlushFindingTheCheckpointMovedResyncs(t *testing.T) {
 	if tag.RowsAffected() != 1 {
 		t.Skip("the flush came before the checkpoint was moved")
 	}
-	time.Sleep(1500 * time.Millisecond) // the flush finds it moved
+	waitFlushed(t, r) // the flush finds it moved
 	next := visible(t, e.store, appendEvents(t, e.store, 1, 1))
 	if err := r.WaitFor(ctx, next); err != nil {
 		t.Fatal(err)

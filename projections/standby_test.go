@@ -64,8 +64,19 @@ func TestStandbyAppliesNothingUntilActiveStops(t *testing.T) {
 			t.Fatalf("standby WaitFor: %v", err)
 		}
 	}
-	// Give B many more lock attempts (LockRetry 20 ms) with nothing new.
-	time.Sleep(300 * time.Millisecond)
+	// Give B many more lock attempts (LockRetry 20 ms) with nothing new:
+	// each is a statement of its lock session, seen starting anew in
+	// pg_stat_activity.
+	tries := map[time.Time]bool{}
+	waitUntil(t, 10*time.Second, "fifteen more lock attempts of B", func() bool {
+		var at time.Time
+		err := e.pool.QueryRow(context.Background(), `SELECT query_start FROM pg_stat_activity
+			WHERE datname = current_database() AND query LIKE 'SELECT pg_try_advisory_lock(%'`).Scan(&at)
+		if err == nil {
+			tries[at] = true
+		}
+		return len(tries) >= 15 || pb.calls.Load() > 0 // an active B tries no more
+	})
 	if n := pb.calls.Load(); n != 0 {
 		t.Fatalf("standby runner B applied %d batches (%d events) while A held the lock", n, pb.events.Load())
 	}
