@@ -27,8 +27,9 @@ import (
 type payoutProvider struct {
 	mu        sync.Mutex
 	asked     []string
-	left      []time.Duration // per call, what its context had left of its deadline (0: none)
-	started   chan struct{}   // one send per call, when set
+	left      []time.Duration   // per call, what its context had left of its deadline (0: none)
+	ctxs      []context.Context // per call, its context
+	started   chan struct{}     // one send per call, when set
 	release   chan struct{}
 	hangFirst bool
 	unhang    chan struct{}
@@ -45,6 +46,7 @@ func (p *payoutProvider) Send(ctx context.Context, w ledger.Record, _ string) (p
 		left = time.Until(deadline)
 	}
 	p.left = append(p.left, left)
+	p.ctxs = append(p.ctxs, ctx)
 	call := len(p.asked)
 	p.mu.Unlock()
 	if p.started != nil {
@@ -334,7 +336,14 @@ func TestAHungUpClientStillRecordsThePayout(t *testing.T) {
 	}()
 	<-p.started
 	hangUp()
-	time.Sleep(50 * time.Millisecond) // a cancelled call would have returned by now
+	// A cancellation reaches the contexts made from the client's before
+	// hangUp returns: the provider's call is not one of them.
+	p.mu.Lock()
+	callCtx := p.ctxs[0]
+	p.mu.Unlock()
+	if err := callCtx.Err(); err != nil {
+		t.Fatalf("the hang-up cut the provider's call short: %v", err)
+	}
 	close(p.release)
 	if err := <-done; err != nil {
 		t.Fatalf("the hung-up verify: %v, want the payout recorded", err)
