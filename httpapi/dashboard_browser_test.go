@@ -57,7 +57,7 @@ func TestDashboardBrowserSupportAndOwner(t *testing.T) {
 	seller := h.createCustomer(h.sa(), "s@x.com", "08035557001")
 	buyer := h.funded("b@x.com", "08035557002", 20000)
 	id, _ := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
-	rc.waitFor(t, 1)
+	rc.waitFor(t, h, 1)
 	owner := h.dashUser("owner@shop.example", dashauth.Owner)
 
 	tab := browser(t)

@@ -98,6 +98,9 @@ type harnessOptions struct {
 	// projections.All()); parkAfter, when set, is the runner's ParkAfter.
 	projectors []projections.Projector
 	parkAfter  int
+	// wrap, when set, wraps the HTTP server's handler (to see when a
+	// request's handling has ended, say).
+	wrap func(http.Handler) http.Handler
 }
 
 func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool) []func(context.Context) error,
@@ -156,6 +159,9 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 		limits = *o.limits
 	}
 	h.srv = &httptest.Server{Listener: l, Config: api.HTTPServer("", limits)}
+	if o.wrap != nil {
+		h.srv.Config.Handler = o.wrap(h.srv.Config.Handler)
+	}
 	h.srv.Start()
 	t.Cleanup(h.srv.Close)
 	t.Cleanup(h.eventsDecodeAsEncodingJSONDoes)

@@ -139,7 +139,7 @@ func testCheckpointsAcrossRestarts(t *testing.T) {
 	second := h.funded("b@x.com", "08035550002", 0)
 	third := h.funded("c@x.com", "08035550003", 0)
 	fourth := h.funded("d@x.com", "08035550004", 0)
-	rc.waitFor(t, 1)
+	rc.waitFor(t, h, 1)
 	stopHooks()
 	h.projecting.stop()
 	// Written while neither runs (a customer tops up once a day).
@@ -147,7 +147,7 @@ func testCheckpointsAcrossRestarts(t *testing.T) {
 	h.topUp(third, 3000).expect(t, 200, "Wallet topped up successfully")
 	h.projecting.start()
 	stopHooks = startHooks()
-	rc.waitFor(t, 3)
+	rc.waitFor(t, h, 3)
 	h.expectWallet(second, 2000, 0)
 	h.expectWallet(third, 3000, 0)
 	// A restart with nothing new to apply, then one more write.
@@ -157,7 +157,7 @@ func testCheckpointsAcrossRestarts(t *testing.T) {
 	stopHooks = startHooks()
 	defer stopHooks()
 	h.topUp(fourth, 4000).expect(t, 200, "Wallet topped up successfully")
-	hits := rc.waitFor(t, 4)
+	hits := rc.waitFor(t, h, 4)
 	h.expectWallet(first, 1000, 0)
 	h.expectWallet(fourth, 4000, 0)
 

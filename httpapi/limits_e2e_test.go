@@ -28,10 +28,12 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	h := startHarnessWith(t, harnessOptions{limits: &lim}, nil)
 	addr := strings.TrimPrefix(h.srv.URL, "http://")
 	const slow = 40
-	var wg sync.WaitGroup
+	var wg, started sync.WaitGroup
 	cut := make(chan time.Duration, 2*slow)
 	trickle := func(first string, rest string) {
 		defer wg.Done()
+		begun := sync.OnceFunc(started.Done)
+		defer begun()
 		conn, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Error(err)
@@ -43,6 +45,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 			t.Error(err)
 			return
 		}
+		begun() // the server holds this connection's request open now
 		// One byte every 100 ms, for up to 10 s: far slower than the limits.
 		for i := 0; i < 100; i++ {
 			time.Sleep(100 * time.Millisecond)
@@ -62,14 +65,16 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	}
 	for i := 0; i < slow; i++ {
 		wg.Add(2)
+		started.Add(2)
 		// Slow headers: a request line, then a header that never ends.
 		go trickle("GET /v1/countries HTTP/1.1\r\nHost: x\r\nX-Slow: ", "abcdefgh")
 		// Slow body: whole headers, then a body one byte at a time.
 		go trickle(fmt.Sprintf("POST /v1/customer/create HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"+
 			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"firstname\":\"", h.sa()), "aaaaaaaa")
 	}
-	// Meanwhile the server answers others at once.
-	time.Sleep(200 * time.Millisecond)
+	// Meanwhile (every slow client has begun its request) the server
+	// answers others at once.
+	started.Wait()
 	for i := 0; i < 5; i++ {
 		start := time.Now()
 		h.do(req{path: "/v1/countries", key: h.std()}).expect(t, 200, "")

@@ -22,6 +22,7 @@ import (
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/gateway"
+	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -111,17 +112,46 @@ func (r *hookReceiver) delivered() []hookHit {
 	return out
 }
 
-func (r *hookReceiver) waitFor(t *testing.T, n int) []hookHit {
+// waitFor waits until n webhooks have been delivered, then until nothing
+// more can arrive (h.webhooksSettled), and returns what was delivered.
+func (r *hookReceiver) waitFor(t *testing.T, h *harness, n int) []hookHit {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		got := r.delivered()
 		if len(got) >= n {
-			time.Sleep(100 * time.Millisecond) // nothing more may arrive
+			h.webhooksSettled(t)
 			return r.delivered()
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("got %d webhooks, want %d: %+v", len(got), n, got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// webhooksSettled waits until no webhook can be sent any more: the
+// subscriber has read the whole log (every message written so far is in
+// the outbox) and no delivery is pending or in flight.
+func (h *harness) webhooksSettled(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	sub := wired.Subscriber(h.store, h.pool)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		st, err := projections.Status(ctx, h.pool, h.store, sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var open int
+		if err := h.pool.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status IN ('pending', 'delivering')`).Scan(&open); err != nil {
+			t.Fatal(err)
+		}
+		if st[0].Lag == 0 && open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("webhooks never settled: subscriber lag %d, %d deliveries pending or in flight", st[0].Lag, open)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -157,7 +187,7 @@ func TestWebhooksEscrowLifecycle(t *testing.T) {
 	h.do(req{method: "DELETE", path: "/v1/escrow/delete/" + gone["paymentToken"].(string), key: h.std(), cid: seller}).
 		expect(t, 200, "")
 
-	hits := rc.waitFor(t, 9)
+	hits := rc.waitFor(t, h, 9)
 	if len(hits) != 9 {
 		t.Fatalf("%d webhooks: %+v", len(hits), hits)
 	}
@@ -244,7 +274,7 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 2)
 	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
 	h.funded("b@x.com", "08035550002", 5000)
-	hits := rc.waitFor(t, 1)
+	hits := rc.waitFor(t, h, 1)
 	if len(hits) != 1 || hits[0].Event != "payment.deposit.success" || hits[0].Attempt != "3" {
 		t.Fatalf("hits %+v", hits)
 	}
@@ -268,7 +298,7 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	if r["id"] != id {
 		t.Fatalf("retry %v", r)
 	}
-	hits = rc.waitFor(t, 2)
+	hits = rc.waitFor(t, h, 2)
 	if hits[1].ID != id || hits[1].Attempt != "4" {
 		t.Fatalf("redelivery %+v", hits[1])
 	}
@@ -277,7 +307,7 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	for n := 2; n <= webhooks.MaxManualRetries; n++ {
 		h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
 			expect(t, 200, "Webhook delivery queued for retry")
-		rc.waitFor(t, n+1)
+		rc.waitFor(t, h, n+1)
 	}
 	h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
 		expect(t, 400, "A delivery may be retried by hand at most 10 times")
@@ -395,7 +425,7 @@ func TestWebhookDeliveryLogShowsNextAttempt(t *testing.T) {
 	}
 
 	// The retry comes at the announced time and is delivered.
-	hits := rc.waitFor(t, 1)
+	hits := rc.waitFor(t, h, 1)
 	if len(hits) != 1 || hits[0].Attempt != "2" || hits[0].ID != d["id"] {
 		t.Fatalf("hits %+v", hits)
 	}
@@ -453,7 +483,7 @@ func (h *harness) allWebhooks(rc *hookReceiver) []hookHit {
 	h.t.Helper()
 	h.webhooksCaughtUp()
 	total := h.do(req{path: "/v1/merchant/webhook/deliveries", key: h.sa()}).expect(h.t, 200, "").obj()["pagination"].(map[string]any)["count"].(float64)
-	hits := rc.waitFor(h.t, int(total))
+	hits := rc.waitFor(h.t, h, int(total))
 	seen := map[string]bool{}
 	for _, hh := range hits {
 		if !hh.SigOK || seen[hh.ID] {
