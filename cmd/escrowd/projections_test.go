@@ -210,11 +210,15 @@ func TestProjectionsStatusExplainsHeldHorizon(t *testing.T) {
 	if _, err := env.Store.Append(context.Background(), eventstore.StreamAppend{Stream: "held-" + uuid.NewString(), Expected: eventstore.NoStream, Events: held}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(horizonExplainAfter + 100*time.Millisecond)
-	out, err := cli(t, db, "projections", "status")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The status explains a hold once it has lasted horizonExplainAfter.
+	var out string
+	waitUntil(t, "the status explaining the hold", func() bool {
+		var err error
+		if out, err = cli(t, db, "projections", "status"); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(out, "Held by: pid ")
+	})
 	for _, want := range []string{"committed events held back for", "behind every projector",
 		"Held by: pid ", "pgtest-open-log-writer", other, "pg_terminate_backend"} {
 		if !strings.Contains(out, want) {
@@ -285,10 +289,10 @@ func TestHorizonMetrics(t *testing.T) {
 	if _, err := env.Store.Append(context.Background(), eventstore.StreamAppend{Stream: "held-" + uuid.NewString(), Expected: eventstore.NoStream, Events: held}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if n, secs := gauges(); n < 3 || secs < 0.2 {
-		t.Fatalf("held: %v events for %v s, want at least 3 for 0.2 s", n, secs)
-	}
+	waitUntil(t, "the gauges showing 3 events held for 0.2 s", func() bool {
+		n, secs := gauges()
+		return n >= 3 && secs >= 0.2
+	})
 	end()
 	waitUntil(t, "the horizon gauges back at 0", func() bool {
 		n, secs := gauges()
