@@ -39,15 +39,6 @@ const (
 
 var errMalformedBatch = errors.New("eventstore: es_append_batch answered for other appends")
 
-// errLostAnswer is a committed call's answer that a test drops
-// (testHookLoseAnswer).
-var errLostAnswer = errors.New("eventstore: the answer of es_append_batch was lost")
-
-// testHookLoseAnswer, set only by tests (export_test.go), says to drop the
-// answer of s's group call that committed, as a connection lost after the
-// commit does.
-var testHookLoseAnswer func(s *Store) bool
-
 type appendGroup struct {
 	mu      sync.Mutex
 	queue   []*appendReq
@@ -247,8 +238,8 @@ func (s *Store) appendMany(batch []*appendReq) {
 	if err == nil && (len(ok) != len(batch) || len(revisions) != n || len(eventIDs) != len(seqs)) {
 		err = errMalformedBatch
 	}
-	if err == nil && testHookLoseAnswer != nil && testHookLoseAnswer(s) {
-		err = errLostAnswer
+	if err == nil && s.afterGroupCall != nil {
+		err = s.afterGroupCall()
 	}
 	if err != nil {
 		// The call failed as a whole (an event id stored already, a new

@@ -196,8 +196,10 @@ func TestGroupWithAStoredEventFallsBackToAppendsAlone(t *testing.T) {
 // commit) stores nothing twice: each append, made again alone, is found
 // stored and reports where it landed; a refused one is still refused.
 func TestGroupWhoseAnswerIsLostReportsWhatItStored(t *testing.T) {
-	s, _ := newStore(t)
-	postgres.LoseGroupAnswers(s)
+	// Every group call that committed loses its answer (a connection
+	// dropped after the commit).
+	s := postgres.New(pgtest.NewPool(t), postgres.AfterGroupCall(func() error { return errors.New("the answer was lost") }))
+	t.Cleanup(s.Close)
 	p := uuid.NewString()[:8] + "-"
 	mustAppend(t, s, one(p+"x", eventstore.NoStream, evs(1))) // alone: no group call
 	before := s.AppendStats()
@@ -401,7 +403,7 @@ func TestQueuedAppendLeavesOnCancel(t *testing.T) {
 		_, err := s.Append(qctx, one(p+"gave-up", eventstore.NoStream, evs(1)))
 		queued <- err
 	}()
-	time.Sleep(50 * time.Millisecond) // it is queued: the only call is held
+	waitFor(t, func() bool { return postgres.Queued(s) == 1 }) // the only call is held
 	cancel()
 	if err := <-queued; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled queued append: %v; want context.Canceled", err)

@@ -1,19 +1,6 @@
 package postgres
 
-import (
-	"sync"
-
-	"github.com/escrowd/escrowd/eventstore"
-)
-
-var lostAnswers sync.Map // *Store → true
-
-func init() {
-	testHookLoseAnswer = func(s *Store) bool {
-		_, ok := lostAnswers.Load(s)
-		return ok
-	}
-}
+import "github.com/escrowd/escrowd/eventstore"
 
 // SetTailWindow sets how many events the shared tail keeps (at least; it
 // trims back to n once it holds 2n), so tests can make followers cross the
@@ -65,10 +52,6 @@ func AppendTogether(s *Store, appends ...[]eventstore.StreamAppend) []Outcome {
 	return out
 }
 
-// LoseGroupAnswers makes the store treat the answer of every group call
-// that committed as lost (a connection dropped after the commit).
-func LoseGroupAnswers(s *Store) { lostAnswers.Store(s, true) }
-
 // Take is the queue's grouping rule: which of the appends, queued in this
 // order, the next call takes (by index).
 func Take(appends ...[]eventstore.StreamAppend) []int {
@@ -87,4 +70,11 @@ func Take(appends ...[]eventstore.StreamAppend) []int {
 		taken = append(taken, index[r])
 	}
 	return taken
+}
+
+// Queued is how many appends wait in the store's queue for a call.
+func Queued(s *Store) int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
 }

@@ -101,8 +101,12 @@ func TestHorizonWaitsForAnOpenLogWriter(t *testing.T) {
 	if last, err := s.Last(ctx); err != nil || last.Less(pos[1]) {
 		t.Fatalf("last %v (%v) is before the acknowledged append %v", last, err, pos[1])
 	}
-	time.Sleep(150 * time.Millisecond)
-	quiet, err := s.Horizon(ctx, 0, time.Hour)
+	// Held for 150 ms: the explanation below is asked for past 100 ms.
+	var quiet eventstore.Horizon
+	waitFor(t, func() bool {
+		quiet, err = s.Horizon(ctx, 0, time.Hour)
+		return err != nil || quiet.HeldFor >= 150*time.Millisecond
+	})
 	if err != nil || quiet.Held != 2 || quiet.HeldFor < 150*time.Millisecond || quiet.Blocker != "" {
 		t.Fatalf("without explaining: %+v %v", quiet, err)
 	}

@@ -44,11 +44,23 @@ type Store struct {
 	// Set it before the first Append.
 	AppendCalls int
 	group       appendGroup
+	// afterGroupCall, when set, runs after each group call that committed
+	// (AfterGroupCall).
+	afterGroupCall func() error
 }
 
-// New returns a store on pool and starts its LISTEN loop and NOTIFY sender.
-// Close stops them; the pool stays the caller's.
-func New(pool *pgxpool.Pool) *Store {
+// Option tunes a store at New.
+type Option func(*Store)
+
+// AfterGroupCall makes f run after each group call (batch.go) that
+// committed, before its answer is used: an error f returns stands for the
+// call's answer, as when the connection is lost after the commit, so the
+// appends of the call find out alone what it stored.
+func AfterGroupCall(f func() error) Option { return func(s *Store) { s.afterGroupCall = f } }
+
+// New returns a store on pool, tuned by opts, and starts its LISTEN loop
+// and NOTIFY sender. Close stops them; the pool stays the caller's.
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		pool:         pool,
@@ -60,6 +72,9 @@ func New(pool *pgxpool.Pool) *Store {
 		AppendCalls:  DefaultAppendCalls,
 		bg:           ctx,
 		self:         uuid.NewString(),
+	}
+	for _, opt := range opts {
+		opt(s)
 	}
 	s.tail = newTail(s)
 	go func() {
