@@ -8,7 +8,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/dashauth"
 )
 
@@ -52,11 +51,7 @@ func typeInto(t *testing.T, tab context.Context, sel, text string) {
 
 func TestDashboardBrowserSupportAndOwner(t *testing.T) {
 	h := newWebhookHarness(t)
-	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
-	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
-	seller := h.createCustomer(h.sa(), "s@x.com", "08035557001")
-	buyer := h.funded("b@x.com", "08035557002", 20000)
-	id, _ := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
+	rc, seller, _, id := h.hookedDispute()
 	rc.waitFor(t, h, 1)
 	owner := h.dashUser("owner@shop.example", dashauth.Owner)
 

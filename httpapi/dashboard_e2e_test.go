@@ -243,11 +243,7 @@ func TestDashboardSessionIdles(t *testing.T) {
 // the key as the actor; a refused redelivery records nothing.
 func TestDashboardRedeliverIsAnEventOfTheUser(t *testing.T) {
 	h := newWebhookHarness(t)
-	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
-	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(t, 200, "")
-	seller := h.createCustomer(h.sa(), "s@x.com", "08035557001")
-	buyer := h.funded("b@x.com", "08035557002", 20000)
-	id, _ := h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
+	rc, _, _, id := h.hookedDispute()
 	var escrowHit, paymentHit hookHit
 	deadline := time.Now().Add(15 * time.Second)
 	for (escrowHit.ID == "" || paymentHit.ID == "") && time.Now().Before(deadline) {

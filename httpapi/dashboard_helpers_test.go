@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/dashauth"
 )
 
@@ -174,4 +175,17 @@ func (c *dashClient) enterCode(at time.Time) {
 func (c *dashClient) page(path string) string {
 	c.t.Helper()
 	return expectStatus(c.t, c.get(path), 200, path).Body
+}
+
+// hookedDispute points the harness merchant's test webhooks at a new
+// receiver, then puts an escrow of 10,000 (the fee paid by the buyer)
+// between a new seller and a funded buyer in dispute.
+func (h *harness) hookedDispute() (rc *hookReceiver, seller, buyer, escrowID string) {
+	h.t.Helper()
+	rc = newHookReceiver(h.t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL}}).expect(h.t, 200, "")
+	seller = h.createCustomer(h.sa(), "s@x.com", "08035557001")
+	buyer = h.funded("b@x.com", "08035557002", 20000)
+	escrowID, _ = h.disputedEscrow(seller, buyer, "buyer", 0, nil, 10250)
+	return rc, seller, buyer, escrowID
 }
