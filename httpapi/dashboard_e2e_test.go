@@ -353,3 +353,64 @@ func TestDashboardRedeliverIsAnEventOfTheUser(t *testing.T) {
 		}
 	}
 }
+
+// TestDashboardUserChangesAreEventsOfTheOwner: an owner adding and
+// removing a user on the Users page is recorded in the merchant's stream
+// with the owner as the actor (the user's id and role, not their email);
+// removing a user that is not there records nothing.
+func TestDashboardUserChangesAreEventsOfTheOwner(t *testing.T) {
+	h := newHarness(t)
+	owner := h.dashUser("owner@shop.example", dashauth.Owner)
+	users, err := h.api.users.Users(context.Background(), h.m.MerchantID)
+	if err != nil || len(users) != 1 {
+		t.Fatalf("users %v %v", users, err)
+	}
+	ownerID := users[0].ID
+	stream := app.MerchantKind.StreamName(h.m.MerchantID)
+	last := func() (string, domain.Meta, map[string]any) {
+		t.Helper()
+		events, err := h.store.ReadStream(context.Background(), stream, 0, 1000)
+		if err != nil || len(events) == 0 {
+			t.Fatalf("the merchant's stream: %d events, %v", len(events), err)
+		}
+		ev := events[len(events)-1]
+		var meta domain.Meta
+		var data map[string]any
+		if err := json.Unmarshal(ev.Metadata, &meta); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(ev.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(ev.Data), "@shop.example") {
+			t.Errorf("%s holds an email: %s", ev.Type, ev.Data)
+		}
+		return ev.Type, meta, data
+	}
+	owner.page("/dashboard/users")
+	expectStatus(t, owner.post("/dashboard/users", url.Values{"email": {"ada@shop.example"}, "role": {"support"}}), 201, "add a user")
+	users, _ = h.api.users.Users(context.Background(), h.m.MerchantID)
+	if len(users) != 2 {
+		t.Fatalf("users %+v", users)
+	}
+	added := users[1].ID
+	if typ, meta, data := last(); typ != "merchant.dashboard_user_added" || meta.Actor != ownerID || data["userId"] != added || data["role"] != "support" {
+		t.Fatalf("after adding: %s %+v %v (owner %s, user %s)", typ, meta, data, ownerID, added)
+	}
+
+	owner.page("/dashboard/users")
+	expectStatus(t, owner.post("/dashboard/users/"+added+"/delete", nil), 303, "remove the user")
+	typ, meta, data := last()
+	if typ != "merchant.dashboard_user_removed" || meta.Actor != ownerID || data["userId"] != added {
+		t.Fatalf("after removing: %s %+v %v", typ, meta, data)
+	}
+	before, err := h.store.ReadStream(context.Background(), stream, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner.page("/dashboard/users")
+	expectStatus(t, owner.post("/dashboard/users/"+added+"/delete", nil), 303, "remove the user again")
+	if after, err := h.store.ReadStream(context.Background(), stream, 0, 1000); err != nil || len(after) != len(before) {
+		t.Fatalf("removing a user that is not there recorded %d events (%v)", len(after)-len(before), err)
+	}
+}

@@ -547,11 +547,14 @@ func (s *Server) dashCreateUser(d dashCtx) error {
 		return s.dashFail(d, domain.Invalidf("%s", err.Error()), again)
 	}
 	email := strings.TrimSpace(d.Request().PostFormValue("email"))
-	_, token, err := s.users.CreateUser(d.Request().Context(), d.Session.User.MerchantID, email, role, d.Session.User.ID, s.app.Now())
+	u, token, err := s.users.CreateUser(d.Request().Context(), d.Session.User.MerchantID, email, role, d.Session.User.ID, s.app.Now())
 	if err != nil {
 		if errors.Is(err, dashauth.ErrEmailTaken) || strings.HasPrefix(err.Error(), "email") {
 			return s.dashFail(d, domain.Invalidf("%s", err.Error()), again)
 		}
+		return err
+	}
+	if _, err := s.app.RecordDashboardUserAdded(d.Request().Context(), d.actor(), u.ID, string(u.Role)); err != nil {
 		return err
 	}
 	return s.usersPageWith(d, http.StatusCreated, SetupLink(s.cfg.PublicURL, token), email)
@@ -562,8 +565,14 @@ func (s *Server) dashDeleteUser(d dashCtx) error {
 	if id == d.Session.User.ID {
 		return s.dashFail(d, domain.Invalidf("You cannot remove yourself; another owner can"), func() error { return s.dashUsers(d) })
 	}
-	if err := s.users.DeleteUser(d.Request().Context(), d.Session.User.MerchantID, id); err != nil {
+	deleted, err := s.users.DeleteUser(d.Request().Context(), d.Session.User.MerchantID, id)
+	if err != nil {
 		return err
+	}
+	if deleted {
+		if _, err := s.app.RecordDashboardUserRemoved(d.Request().Context(), d.actor(), id); err != nil {
+			return err
+		}
 	}
 	return redirect(d, "/dashboard/users", "deleted")
 }

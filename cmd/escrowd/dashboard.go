@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/escrowd/escrowd/httpapi"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/dashauth"
 )
 
@@ -38,6 +39,9 @@ removing the user (an owner does, on the Users page) and creating them again.`,
 			u, token, err := dashauth.NewStore(inv.env.Pool, nil).CreateUser(ctx, *id, *email, role, "operator", svc.Now())
 			if err != nil {
 				return err
+			}
+			if _, err := svc.RecordDashboardUserAdded(ctx, app.Actor{MerchantID: *id}, u.ID, string(u.Role)); err != nil {
+				return fmt.Errorf("user %s created, but recording it failed: %w", u.ID, err)
 			}
 			fmt.Fprintf(inv.stdout, "user %s (%s, %s)\nsetup link: %s\n", u.ID, u.Email, u.Role, httpapi.SetupLink(inv.cfg.PublicURL, token))
 			return nil

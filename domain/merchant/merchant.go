@@ -141,6 +141,8 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &FeesSet{} },
 	func() domain.Event { return &CompatSet{} },
 	func() domain.Event { return &EscrowDefaultsSet{} },
+	func() domain.Event { return &DashboardUserAdded{} },
+	func() domain.Event { return &DashboardUserRemoved{} },
 )
 
 // Apply folds one event (copy-on-write: cached states are shared).

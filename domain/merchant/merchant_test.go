@@ -38,6 +38,8 @@ func TestRegistryRoundTrip(t *testing.T) {
 		CompatSet{Profile: ProfilePayluk, SigningSecrets: map[domain.Environment]string{domain.Test: "sk_t", domain.Live: "sk_l"}},
 		CompatSet{Profile: ProfileNone},
 		EscrowDefaultsSet{Defaults: EscrowDefaults{AutoRelease: true}},
+		DashboardUserAdded{UserID: "usr_1", Role: "support", At: now},
+		DashboardUserRemoved{UserID: "usr_1", At: now},
 	}
 	decoded := domaintest.RoundTrip(t, Registry, evs...)
 	want, got := fold(evs...), fold(decoded...)
@@ -47,6 +49,17 @@ func TestRegistryRoundTrip(t *testing.T) {
 	if !got.Keys["k1"].Revoked || got.Webhooks[domain.Live] != "https://x.example/h" || got.SigningSecrets[domain.Test] != "sk_t" || got.Profile() != ProfileNone ||
 		got.Fees.EscrowFeeBps != 300 || len(got.Allowlist) != 1 {
 		t.Fatalf("state %+v", got)
+	}
+}
+
+// A dashboard user's addition or removal is a record of who did it: the
+// merchant folds to the state it had.
+func TestDashboardUserEventsLeaveTheMerchantAsItWas(t *testing.T) {
+	s := fold(created(), KeyIssued{Key: Key{ID: "k1", Environment: domain.Test, Role: Standard}})
+	for _, ev := range []domain.Event{DashboardUserAdded{UserID: "usr_1", Role: "owner", At: now}, DashboardUserRemoved{UserID: "usr_1", At: now}} {
+		if got := Apply(s, ev); !reflect.DeepEqual(got, s) {
+			t.Errorf("%s changed the merchant: %+v", ev.EventType(), got)
+		}
 	}
 }
 

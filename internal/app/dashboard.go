@@ -57,3 +57,20 @@ func (s *Service) RevokeKeyAs(ctx context.Context, a Actor, keyID string) (event
 		return merchant.RevokeKey(m, keyID, s.Engine.Now())
 	})
 }
+
+// RecordDashboardUserAdded records that the dashboard (its own store) gave
+// userID a login of a's merchant with role, with a as the actor: an owner
+// on the Users page, or the operator.
+func (s *Service) RecordDashboardUserAdded(ctx context.Context, a Actor, userID, role string) (eventstore.Position, error) {
+	return s.ChangeMerchant(ctx, a, func(merchant.State) ([]domain.Event, error) {
+		return []domain.Event{merchant.DashboardUserAdded{UserID: userID, Role: role, At: s.Engine.Now()}}, nil
+	})
+}
+
+// RecordDashboardUserRemoved records that the dashboard removed userID's
+// login of a's merchant, with a as the actor.
+func (s *Service) RecordDashboardUserRemoved(ctx context.Context, a Actor, userID string) (eventstore.Position, error) {
+	return s.ChangeMerchant(ctx, a, func(merchant.State) ([]domain.Event, error) {
+		return []domain.Event{merchant.DashboardUserRemoved{UserID: userID, At: s.Engine.Now()}}, nil
+	})
+}

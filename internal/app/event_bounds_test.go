@@ -49,6 +49,8 @@ var fieldCaps = map[string]int{
 	"payment.PayoutLeased.Holder": 64, "payment.PayoutStarted.LeaseHolder": 64,
 	"payment.TestAccount.AccountName": 200, "payment.TestAccount.AccountNumber": 32, "payment.TestAccount.BankName": 200,
 	"wallet.Posted.Reference": 100, "wallet.Posted.TransactionID": 64,
+	"merchant.DashboardUserAdded.UserID": 64, "merchant.DashboardUserAdded.Role": 16,
+	"merchant.DashboardUserRemoved.UserID":   64,
 	"webhook.RedeliveryRequested.DeliveryID": 36, "webhook.RedeliveryRequested.Event": 64,
 	"webhook.RedeliveryRequested.EscrowID": 64,
 	"whitelist.AddressRemoved.AddressID":   64, "whitelist.AddressRemoved.WalletAddress": 42,

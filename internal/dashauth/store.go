@@ -425,10 +425,11 @@ func (s *Store) UserByID(ctx context.Context, merchantID, id string) (User, bool
 	return u, err == nil, err
 }
 
-// DeleteUser removes a user of merchantID and their sessions.
-func (s *Store) DeleteUser(ctx context.Context, merchantID, id string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM dashboard_users WHERE merchant_id = $1 AND user_id = $2`, merchantID, id)
-	return err
+// DeleteUser removes a user of merchantID and their sessions, and reports
+// whether there was one.
+func (s *Store) DeleteUser(ctx context.Context, merchantID, id string) (bool, error) {
+	tag, err := s.pool.Exec(ctx, `DELETE FROM dashboard_users WHERE merchant_id = $1 AND user_id = $2`, merchantID, id)
+	return err == nil && tag.RowsAffected() > 0, err
 }
 
 // Sweep deletes sessions idle past IdleTimeout.

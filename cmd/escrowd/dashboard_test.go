@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/merchant"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
@@ -44,5 +49,38 @@ func TestServeSealsPlainTOTPSecrets(t *testing.T) {
 	var plain int
 	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM dashboard_users WHERE totp_secret IS NOT NULL OR totp_sealed IS NULL`).Scan(&plain); err != nil || plain != 0 {
 		t.Fatalf("%d users' secrets left unsealed (%v)", plain, err)
+	}
+}
+
+// TestDashboardUserCreateIsRecorded: the operator's dashboard-user create
+// is recorded in the merchant's stream, the operator as the actor.
+func TestDashboardUserCreateIsRecorded(t *testing.T) {
+	db := pgtest.NewURL(t)
+	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		MerchantID string `json:"merchantId"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err = cli(t, db, "dashboard-user", "create", "--merchant", m.MerchantID, "--email", "ada@shop.example", "--role", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t, db)
+	events, err := env.Store.ReadStream(context.Background(), app.MerchantKind.StreamName(m.MerchantID), 0, 1000)
+	if err != nil || len(events) == 0 {
+		t.Fatalf("%d events, %v", len(events), err)
+	}
+	last := events[len(events)-1]
+	var meta domain.Meta
+	var added merchant.DashboardUserAdded
+	_ = json.Unmarshal(last.Metadata, &meta)
+	_ = json.Unmarshal(last.Data, &added)
+	if last.Type != "merchant.dashboard_user_added" || meta.Actor != "operator" || added.Role != "owner" ||
+		!strings.Contains(out, "user "+added.UserID+" ") {
+		t.Fatalf("recorded %s %+v %+v; the command said %s", last.Type, meta, added, out)
 	}
 }
