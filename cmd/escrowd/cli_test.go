@@ -151,3 +151,20 @@ func mustConfig(t *testing.T, db string) Config {
 }
 
 func nopLogger() *zap.Logger { return zap.NewNop() }
+
+// cliMerchant creates a merchant named name through `merchant create`
+// (with extra flags) and returns its id.
+func cliMerchant(t *testing.T, db, name string, extra ...string) string {
+	t.Helper()
+	out, err := cli(t, db, append([]string{"merchant", "create", "--name", name, "--json"}, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		MerchantID string `json:"merchantId"`
+	}
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.MerchantID == "" {
+		t.Fatalf("merchant create printed %q: %v", out, err)
+	}
+	return m.MerchantID
+}

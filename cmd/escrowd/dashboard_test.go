@@ -56,21 +56,13 @@ func TestServeSealsPlainTOTPSecrets(t *testing.T) {
 // is recorded in the merchant's stream, the operator as the actor.
 func TestDashboardUserCreateIsRecorded(t *testing.T) {
 	db := pgtest.NewURL(t)
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
+	merchantID := cliMerchant(t, db, "Acme")
+	out, err := cli(t, db, "dashboard-user", "create", "--merchant", merchantID, "--email", "ada@shop.example", "--role", "owner")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m struct {
-		MerchantID string `json:"merchantId"`
-	}
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	if out, err = cli(t, db, "dashboard-user", "create", "--merchant", m.MerchantID, "--email", "ada@shop.example", "--role", "owner"); err != nil {
-		t.Fatal(err)
-	}
 	env := testEnv(t, db)
-	events, err := env.Store.ReadStream(context.Background(), app.MerchantKind.StreamName(m.MerchantID), 0, 1000)
+	events, err := env.Store.ReadStream(context.Background(), app.MerchantKind.StreamName(merchantID), 0, 1000)
 	if err != nil || len(events) == 0 {
 		t.Fatalf("%d events, %v", len(events), err)
 	}

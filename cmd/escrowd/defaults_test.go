@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 
 	"github.com/escrowd/escrowd/domain"
@@ -17,21 +16,12 @@ import (
 // call without the flag keeps the default.
 func TestSetDefaultsAutoRelease(t *testing.T) {
 	db := pgtest.NewURL(t)
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--business", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		MerchantID string `json:"merchantId"`
-	}
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	merchantID := cliMerchant(t, db, "Acme", "--business")
 	env := testEnv(t, db)
 	svc := service(env)
 	create := func(autoRelease *bool) bool {
 		t.Helper()
-		res, err := svc.CreateEscrow(context.Background(), app.Actor{MerchantID: m.MerchantID, Environment: domain.Test}, "",
+		res, err := svc.CreateEscrow(context.Background(), app.Actor{MerchantID: merchantID, Environment: domain.Test}, "",
 			escrow.Draft{Amount: money.Naira(10000), Purpose: "Phone", WhoPays: "buyer", AutoRelease: autoRelease})
 		if err != nil {
 			t.Fatal(err)
@@ -51,7 +41,7 @@ func TestSetDefaultsAutoRelease(t *testing.T) {
 		{[]string{"--auto-release=false"}, false},
 		{[]string{"--auto-release=true"}, true},
 	} {
-		if _, err := cli(t, db, append([]string{"merchant", "set-defaults", "--merchant", m.MerchantID}, step.args...)...); err != nil {
+		if _, err := cli(t, db, append([]string{"merchant", "set-defaults", "--merchant", merchantID}, step.args...)...); err != nil {
 			t.Fatal(err)
 		}
 		svc = service(env) // the operator's change, seen by a new process
@@ -62,7 +52,7 @@ func TestSetDefaultsAutoRelease(t *testing.T) {
 			t.Fatalf("after set-defaults %v: a request's autoRelease is not what it says", step.args)
 		}
 	}
-	if _, err := cli(t, db, "merchant", "set-defaults", "--merchant", m.MerchantID, "--auto-release=maybe"); err == nil {
+	if _, err := cli(t, db, "merchant", "set-defaults", "--merchant", merchantID, "--auto-release=maybe"); err == nil {
 		t.Fatal("--auto-release=maybe accepted")
 	}
 }

@@ -24,18 +24,9 @@ import (
 func TestEventsExportOfDataAsWritten(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewURL(t)
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m struct {
-		MerchantID string `json:"merchantId"`
-	}
-	if err := json.Unmarshal([]byte(out), &m); err != nil || m.MerchantID == "" {
-		t.Fatalf("merchant create printed %q: %v", out, err)
-	}
+	merchantID := cliMerchant(t, db, "Acme")
 	env := testEnv(t, db)
-	meta := fmt.Appendf(nil, "{\n  \"merchantId\": %q\n}\n", m.MerchantID)
+	meta := fmt.Appendf(nil, "{\n  \"merchantId\": %q\n}\n", merchantID)
 	plain := "{\n  \"z\": 1,\n  \"a\": [1.50, 2E+1, \"é\\u00e9\"],\n  \"s\": \"line\\nbreak\"\n}\n"
 	keyIssued := "{\n  \"id\": \"k9\",\n  \"digest\": \"deadbeef\",\n  \"hint\": \"sk_test_…abcd\"\n}"
 	plainEv := eventstore.EventData{ID: uuid.New(), Type: "test.pretty", Data: []byte(plain), Metadata: meta}
@@ -47,7 +38,7 @@ func TestEventsExportOfDataAsWritten(t *testing.T) {
 	}
 	storetest.WaitReadable(t, env.Store, res.Position)
 
-	out, err = cli(t, db, "events", "export", "--merchant", m.MerchantID)
+	out, err := cli(t, db, "events", "export", "--merchant", merchantID)
 	if err != nil {
 		t.Fatal(err)
 	}
