@@ -40,7 +40,10 @@ type benchServer struct {
 	// benchmarks that drive the service's own work (the deadlines).
 	svc    *app.Service
 	runner *projections.Runner
-	close  func()
+	// api is the server, for benchmarks that run its workers (the
+	// provider events' inbox).
+	api   *httpapi.Server
+	close func()
 }
 
 // newBenchStore is the event store the benchmarks run on.
@@ -71,7 +74,7 @@ func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Stor
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
 	srv := httptest.NewServer(api.Handler())
-	bs := &benchServer{ctx: ctx, pool: pool, store: store, svc: api.App(), runner: runner,
+	bs := &benchServer{ctx: ctx, pool: pool, store: store, svc: api.App(), runner: runner, api: api,
 		close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}
 	m, err := api.App().CreateMerchant(ctx, "bench", true, "NG", httpapi.KeyDigest)
 	if err != nil {

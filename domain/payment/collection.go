@@ -95,17 +95,25 @@ type (
 		Reference string `json:"reference"`
 		Charge    string `json:"charge"`
 	}
+	// DepositLapsed drops the awaited deposit Reference, whose lifetime
+	// had passed at At with no transfer matching it.
+	DepositLapsed struct {
+		Reference string    `json:"reference"`
+		At        time.Time `json:"at"`
+	}
 )
 
 func (DepositAccountOpened) EventType() string { return "depositaccount.opened" }
 func (DepositAwaited) EventType() string       { return "depositaccount.deposit_awaited" }
 func (DepositMatched) EventType() string       { return "depositaccount.deposit_matched" }
+func (DepositLapsed) EventType() string        { return "depositaccount.deposit_lapsed" }
 
 // DepositAccountRegistry decodes deposit account events.
 var DepositAccountRegistry = domain.NewRegistry(
 	func() domain.Event { return &DepositAccountOpened{} },
 	func() domain.Event { return &DepositAwaited{} },
 	func() domain.Event { return &DepositMatched{} },
+	func() domain.Event { return &DepositLapsed{} },
 )
 
 // ApplyDepositAccount folds a deposit account event; the first opening
@@ -120,22 +128,68 @@ func ApplyDepositAccount(s DepositAccount, ev domain.Event) DepositAccount {
 	case DepositAwaited:
 		s.Awaited = append(append([]AwaitedDeposit(nil), s.Awaited...), AwaitedDeposit(e))
 	case DepositMatched:
-		kept := make([]AwaitedDeposit, 0, len(s.Awaited))
-		for _, a := range s.Awaited {
-			if a.Reference != e.Reference {
-				kept = append(kept, a)
-			}
-		}
-		s.Awaited = kept
+		s.Awaited = dropAwaited(s.Awaited, e.Reference)
+	case DepositLapsed:
+		s.Awaited = dropAwaited(s.Awaited, e.Reference)
 	}
 	return s
 }
 
+func dropAwaited(awaited []AwaitedDeposit, reference string) []AwaitedDeposit {
+	kept := make([]AwaitedDeposit, 0, len(awaited))
+	for _, a := range awaited {
+		if a.Reference != reference {
+			kept = append(kept, a)
+		}
+	}
+	return kept
+}
+
+// Bounds of a deposit account's awaited entries. A deposit intent offers
+// the dedicated account for AwaitedDepositLifetime: a transfer received
+// later is credited as a deposit of its own (the money is never held
+// back), and the entry is dropped by the next staging. At most
+// MaxAwaitedDeposits entries await at once per account, so the account's
+// state stays bounded however many intents are never paid.
+const (
+	AwaitedDepositLifetime = 72 * time.Hour
+	MaxAwaitedDeposits     = 20
+)
+
+// ErrTooManyAwaited refuses a deposit intent while MaxAwaitedDeposits
+// others still await a transfer into the same account.
+var ErrTooManyAwaited = domain.Invalidf("Too many deposits are awaiting a transfer; pay one or wait for it to lapse")
+
+// Lapsed reports whether the entry's lifetime has passed at at.
+func (a AwaitedDeposit) Lapsed(at time.Time) bool {
+	return !at.Before(a.At.Add(AwaitedDepositLifetime))
+}
+
+// Await decides staging the deposit d to await a transfer into the
+// account at now: every entry lapsed by now is dropped (DepositLapsed),
+// then d is awaited (DepositAwaited), refused with ErrTooManyAwaited when
+// MaxAwaitedDeposits entries still await.
+func Await(s DepositAccount, d AwaitedDeposit, now time.Time) ([]domain.Event, error) {
+	var out []domain.Event
+	live := 0
+	for _, a := range s.Awaited {
+		if a.Lapsed(now) {
+			out = append(out, DepositLapsed{Reference: a.Reference, At: now})
+			continue
+		}
+		live++
+	}
+	if live >= MaxAwaitedDeposits {
+		return nil, ErrTooManyAwaited
+	}
+	return append(out, DepositAwaited(d)), nil
+}
+
 // Match is the awaited deposit a transfer of amount received at settles:
-// the oldest of exactly that amount staged before it.
+// the oldest of exactly that amount staged before it and not lapsed.
 func (s DepositAccount) Match(amount money.Amount, at time.Time) (AwaitedDeposit, bool) {
 	for _, a := range s.Awaited {
-		if a.Amount == amount && !a.At.After(at) {
+		if a.Amount == amount && !a.At.After(at) && !a.Lapsed(at) {
 			return a, true
 		}
 	}

@@ -208,3 +208,94 @@ func TestProviderAnswersPastTheirBoundsAreRefused(t *testing.T) {
 		t.Errorf("a charge at its bounds: %v", err)
 	}
 }
+
+// TestAwaitDeposit: given a deposit account's events, staging a deposit
+// at now drops the entries lapsed by then and awaits the new one, or is
+// refused while MaxAwaitedDeposits still await.
+func TestAwaitDeposit(t *testing.T) {
+	awaited := func(ref string, at time.Time) DepositAwaited {
+		return DepositAwaited{Reference: ref, Amount: money.Naira(500), At: at}
+	}
+	full := func(at time.Time) []domain.Event {
+		var evs []domain.Event
+		for i := range MaxAwaitedDeposits {
+			evs = append(evs, awaited("d"+string(rune('a'+i)), at))
+		}
+		return evs
+	}
+	next := AwaitedDeposit{Reference: "new", Amount: money.Naira(700), At: collectAt}
+	justLapsed := collectAt.Add(-AwaitedDepositLifetime)
+	for _, tc := range []struct {
+		name    string
+		given   []domain.Event
+		want    []domain.Event
+		wantErr error
+	}{
+		{"the first", nil, []domain.Event{DepositAwaited(next)}, nil},
+		{"beside a live one", []domain.Event{awaited("old", collectAt.Add(-time.Hour))}, []domain.Event{DepositAwaited(next)}, nil},
+		{"one just lapsed is dropped", []domain.Event{awaited("old", justLapsed)},
+			[]domain.Event{DepositLapsed{Reference: "old", At: collectAt}, DepositAwaited(next)}, nil},
+		{"one a moment short of its lifetime stays", []domain.Event{awaited("old", justLapsed.Add(time.Second))},
+			[]domain.Event{DepositAwaited(next)}, nil},
+		{"a matched one is gone", []domain.Event{awaited("old", justLapsed), DepositMatched{Reference: "old", Charge: "T1"}},
+			[]domain.Event{DepositAwaited(next)}, nil},
+		{"a full account refuses", full(collectAt.Add(-time.Hour)), nil, ErrTooManyAwaited},
+		{"a full account of lapsed entries drops them all", full(justLapsed), append(func() []domain.Event {
+			var evs []domain.Event
+			for _, ev := range full(justLapsed) {
+				evs = append(evs, DepositLapsed{Reference: ev.(DepositAwaited).Reference, At: collectAt})
+			}
+			return evs
+		}(), DepositAwaited(next)), nil},
+		{"one under the cap after a match", append(full(collectAt.Add(-time.Hour)), DepositMatched{Reference: "da", Charge: "T1"}),
+			[]domain.Event{DepositAwaited(next)}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s DepositAccount
+			for _, ev := range tc.given {
+				s = ApplyDepositAccount(s, ev)
+			}
+			got, err := Await(s, next, collectAt)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err %v, want %v", err, tc.wantErr)
+			}
+			if err != nil {
+				if got != nil {
+					t.Fatalf("refused, yet events %+v", got)
+				}
+				return
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("events %+v, want %+v", got, tc.want)
+			}
+			for i := range got {
+				if got[i] != tc.want[i] {
+					t.Fatalf("event %d: %+v, want %+v", i, got[i], tc.want[i])
+				}
+			}
+			for _, ev := range got {
+				s = ApplyDepositAccount(s, ev)
+			}
+			if len(s.Awaited) > MaxAwaitedDeposits {
+				t.Fatalf("%d awaited entries, above the cap", len(s.Awaited))
+			}
+			for _, a := range s.Awaited {
+				if a.Lapsed(collectAt) {
+					t.Fatalf("a lapsed entry kept: %+v", a)
+				}
+			}
+		})
+	}
+}
+
+// TestMatchSkipsLapsed: a transfer received after an entry's lifetime is
+// never matched to it (it is credited as a deposit of its own).
+func TestMatchSkipsLapsed(t *testing.T) {
+	s := ApplyDepositAccount(DepositAccount{}, DepositAwaited{Reference: "a", Amount: 500, At: collectAt})
+	if _, ok := s.Match(500, collectAt.Add(AwaitedDepositLifetime-time.Second)); !ok {
+		t.Fatal("a live entry was not matched")
+	}
+	if m, ok := s.Match(500, collectAt.Add(AwaitedDepositLifetime)); ok {
+		t.Fatalf("a lapsed entry matched: %+v", m)
+	}
+}

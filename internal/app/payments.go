@@ -217,11 +217,16 @@ func (s *Service) CreateIntent(ctx context.Context, a Actor, customerID string, 
 		if ev.Record.Type == ledger.Deposit && ev.DepositAccount != nil {
 			// The deposit waits for a transfer of its amount into the
 			// account; the account's stream is where the transfer finds it.
-			if _, err := Read(tx, DepositAccountKind, customerID); err != nil {
+			acct, err := Read(tx, DepositAccountKind, customerID)
+			if err != nil {
 				return err
 			}
-			Record(tx, DepositAccountKind, customerID, payment.DepositAwaited{Reference: ev.Record.Reference,
-				Amount: ev.Record.Amount, At: ev.Record.CreatedAt})
+			awaited, err := payment.Await(acct, payment.AwaitedDeposit{Reference: ev.Record.Reference,
+				Amount: ev.Record.Amount, At: ev.Record.CreatedAt}, s.Engine.Now())
+			if err != nil {
+				return err
+			}
+			Record(tx, DepositAccountKind, customerID, awaited...)
 		}
 		if ev.Charge != nil {
 			// Linked before the payer can pay, so the provider's event

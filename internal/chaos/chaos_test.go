@@ -102,6 +102,19 @@ func TestChaos(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The test environment's provider: the Paystack simulator, its events
+	// through a proxy over the instances.
+	hooks, err := startProxy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hooks.close)
+	sim, simEnv, err := startProvider(hooks.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sim.Close() })
+	f.env = append(f.env, simEnv...)
 	// The roles spread over three processes: two run projectors, two run
 	// the webhook subscriber and dispatcher, all three the API.
 	f.add("api,projector")
@@ -110,6 +123,7 @@ func TestChaos(t *testing.T) {
 	if err := f.waitReady(90 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	hooks.backends = f.apiAddrs()
 	t.Logf("chaos: set up in %s", time.Since(began).Round(time.Second))
 
 	// A request without an answer after 3 s is retried with its key; one
@@ -122,6 +136,7 @@ func TestChaos(t *testing.T) {
 	}
 	c := newClient(f.apiAddrs(), 3*time.Second, retryFor)
 	w := newWorkload(t, c, merchants)
+	w.sim = sim
 
 	// Short runs put their faults in the first half: a dispatcher killed
 	// mid-attempt holds its lease for a minute, which the end must wait out.
@@ -161,6 +176,9 @@ func TestChaos(t *testing.T) {
 	v := &verdict{}
 	ctx := context.Background()
 	checking := time.Now()
+	if err := k.providerSettled(ctx, 3*time.Minute); err != nil {
+		v.fail("provider events: %v", err)
+	}
 	rows, err := k.caughtUp(90 * time.Second)
 	if err != nil {
 		v.fail("projectors not caught up: %v", err)
@@ -175,6 +193,7 @@ func TestChaos(t *testing.T) {
 	k.records(ctx, v)
 	k.customers(ctx, v)
 	k.ledgerSums(ctx, v)
+	k.providerMoney(ctx, v)
 	// The rebuild and the audits replay the log while the webhook check
 	// waits for retries.
 	audited := &verdict{}

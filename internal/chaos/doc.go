@@ -7,6 +7,11 @@
 // retries timed-out requests with their Idempotency-Key, and then checks
 // that nothing acknowledged was lost, nothing was applied twice, every
 // account balances to zero and every read model equals a replay of the log.
+// Its test environment runs on the Paystack simulator, in the test's own
+// process: deposits into dedicated accounts, card payments of escrows and
+// bank payouts go through it, its events reach the instances through a
+// proxy, and the simulator's record of money received and paid out must
+// agree with the ledger.
 //
 // TestThreeInstances runs three instances on one database behind a
 // round-robin proxy of its own, kills them in turn under a workload that

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/domain/domaintest"
+	"github.com/escrowd/escrowd/internal/paystack/paystacksim"
 )
 
 // operations is the workload's mix: each entry is one money operation
@@ -31,6 +32,8 @@ var operations = []operation{
 	{"milestones", 2, opMilestones},
 	{"vault winner", 1, opVault(true)},
 	{"vault cancel", 1, opVault(false)},
+	{"dedicated account deposit", 2, opDedicatedDeposit},
+	{"card escrow payment", 2, opCardEscrow},
 }
 
 type operation struct {
@@ -127,6 +130,9 @@ type workload struct {
 	counts    map[string]int
 	// mix is the operations run (default operations).
 	mix []operation
+	// sim is the test environment's provider, when the instances run on
+	// the Paystack simulator (the provider operations need it).
+	sim *paystacksim.Sim
 }
 
 func newWorkload(t testing.TB, c *client, merchants []*merchantKeys) *workload {
@@ -340,7 +346,8 @@ func opContendedTransfers(p *op) {
 
 // withdraw pays amount out to account; the test provider pays any account
 // but those ending in 0000, whose payout fails and is reversed (fee
-// included), leaving the wallet as it was.
+// included), leaving the wallet as it was. On the Paystack simulator the
+// workload settles the payout there instead (withdrawAtProvider).
 func (p *op) withdraw(account string, fails bool) {
 	a, _ := p.customer(20000)
 	if a == "" {
@@ -349,6 +356,10 @@ func (p *op) withdraw(account string, fails bool) {
 	amount, ref := int64(1000+p.rng.IntN(5000)), p.ref()
 	if _, ok := p.need(p.std("POST", "/v1/payment/create-intent", a, map[string]any{"reference": ref, "amount": amount,
 		"transactionType": "withdrawal", "withdrawalDetails": map[string]any{"accountNumber": account, "bankCode": "058", "narration": "chaos"}}), nil); !ok {
+		return
+	}
+	if p.w.sim != nil {
+		p.withdrawAtProvider(a, ref, amount, fails)
 		return
 	}
 	d := delta{cust(a): {-naira(amount) - 50*100, 0}}

@@ -41,6 +41,7 @@ const (
 const (
 	OpCreateCustomer          = "customer.create"
 	OpCreateDedicatedAccount  = "dedicated_account.create"
+	OpListDedicatedAccounts   = "dedicated_account.list"
 	OpInitializeTransaction   = "transaction.initialize"
 	OpVerifyTransaction       = "transaction.verify"
 	OpListTransactions        = "transaction.list"

@@ -3,6 +3,7 @@ package paystacksim
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/mail"
 	"slices"
@@ -122,14 +123,58 @@ func (s *Sim) createDedicatedAccount(w http.ResponseWriter, r *http.Request) {
 		s.st.accounts[a.number] = a
 		s.st.accountOf[c.code] = a
 	}
-	writeJSON(w, "NUBAN successfully created", map[string]any{
+	writeJSON(w, "NUBAN successfully created", a.json(), nil)
+}
+
+// json is a dedicated account as Paystack answers it.
+func (a *account) json() map[string]any {
+	return map[string]any{
 		"bank":         map[string]any{"name": a.bankName, "id": a.bankID, "slug": a.bankSlug},
 		"account_name": a.name, "account_number": a.number, "assigned": true, "currency": "NGN",
 		"metadata": nil, "active": true, "id": a.id, "created_at": stamp(a.createdAt), "updated_at": stamp(a.createdAt),
-		"assignment": map[string]any{"integration": integrationID, "assignee_id": c.id, "assignee_type": "Customer",
+		"split_config": nil,
+		"assignment": map[string]any{"integration": integrationID, "assignee_id": a.customer.id, "assignee_type": "Customer",
 			"expired": false, "account_type": "PAY-WITH-TRANSFER-RECURRING", "assigned_at": stamp(a.createdAt), "expired_at": nil},
-		"customer": c.json(),
-	}, nil)
+		"customer": a.customer.json(),
+	}
+}
+
+// listDedicatedAccounts is GET /dedicated_account: the integration's
+// dedicated accounts, newest first, filtered by customer (code or id) and
+// currency when asked.
+func (s *Sim) listDedicatedAccounts(w http.ResponseWriter, r *http.Request) {
+	lw, bad := readWindow(r)
+	if bad != "" {
+		writeError(w, http.StatusBadRequest, bad, "", "validation_error")
+		return
+	}
+	q := r.URL.Query()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var want *customer
+	if c := q.Get("customer"); c != "" {
+		if want = s.findCustomer(c); want == nil {
+			writeJSON(w, "Managed accounts successfully retrieved", []map[string]any{}, map[string]any{"total": 0,
+				"skipped": 0, "perPage": lw.perPage, "page": lw.page, "pageCount": 0})
+			return
+		}
+	}
+	var accts []*account
+	for _, a := range s.st.accounts {
+		if (want == nil || a.customer == want) && (q.Get("currency") == "" || q.Get("currency") == "NGN") {
+			accts = append(accts, a)
+		}
+	}
+	slices.SortFunc(accts, func(a, b *account) int { return int(b.id - a.id) })
+	all := make([]map[string]any, len(accts))
+	for i, a := range accts {
+		all[i] = a.json()
+	}
+	items, meta := page(lw, all)
+	if items == nil {
+		items = []map[string]any{}
+	}
+	writeJSON(w, "Managed accounts successfully retrieved", items, meta)
 }
 
 // checkoutChannels are the channels a checkout can be paid with.
@@ -186,7 +231,7 @@ func (s *Sim) initializeTransaction(w http.ResponseWriter, r *http.Request) {
 	// An initialized transaction nobody has paid answers "abandoned".
 	t := &txn{id: s.st.id(), ref: in.Reference, accessCode: randCode(15), amount: amount, currency: in.Currency,
 		status: "abandoned", gateway: "The transaction was not completed", customer: c,
-		callbackURL: in.CallbackURL, channels: in.Channels, createdAt: s.cfg.Now()}
+		callbackURL: in.CallbackURL, channels: in.Channels, ipAddress: remoteHost(r), createdAt: s.cfg.Now()}
 	if len(in.Metadata) > 0 && string(in.Metadata) != "null" {
 		t.metadata = in.Metadata
 	}
@@ -200,6 +245,15 @@ func (s *Sim) initializeTransaction(w http.ResponseWriter, r *http.Request) {
 }
 
 // baseURL is the simulator's address as the request reached it.
+// remoteHost is the address a request came from, without its port.
+func remoteHost(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
 func baseURL(r *http.Request) string {
 	scheme := "http"
 	if r.TLS != nil {
@@ -296,10 +350,27 @@ func (s *Sim) listTransactions(w http.ResponseWriter, r *http.Request) {
 			all = append(all, t.json(s.st.domain))
 		}
 	}
+	var volume int64
+	for i := len(s.st.txns) - 1; i >= 0; i-- {
+		if t := s.st.txns[i]; t.status == paystack.TransactionSuccess && lw.keeps(t.createdAt, t.status) {
+			volume += t.amount
+		}
+	}
 	items, meta := page(lw, all)
 	if items == nil {
 		items = []map[string]any{}
 	}
+	for _, it := range items {
+		// A listed transaction carries its metadata and plan as objects
+		// (verify answers "" and null for none).
+		if it["metadata"] == "" {
+			it["metadata"] = map[string]any{}
+		}
+		if it["plan"] == nil {
+			it["plan"] = map[string]any{}
+		}
+	}
+	meta["total_volume"] = volume
 	writeJSON(w, "Transactions retrieved", items, meta)
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/escrowd/escrowd/internal/paystack"
 )
 
 // The control API, for driving the simulator from another process. Every
@@ -206,6 +208,11 @@ func (s *Sim) checkoutSubmit(w http.ResponseWriter, r *http.Request) {
 	if channel == "" {
 		channel, paid = r.PostFormValue("fail"), false
 	}
+	s.mu.Lock()
+	if tx := s.st.txnByRef[t.Reference]; tx != nil && tx.status == paystack.TransactionAbandoned {
+		tx.ipAddress = remoteHost(r) // the payer's browser
+	}
+	s.mu.Unlock()
 	if err := s.CompleteCheckout(t.Reference, channel, paid); err != nil {
 		http.Error(w, err.Error(), http.StatusConflict)
 		return

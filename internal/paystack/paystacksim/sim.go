@@ -243,6 +243,7 @@ func (s *Sim) routes() {
 	}{
 		"POST /customer":                {paystack.OpCreateCustomer, s.createCustomer},
 		"POST /dedicated_account":       {paystack.OpCreateDedicatedAccount, s.createDedicatedAccount},
+		"GET /dedicated_account":        {paystack.OpListDedicatedAccounts, s.listDedicatedAccounts},
 		"POST /transaction/initialize":  {paystack.OpInitializeTransaction, s.initializeTransaction},
 		"GET /transaction/verify/{ref}": {paystack.OpVerifyTransaction, s.verifyTransaction},
 		"GET /transaction":              {paystack.OpListTransactions, s.listTransactions},
@@ -332,12 +333,18 @@ func (d *discardWriter) WriteHeader(int)             {}
 
 // writeJSON writes a success answer {status: true, message, data[, meta]}.
 func writeJSON(w http.ResponseWriter, message string, data any, meta any) {
+	writeJSONStatus(w, http.StatusOK, message, data, meta)
+}
+
+// writeJSONStatus is writeJSON with another success status (201 where
+// Paystack answers it).
+func writeJSONStatus(w http.ResponseWriter, status int, message string, data any, meta any) {
 	body := map[string]any{"status": true, "message": message, "data": data}
 	if meta != nil {
 		body["meta"] = meta
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
-	w.WriteHeader(http.StatusOK)
+	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
 }
 

@@ -75,13 +75,16 @@ type account struct {
 }
 
 type txn struct {
-	id                    int64
-	ref, accessCode       string
-	amount, fees          int64
-	currency, status      string
-	channel, gateway      string
-	customer              *customer
-	callbackURL           string
+	id               int64
+	ref, accessCode  string
+	amount, fees     int64
+	currency, status string
+	channel, gateway string
+	customer         *customer
+	callbackURL      string
+	// ipAddress is where the payment came from: the integrator's server
+	// that initialized it, then the payer's browser on the payment page.
+	ipAddress             string
 	channels              []string
 	metadata              json.RawMessage
 	paidAt, createdAt     time.Time
@@ -173,6 +176,7 @@ func (t *txn) json(domain string) map[string]any {
 		"authorization_code": nullable(t.authCode), "bin": nil, "last4": nil, "exp_month": nil, "exp_year": nil,
 		"channel": nullable(t.channel), "card_type": nil, "bank": nil, "country_code": "NG", "brand": nil,
 		"reusable": false, "signature": nil, "account_name": nil,
+		"receiver_bank_account_number": nil, "receiver_bank": nil,
 	}
 	switch t.channel {
 	case "card":
@@ -204,7 +208,7 @@ func (t *txn) json(domain string) map[string]any {
 		"id": t.id, "domain": domain, "status": t.status, "reference": t.ref, "receipt_number": nil,
 		"amount": t.amount, "message": nil, "gateway_response": t.gateway,
 		"paid_at": stamp(t.paidAt), "created_at": stamp(t.createdAt), "channel": t.channel,
-		"currency": t.currency, "ip_address": nil, "metadata": meta, "log": nil,
+		"currency": t.currency, "ip_address": nullable(t.ipAddress), "metadata": meta, "log": nil,
 		"fees": fees, "fees_split": nil, "authorization": auth, "customer": t.customer.json(),
 		"plan": nil, "split": map[string]any{}, "order_id": nil,
 		"paidAt": stamp(t.paidAt), "createdAt": stamp(t.createdAt), "requested_amount": t.amount,

@@ -52,7 +52,7 @@ func (s *Sim) createRecipient(w http.ResponseWriter, r *http.Request) {
 	rc := &recipient{id: s.st.id(), code: "RCP_" + randCode(15), name: in.Name, typ: in.Type, currency: in.Currency,
 		accountNumber: in.AccountNumber, accountName: name, bankCode: in.BankCode, bankName: bank.Name, createdAt: s.cfg.Now()}
 	s.st.recipients[rc.code] = rc
-	writeJSON(w, "Transfer recipient created successfully", rc.json(s.st.domain), nil)
+	writeJSONStatus(w, http.StatusCreated, "Transfer recipient created successfully", rc.json(s.st.domain), nil)
 }
 
 func (s *Sim) initiateTransfer(w http.ResponseWriter, r *http.Request) {
