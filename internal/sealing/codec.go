@@ -32,6 +32,7 @@ var quotedPrefix = []byte(`"` + Prefix)
 type Keys interface {
 	Seal(ctx context.Context, s keyring.Subject, plaintext, aad []byte) ([]byte, error)
 	Open(ctx context.Context, s keyring.Subject, sealed, aad []byte) ([]byte, error)
+	BlindIndex(ctx context.Context, purpose, value string) (string, error)
 }
 
 // Sealed reports whether data holds a sealed value.

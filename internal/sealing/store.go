@@ -29,6 +29,12 @@ func Wrap(inner eventstore.Store, keys Keys) eventstore.Store {
 	return s
 }
 
+// BlindIndex is the keyring's keyed hash of value for purpose: what names
+// a unique value (a customer's email) without holding it.
+func (s *Store) BlindIndex(ctx context.Context, purpose, value string) (string, error) {
+	return s.keys.BlindIndex(ctx, purpose, value)
+}
+
 // Unwrap is the store under the codec (whose events are sealed).
 func (s *Store) Unwrap() eventstore.Store { return s.inner }
 
