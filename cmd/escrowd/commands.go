@@ -81,7 +81,7 @@ var groups = map[string]string{
 	"customer":       "a merchant's customers: erase one's personal data",
 	"keys":           "the data keys of encrypted personal data and secrets: re-wrap them with a new master key",
 	"projections":    "read models and the webhook subscriber: status, rebuild, and parked events",
-	"events":         "the event log: export a merchant's events",
+	"events":         "the event log: export a merchant's events, copy it, seal what was written in plain text",
 	"payouts":        "withdrawals the payout resumer cannot finish: list them, retry or return one",
 	"webhooks":       "webhook tools that need no database",
 	"files":          "uploaded files: move them into the file store, collect orphans",
@@ -95,7 +95,7 @@ func init() {
 		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand, customerForgetCommand, dashboardUserCreateCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		payoutsHeldCommand, payoutsResolveCommand,
-		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
+		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, eventsSealCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 
 func findCommand(name string) *command {
