@@ -178,6 +178,11 @@ func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, 
 				return nil, fmt.Errorf("sealing: no subject for %s %s", t.typ, path)
 			}
 			out, err = sealValue(t.ctx, t.keys, subject, t.typ, path, string(plain))
+			if errors.Is(err, keyring.ErrErased) {
+				// A forgotten subject's data is not kept: their money
+				// still moves (an escrow they sell settles), named so.
+				out, err = Erased, nil
+			}
 		default:
 			out, err = openValue(t.ctx, t.keys, t.typ, path, string(plain))
 		}

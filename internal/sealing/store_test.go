@@ -227,3 +227,26 @@ func TestSnapshotsAreSealed(t *testing.T) {
 		t.Fatalf("an erased customer's snapshot was used: %v %v", ok, err)
 	}
 }
+
+// TestAppendForAForgottenSubjectKeepsNoPersonalData: an event naming a
+// customer whose key is destroyed is still appended (their money moves),
+// its personal fields stored as "[erased]".
+func TestAppendForAForgottenSubjectKeepsNoPersonalData(t *testing.T) {
+	ctx := context.Background()
+	raw := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(raw.Close)
+	ring := newKeyring(t, raw)
+	if _, err := ring.Destroy(ctx, keyring.Customer("c_ada")); err != nil {
+		t.Fatal(err)
+	}
+	store := sealing.Wrap(raw, ring)
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "payment-p_1", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("payment.payout_started", payoutStarted)}}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := raw.ReadStream(ctx, "payment-p_1", 0, 10)
+	if err != nil || len(stored) != 1 {
+		t.Fatalf("%d events, %v", len(stored), err)
+	}
+	sameJSON(t, stored[0].Data, strings.NewReplacer(`"ADA OBI"`, `"[erased]"`, `"0123456789"`, `"[erased]"`).Replace(payoutStarted))
+}
