@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/httpapi"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
@@ -59,7 +61,23 @@ func newBenchStore(pool *pgxpool.Pool) *postgres.Store {
 
 func newBenchServer(b *testing.B) *benchServer {
 	b.Helper()
-	return newBenchServerOn(b, func(pool *pgxpool.Pool) eventstore.Store { return newBenchStore(pool) })
+	return newBenchServerOn(b, func(pool *pgxpool.Pool) eventstore.Store { return sealedBenchStore(b, newBenchStore(pool), pool) })
+}
+
+// sealedBenchStore is store behind the codec that seals personal fields,
+// as every process has it (wiring.Sealed), with a master key of its own.
+func sealedBenchStore(b *testing.B, store eventstore.Store, pool *pgxpool.Pool) eventstore.Store {
+	b.Helper()
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		b.Fatal(err)
+	}
+	master, err := keyring.NewMaster(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sealed, _ := wiring.Sealed(store, pool, master)
+	return sealed
 }
 
 // newBenchServerOn is newBenchServer with the event log in the store

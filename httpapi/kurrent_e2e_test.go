@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/rand"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/kurrent"
 	"github.com/escrowd/escrowd/eventstore/kurrent/kurrenttest"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/webhooks"
 )
 
@@ -85,20 +87,38 @@ func usesKurrent(t *testing.T) bool {
 }
 
 // harnessStore is the harness's event store: PostgreSQL over pool, or the
-// KurrentDB adapter for a test runOnKurrent runs.
+// KurrentDB adapter for a test runOnKurrent runs, behind the codec that
+// seals personal fields (as every process has it), with a master key of
+// the test's own.
 func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
 	t.Helper()
+	var s eventstore.Store
 	if !usesKurrent(t) {
-		s := postgres.New(pool)
-		t.Cleanup(s.Close)
-		return s
+		s = postgres.New(pool)
+	} else {
+		k, err := kurrent.Open(kurrenttest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = k
 	}
-	s, err := kurrent.Open(kurrenttest.URL(t))
+	t.Cleanup(s.Close)
+	sealed, _ := wired.Sealed(s, pool, testMaster(t))
+	return sealed
+}
+
+// testMaster is a new master key.
+func testMaster(t *testing.T) keyring.Master {
+	t.Helper()
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	m, err := keyring.NewMaster(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
-	return s
+	return m
 }
 
 // TestCheckpointsAcrossRestarts: the projections and the webhook

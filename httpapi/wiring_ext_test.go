@@ -10,5 +10,5 @@ import (
 func init() {
 	httpapi.SetWiring(httpapi.Wiring{API: wiring.API, Subscriber: wiring.Subscriber,
 		SubscriberRunner: wiring.SubscriberRunner, Endpoints: wiring.Endpoints,
-		Deadlines: wiring.DeadlineScheduler})
+		Deadlines: wiring.DeadlineScheduler, Sealed: wiring.Sealed})
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/projections"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -24,6 +25,7 @@ type Wiring struct {
 	SubscriberRunner func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, sub *webhooks.Subscriber) (*projections.Runner, error)
 	Endpoints        func(store eventstore.Store) webhooks.Endpoints
 	Deadlines        func(svc *app.Service, q *projections.Queries, log *zap.Logger) *app.DeadlineScheduler
+	Sealed           func(store eventstore.Store, pool *pgxpool.Pool, master keyring.Master, previous ...keyring.Master) (eventstore.Store, *keyring.Keyring)
 }
 
 var wired Wiring

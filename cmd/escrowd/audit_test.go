@@ -90,7 +90,7 @@ func newShop(t *testing.T, env *cliEnv, db, name, phone string, last *eventstore
 	if err := json.Unmarshal([]byte(out), &m); err != nil {
 		t.Fatal(err)
 	}
-	svc := app.NewService(app.NewEngine(env.Store, 100))
+	svc := service(env) // the wiring commands use: emails and phones reserved by blind index
 	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
 	perms := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
 	cid, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi", Email: phone + "@x.co", Phone: phone})

@@ -78,9 +78,10 @@ var commands []*command
 var groups = map[string]string{
 	"merchant":       "merchants: create one, and change its webhook, allowlist, fees and signing secrets",
 	"key":            "API keys: issue, list and revoke",
+	"customer":       "a merchant's customers: erase one's personal data",
 	"keys":           "the data keys of encrypted personal data and secrets: re-wrap them with a new master key",
 	"projections":    "read models and the webhook subscriber: status, rebuild, and parked events",
-	"events":         "the event log: export a merchant's events",
+	"events":         "the event log: export a merchant's events, copy it, seal what was written in plain text",
 	"payouts":        "withdrawals the payout resumer cannot finish: list them, retry or return one",
 	"webhooks":       "webhook tools that need no database",
 	"files":          "uploaded files: move them into the file store, collect orphans",
@@ -91,10 +92,10 @@ func init() {
 	commands = []*command{serveCommand, migrateCommand,
 		merchantCreateCommand, merchantSetWebhookCommand, merchantSetAllowlistCommand, merchantSetFeesCommand, merchantSetDefaultsCommand, merchantRotateSecretCommand,
 		merchantSetSigningSecretCommand, merchantSetCompatCommand,
-		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand, dashboardUserCreateCommand,
+		keyCreateCommand, keyListCommand, keyRevokeCommand, keysRotateMasterCommand, customerForgetCommand, dashboardUserCreateCommand,
 		projectionsStatusCommand, projectionsRebuildCommand, projectionsRetryCommand, projectionsSkipCommand,
 		payoutsHeldCommand, payoutsResolveCommand,
-		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
+		auditCommand, reconcileCommand, filesMoveCommand, filesCollectCommand, eventsExportCommand, eventsCopyCommand, eventsSealCommand, demoCommand, webhooksListenCommand, paystackSimCommand}
 }
 
 func findCommand(name string) *command {

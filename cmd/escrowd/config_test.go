@@ -158,9 +158,9 @@ func TestAppendCallsReachTheStore(t *testing.T) {
 	for _, v := range []string{"0", "3"} {
 		t.Setenv("ESCROW_APPEND_CALLS", v)
 		env := testEnv(t, db)
-		ps, ok := env.Store.(*postgres.Store)
+		ps, ok := env.Raw.(*postgres.Store)
 		if !ok {
-			t.Fatalf("store is %T", env.Store)
+			t.Fatalf("store is %T", env.Raw)
 		}
 		if want, _ := strconv.Atoi(v); ps.AppendCalls != want {
 			t.Fatalf("ESCROW_APPEND_CALLS=%s: store's AppendCalls %d", v, ps.AppendCalls)

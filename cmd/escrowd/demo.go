@@ -80,6 +80,7 @@ Demo merchant %s (business, NG), keys kept in %s
 To try it, paste into a second terminal, in this checkout:
 
   export DATABASE_URL=%s
+  export ESCROW_MASTER_KEY_FILE=%s
   export ESCROW_WEBHOOK_ALLOW_PRIVATE=%t
   export SA=%s
   export STD=%s
@@ -87,7 +88,8 @@ To try it, paste into a second terminal, in this checkout:
   curl -s "$API/v1/customers" -H "Authorization: Bearer $STD"
   ./bin/escrowd projections status
 
-The operator commands (./bin/escrowd help) read DATABASE_URL, and
+The operator commands (./bin/escrowd help) read DATABASE_URL and the master
+key of the personal data sealed in the log (ESCROW_MASTER_KEY_FILE), and
 ESCROW_WEBHOOK_ALLOW_PRIVATE lets them point a test merchant at a receiver
 on this machine. The API allows each key %s.
 
@@ -100,7 +102,7 @@ then point the demo merchant at it, from the second terminal:
   Deliveries and retries: curl -s "$API/v1/merchant/webhook/deliveries" -H "Authorization: Bearer $SA"
 
 `, out.MerchantID, path, sa, std, out.SigningSecrets[domain.Test],
-		shellQuote(pasteableURL(cfg.DatabaseURL)), cfg.WebhookAllowPriv, sa, std, api, rateLimit(cfg.RateLimitPerMinute),
+		shellQuote(pasteableURL(cfg.DatabaseURL)), shellQuote(absPath(cfg.MasterKeyFile)), cfg.WebhookAllowPriv, sa, std, api, rateLimit(cfg.RateLimitPerMinute),
 		out.SigningSecrets[domain.Test], out.MerchantID)
 	fmt.Fprintf(env.Stdout, "Hosted checkout: open this link in a browser and pay a demo escrow as a demo buyer:\n  %s\n\n", checkoutLink)
 	return nil
@@ -124,4 +126,13 @@ func rateLimit(perMinute int) string {
 		return "any number of requests (ESCROW_RATE_LIMIT_PER_MINUTE=10 make run sets a limit, as serve's default is)"
 	}
 	return fmt.Sprintf("%d requests a minute (ESCROW_RATE_LIMIT_PER_MINUTE)", perMinute)
+}
+
+// absPath is path made absolute when it can be, so that the block pasted
+// into a terminal elsewhere still names the file.
+func absPath(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }

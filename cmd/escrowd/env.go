@@ -11,6 +11,7 @@ import (
 
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/migrations"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -53,8 +54,15 @@ func migrateDB(ctx context.Context, pool *pgxpool.Pool) error {
 	return migrations.Up(ctx, pool)
 }
 
-// openEnv connects, migrates and opens the configured event store.
+// openEnv connects, migrates and opens the configured event store, behind
+// the codec that seals personal and secret fields with the keyring of the
+// master key ESCROW_MASTER_KEY_FILE names (required: without it nothing
+// could be read or written as the log keeps it).
 func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io.Writer) (*cliEnv, func(), error) {
+	master, _, err := masterKeys(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -77,6 +85,7 @@ func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io
 		}
 		store = s
 	}
-	env := &cliEnv{Pool: pool, Store: store, Log: log, Projectors: projections.All(), Stdout: stdout, Stderr: stderr}
+	sealed, ring := wiring.Sealed(store, pool, master)
+	env := &cliEnv{Pool: pool, Store: sealed, Raw: store, Keyring: ring, Log: log, Projectors: projections.All(), Stdout: stdout, Stderr: stderr}
 	return env, func() { store.Close(); pool.Close() }, nil
 }

@@ -62,7 +62,7 @@ to the copy's positions, so the service can then run on KurrentDB.`,
 // eventsCopy copies the PostgreSQL event log to the KurrentDB at url and
 // checks the copy; switchOver moves the checkpoints to it.
 func eventsCopy(ctx context.Context, env *cliEnv, url string, switchOver bool) error {
-	if _, ok := env.Store.(*postgres.Store); !ok {
+	if _, ok := env.Raw.(*postgres.Store); !ok {
 		return errors.New("events copy: the source is the PostgreSQL event store: run it with ESCROW_EVENT_STORE=postgres")
 	}
 	dst, err := kurrent.Open(url)
@@ -73,12 +73,12 @@ func eventsCopy(ctx context.Context, env *cliEnv, url string, switchOver bool) e
 	if err := dst.CheckServer(ctx); err != nil {
 		return err
 	}
-	c, err := copyEvents(ctx, env.Store, dst, env.Stderr)
+	c, err := copyEvents(ctx, env.Raw, dst, env.Stderr)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Stderr, "copied %d events of %d streams in %d transactions\n", c.events, len(c.streams), len(c.batches))
-	if err := c.check(ctx, env.Store, dst); err != nil {
+	if err := c.check(ctx, env.Raw, dst); err != nil {
 		return err
 	}
 	fmt.Fprintf(env.Stdout, "copied and checked %d events of %d streams to KurrentDB\n", c.events, len(c.streams))

@@ -15,14 +15,20 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/projections"
 )
 
 // cliEnv is what every subcommand gets: an open database, the event store,
 // a logger and the read-model projectors.
 type cliEnv struct {
-	Pool       *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Store seals and opens personal and secret fields; Raw is the store
+	// under it, whose events keep them sealed (for copying the log as it
+	// is), Keyring the data keys.
 	Store      eventstore.Store
+	Raw        eventstore.Store
+	Keyring    *keyring.Keyring
 	Log        *zap.Logger
 	Projectors []projections.Projector
 	Stdout     io.Writer

@@ -192,7 +192,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		reg.MustRegister(newHorizonCollector(hr))
 	}
 	reg.MustRegister(newInboxCollector(inbox.Store{Pool: env.Pool}))
-	if as, ok := env.Store.(interface{ AppendStats() postgres.AppendStats }); ok {
+	if as, ok := env.Raw.(interface{ AppendStats() postgres.AppendStats }); ok {
 		reg.MustRegister(newAppendCollector(as))
 	}
 	var metrics net.Listener

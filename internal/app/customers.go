@@ -41,10 +41,18 @@ func (s *Service) createCustomer(tx *Tx, a Actor, id string, in customer.NewCust
 	if err != nil {
 		return customer.State{}, err
 	}
-	if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, created.Email), id, msgEmailTaken); err != nil {
+	emailKey, err := s.emailKey(tx, a, created.Email)
+	if err != nil {
 		return customer.State{}, err
 	}
-	if err := reserveUnique(tx, customer.PhoneKey(a.MerchantID, a.Environment, created.Phone), id, msgPhoneTaken); err != nil {
+	phoneKey, err := s.phoneKey(tx, a, created.Phone)
+	if err != nil {
+		return customer.State{}, err
+	}
+	if err := reserveUnique(tx, emailKey, id, msgEmailTaken); err != nil {
+		return customer.State{}, err
+	}
+	if err := reserveUnique(tx, phoneKey, id, msgPhoneTaken); err != nil {
 		return customer.State{}, err
 	}
 	Record(tx, CustomerKind, id, created)
@@ -91,10 +99,17 @@ func (s *Service) UpdateCustomer(ctx context.Context, a Actor, id string, in cus
 			return err
 		}
 		if newEmail != "" {
-			if err := reserveUnique(tx, customer.EmailKey(a.MerchantID, a.Environment, newEmail), id, msgEmailTaken); err != nil {
+			key, err := s.emailKey(tx, a, newEmail)
+			if err != nil {
 				return err
 			}
-			old := customer.EmailKey(a.MerchantID, a.Environment, c.Email)
+			if err := reserveUnique(tx, key, id, msgEmailTaken); err != nil {
+				return err
+			}
+			old, err := s.emailKey(tx, a, c.Email)
+			if err != nil {
+				return err
+			}
 			if _, err := Read(tx, ReservationKind, old); err != nil {
 				return err
 			}
@@ -156,4 +171,24 @@ func (s *Service) SetBlocked(ctx context.Context, a Actor, id string, blocked bo
 		return nil
 	})
 	return res.Position, err
+}
+
+// emailKey and phoneKey name the reservation of a customer's email or
+// phone: by the value's blind index when the service has one (BlindIndex),
+// so the log's stream names never hold the value itself.
+func (s *Service) emailKey(tx *Tx, a Actor, email string) (string, error) {
+	v, err := s.blindIndex(tx, "email", email)
+	return customer.EmailKey(a.MerchantID, a.Environment, v), err
+}
+
+func (s *Service) phoneKey(tx *Tx, a Actor, phone string) (string, error) {
+	v, err := s.blindIndex(tx, "phone", phone)
+	return customer.PhoneKey(a.MerchantID, a.Environment, v), err
+}
+
+func (s *Service) blindIndex(tx *Tx, purpose, value string) (string, error) {
+	if s.BlindIndex == nil {
+		return value, nil
+	}
+	return s.BlindIndex(tx.ctx, purpose, value)
 }

@@ -70,7 +70,11 @@ func (s *Service) OpenLinkCheckout(ctx context.Context, escrowID string, in cust
 		if err != nil {
 			return err
 		}
-		key, err := Read(tx, ReservationKind, customer.EmailKey(a.MerchantID, a.Environment, email))
+		name, err := s.emailKey(tx, a, email)
+		if err != nil {
+			return err
+		}
+		key, err := Read(tx, ReservationKind, name)
 		if err != nil {
 			return err
 		}

@@ -312,7 +312,11 @@ func (s *Service) findReceiver(tx *Tx, a Actor, merchantCountry, phone string) (
 		pref = reference.Countries[0]
 	}
 	for _, p := range reference.PhoneCandidates(pref, phone) {
-		r, err := Read(tx, ReservationKind, customer.PhoneKey(a.MerchantID, a.Environment, p))
+		name, err := s.phoneKey(tx, a, p)
+		if err != nil {
+			return customer.State{}, err
+		}
+		r, err := Read(tx, ReservationKind, name)
 		if err != nil {
 			return customer.State{}, err
 		}

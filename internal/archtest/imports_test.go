@@ -72,6 +72,9 @@ var rules = []rule{
 	// Envelope encryption: data keys in PostgreSQL, wrapped by a master
 	// key from a file.
 	{pkg: "internal/keyring", testsMay: []string{"internal/pgtest"}},
+	// The codec that seals events' personal fields, a decorator of the
+	// event store port.
+	{pkg: "internal/sealing", may: []string{"eventstore", "internal/keyring"}, testsMay: testFixtures},
 	// A payment provider's client (no rule of money: it reports what the
 	// provider answered), and the simulator of that provider that tests and
 	// trials run against. Only cmd and tests import the simulator.
@@ -99,7 +102,7 @@ var rules = []rule{
 	// The wiring assembles the process; only cmd and test harnesses
 	// import it.
 	{pkg: "internal/wiring", may: []string{"domain/...", "view", "eventstore/...", "internal/app", "internal/dashauth", "internal/files", "internal/gateway/...", "internal/inbox", "internal/projector",
-		"projections", "webhooks", "httpapi"}},
+		"internal/keyring", "internal/sealing", "projections", "webhooks", "httpapi"}},
 	// The binary, and the packages that are tests only.
 	{pkg: "cmd/...", may: []string{"..."}, testsMay: []string{"..."}},
 	{pkg: "internal/chaos", may: []string{"..."}, testsMay: []string{"..."}},

@@ -52,7 +52,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 	// The engine's appends are watched, so that an auth change made through
 	// this server counts for the next request at once (see AuthCache).
 	engine := app.NewEngine(auth.WatchStore(store), aggregateCacheSize)
-	svc := application(engine, pool)
+	svc := application(engine, store, pool)
 	for env, addr := range cfg.BSCMasterAddress {
 		if addr != "" {
 			svc.CryptoMaster[env] = addr
@@ -91,16 +91,25 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 // Application is the application over store for an operator command or
 // a background job, its aggregate cache holding cacheSize aggregates.
 func Application(store eventstore.Store, pool *pgxpool.Pool, cacheSize int) *app.Service {
-	return application(app.NewEngine(store, cacheSize), pool)
+	return application(app.NewEngine(store, cacheSize), store, pool)
 }
 
 // application is the application over engine, its payout leases on the
 // clock of the database in pool: processes on different machines agree
-// on when a lease ends.
-func application(engine *app.Engine, pool *pgxpool.Pool) *app.Service {
+// on when a lease ends. Over a sealing store (Sealed), customers' emails
+// and phones are reserved by their blind index.
+func application(engine *app.Engine, store eventstore.Store, pool *pgxpool.Pool) *app.Service {
 	svc := app.NewService(engine)
 	svc.LeaseClock = postgres.Clock(pool)
+	if bi, ok := store.(blindIndexer); ok {
+		svc.BlindIndex = bi.BlindIndex
+	}
 	return svc
+}
+
+// blindIndexer is what a sealing store offers for unique values.
+type blindIndexer interface {
+	BlindIndex(ctx context.Context, purpose, value string) (string, error)
 }
 
 // Subscriber is the webhook subscriber over store, its payloads' categories

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/keyring"
+)
+
+var customerForgetCommand = &command{
+	name: "customer forget", args: "--merchant M --customer C",
+	summary: "erase a customer's personal data: destroy their data key; their money records stay",
+	detail: "The customer's personal fields (names, email, phone, BVN, date of birth, bank accounts, addresses)\n" +
+		"are sealed in the log with a data key of their own: destroying it erases them for good, in the\n" +
+		"log, in backups of it and in every read model rebuilt from it. Amounts, references and times stay,\n" +
+		"so balances and the audit are unchanged. The read models are rebuilt (the API keeps serving), and\n" +
+		"reads show \"[erased]\" for the personal fields. There is no undo.",
+	database: true,
+	required: []string{"merchant", "customer"},
+	define: func(fs *flag.FlagSet) runFunc {
+		merchantID := fs.String("merchant", "", "merchant id (required)")
+		customerID := fs.String("customer", "", "customer id (required)")
+		return func(ctx context.Context, inv *invocation) error {
+			return customerForget(ctx, inv.env, *merchantID, *customerID)
+		}
+	},
+}
+
+func customerForget(ctx context.Context, env *cliEnv, merchantID, customerID string) error {
+	if err := ownsCustomer(ctx, env, merchantID, customerID); err != nil {
+		return err
+	}
+	if _, err := env.Keyring.Destroy(ctx, keyring.Customer(customerID)); err != nil {
+		return err
+	}
+	if err := projectionsRebuild(ctx, env, nil); err != nil {
+		return fmt.Errorf("the data key of customer %s is destroyed; rebuilding the read models failed (run projections rebuild): %w", customerID, err)
+	}
+	fmt.Fprintf(env.Stdout, "customer %s of merchant %s forgotten: data key destroyed, read models rebuilt\n", customerID, merchantID)
+	return nil
+}
+
+// ownsCustomer checks that customer id is one of merchant's.
+func ownsCustomer(ctx context.Context, env *cliEnv, merchantID, customerID string) error {
+	events, err := env.Store.ReadStream(ctx, app.CustomerKind.StreamName(customerID), 0, 1)
+	if err != nil {
+		return err
+	}
+	if len(events) == 1 {
+		ev, err := customer.Registry.Decode(events[0].Type, events[0].Data)
+		if err != nil {
+			return err
+		}
+		if c, ok := ev.(customer.Created); ok && c.MerchantID == merchantID {
+			return nil
+		}
+	}
+	return errors.New("Customer not found")
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/projections"
+)
+
+// TestCustomerForgetErasesPersonalDataKeepsMoney: after `customer forget`
+// the API, the event export and the rebuilt read models show "[erased]"
+// for the customer's names, email, phone and bank account, the amounts
+// and references stay, the audit is clean, and another customer is
+// untouched. An unknown customer, or one of another merchant, is refused.
+func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewURL(t)
+	env := testEnv(t, db)
+	var last eventstore.Position
+	a := newShop(t, env, db, "Shop", "08031110001", &last)
+	b := newShop(t, env, db, "Other", "08031110002", &last)
+	if err := projections.CatchUpTo(ctx, env.Store, env.Pool, nil, last, env.Projectors...); err != nil {
+		t.Fatal(err)
+	}
+	key := createKeyProcess(t, db, a.merchantID, "test", "super_admin").Key
+	base := startAPI(t, db)
+	get := func(path string) string {
+		t.Helper()
+		code, r := call(t, base, "GET", path, "", key, nil)
+		if code != 200 {
+			t.Fatalf("GET %s: %d %s", path, code, r.Message)
+		}
+		return string(r.Data)
+	}
+	before := get("/v1/customer/get/" + a.customerID)
+	if !strings.Contains(before, "08031110001@x.co") || !strings.Contains(before, "Ada") {
+		t.Fatalf("before: %s", before)
+	}
+	history := func() string {
+		t.Helper()
+		req, err := http.NewRequest("GET", base+"/v1/payment/history", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("customer-id", a.customerID)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("history: %d %s", resp.StatusCode, body)
+		}
+		return string(body)
+	}
+	txBefore := history()
+	if !strings.Contains(txBefore, "accountNumber") {
+		t.Fatalf("transactions before: %s", txBefore)
+	}
+
+	if _, err := cli(t, db, "customer", "forget", "--merchant", b.merchantID, "--customer", a.customerID); err == nil || !strings.Contains(err.Error(), "Customer not found") {
+		t.Fatalf("another merchant's customer: %v", err)
+	}
+	if _, err := cli(t, db, "customer", "forget", "--merchant", a.merchantID, "--customer", "nope"); err == nil || !strings.Contains(err.Error(), "Customer not found") {
+		t.Fatalf("unknown customer: %v", err)
+	}
+	out, err := cli(t, db, "customer", "forget", "--merchant", a.merchantID, "--customer", a.customerID)
+	if err != nil || !strings.Contains(out, "forgotten") {
+		t.Fatalf("forget: %v %s", err, out)
+	}
+
+	personal := []string{"08031110001", "Ada", "Obi"}
+	after := get("/v1/customer/get/" + a.customerID)
+	for _, p := range personal {
+		if strings.Contains(after, p) {
+			t.Fatalf("after forget the customer still shows %q: %s", p, after)
+		}
+	}
+	if !strings.Contains(after, `"[erased]"`) || !strings.Contains(after, a.customerID) {
+		t.Fatalf("after: %s", after)
+	}
+	txAfter := history()
+	if !strings.Contains(txAfter, `"[erased]"`) || !strings.Contains(txAfter, "wd-1") || strings.Count(txAfter, `"amount"`) != strings.Count(txBefore, `"amount"`) {
+		t.Fatalf("transactions after forget:\n%s\nbefore:\n%s", txAfter, txBefore)
+	}
+	for _, p := range append(personal, accountOf(t, txBefore)) {
+		if strings.Contains(txAfter, p) {
+			t.Fatalf("transactions still show %q: %s", p, txAfter)
+		}
+	}
+
+	exp, stderr, code := runEscrowd(t, db, "events", "export", "--merchant", a.merchantID)
+	if code != 0 || !strings.Contains(exp, "[erased]") || !strings.Contains(exp, "wd-1") {
+		t.Fatalf("export: exit %d\n%s%s", code, exp, stderr)
+	}
+	for _, p := range append(personal, accountOf(t, txBefore)) {
+		if strings.Contains(exp, p) {
+			t.Fatalf("export still holds %q: %s", p, exp)
+		}
+	}
+	if out, stderr, code := runEscrowd(t, db, "audit", "--merchant", a.merchantID); code != 0 || !strings.Contains(out, "clean") {
+		t.Fatalf("audit after forget: exit %d\n%s%s", code, out, stderr)
+	}
+	// A rebuild from the log shows the same.
+	if _, err := cli(t, db, "projections", "rebuild"); err != nil {
+		t.Fatal(err)
+	}
+	if again := get("/v1/customer/get/" + a.customerID); again != after {
+		t.Fatalf("after a rebuild: %s; want %s", again, after)
+	}
+	// The other merchant's customer keeps their data.
+	var email string
+	if err := env.Pool.QueryRow(ctx, `SELECT email FROM rm_customers WHERE customer_id = $1`, b.customerID).Scan(&email); err != nil || email != "08031110002@x.co" {
+		t.Fatalf("the other customer: %q %v", email, err)
+	}
+}
+
+// accountOf is the withdrawal's account number in a transactions listing.
+func accountOf(t *testing.T, listing string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(listing, `"accountNumber":"`)
+	if !ok {
+		t.Fatalf("no account number in %s", listing)
+	}
+	n, _, _ := strings.Cut(rest, `"`)
+	if len(n) != 10 {
+		t.Fatalf("account number %q", n)
+	}
+	return n
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/audit"
+	"github.com/escrowd/escrowd/internal/sealing"
+)
+
+var eventsSealCommand = &command{
+	name: "events seal", args: "--i-have-a-backup",
+	summary: "seal the personal and secret fields of events written before sealing (rewrites them in place)",
+	detail: "Events written by a version that kept secrets and personal data in plain text are rewritten:\n" +
+		"each declared personal or secret field is replaced by its sealed value, and the reservations\n" +
+		"of customers' emails and phones are renamed by their blind index. Nothing else of an event\n" +
+		"changes (ids, positions, amounts, references, times), so read models and checkpoints stay\n" +
+		"valid. It is the one command that rewrites history: take a backup of the database first,\n" +
+		"stop every escrowd process, and keep the backup as safe as the data it holds. The audit of\n" +
+		"every merchant must be clean before (else nothing is rewritten) and is run again after.\n" +
+		"Running it again rewrites only what is still plain. The PostgreSQL event store only.",
+	database: true,
+	define: func(fs *flag.FlagSet) runFunc {
+		backup := fs.Bool("i-have-a-backup", false, "confirm a backup of the database was taken (required)")
+		return func(ctx context.Context, inv *invocation) error {
+			if !*backup {
+				return usageError("events seal rewrites events in place: take a backup of the database, then run it with --i-have-a-backup")
+			}
+			return eventsSeal(ctx, inv.env)
+		}
+	},
+}
+
+func eventsSeal(ctx context.Context, env *cliEnv) error {
+	if _, ok := env.Raw.(*postgres.Store); !ok {
+		return errors.New("events seal: the event log to rewrite is the PostgreSQL event store: run it with ESCROW_EVENT_STORE=postgres")
+	}
+	merchants, err := auditAll(ctx, env, "before")
+	if err != nil {
+		return err
+	}
+	events, err := sealStoredEvents(ctx, env)
+	if err != nil {
+		return fmt.Errorf("sealed %d events, then: %w", events, err)
+	}
+	streams, err := renameReservations(ctx, env)
+	if err != nil {
+		return fmt.Errorf("sealed %d events and renamed %d reservations, then: %w", events, streams, err)
+	}
+	// Snapshots are caches of folded states: the plain ones go.
+	if _, err := env.Pool.Exec(ctx, `DELETE FROM es_snapshots`); err != nil {
+		return err
+	}
+	if _, err := auditAll(ctx, env, "after"); err != nil {
+		return err
+	}
+	fmt.Fprintf(env.Stdout, "sealed %d events, renamed %d reservations by blind index; the audit of %d merchants is clean\n", events, streams, merchants)
+	return nil
+}
+
+// auditAll audits every merchant, an error on the first difference.
+func auditAll(ctx context.Context, env *cliEnv, when string) (int, error) {
+	rows, err := env.Pool.Query(ctx, `SELECT substr(stream_id, length('merchant-') + 1) FROM es_events WHERE event_type = 'merchant.created' ORDER BY tx_id, seq`)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	for _, id := range ids {
+		rep, err := audit.Run(ctx, env.Store, env.Pool, id)
+		if err != nil {
+			return 0, fmt.Errorf("audit of merchant %s %s sealing: %w", id, when, err)
+		}
+		if !rep.Clean() {
+			return 0, fmt.Errorf("the audit of merchant %s %s sealing is not clean (%d differences): run escrowd audit --merchant %s", id, when, len(rep.Differences), id)
+		}
+	}
+	return len(ids), nil
+}
+
+// sealStoredEvents rewrites the events whose declared fields are plain, a
+// page per transaction.
+func sealStoredEvents(ctx context.Context, env *cliEnv) (int, error) {
+	const page = 500
+	n := 0
+	var afterTx string
+	var afterSeq int64
+	for {
+		type row struct {
+			id          string
+			stream, typ string
+			data, meta  []byte
+			tx          string
+			seq         int64
+		}
+		rows, err := env.Pool.Query(ctx, `SELECT event_id::text, stream_id, event_type, data::text, metadata::text, tx_id::text, seq FROM es_events
+			WHERE ($1 = '' OR (tx_id, seq) > ($1::xid8, $2)) ORDER BY tx_id, seq LIMIT $3`, afterTx, afterSeq, page)
+		if err != nil {
+			return n, err
+		}
+		found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+			var x row
+			var meta *string
+			var data string
+			err := r.Scan(&x.id, &x.stream, &x.typ, &data, &meta, &x.tx, &x.seq)
+			x.data = []byte(data)
+			if meta != nil {
+				x.meta = []byte(*meta)
+			}
+			return x, err
+		})
+		if err != nil {
+			return n, err
+		}
+		if len(found) == 0 {
+			return n, nil
+		}
+		err = pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+			for _, x := range found {
+				sealed, err := sealing.SealEvent(ctx, env.Keyring, x.stream, x.typ, x.data, x.meta)
+				if err != nil {
+					return err
+				}
+				if bytes.Equal(sealed, x.data) {
+					continue
+				}
+				if _, err := tx.Exec(ctx, `UPDATE es_events SET data = $2::json WHERE event_id = $1::uuid`, x.id, string(sealed)); err != nil {
+					return err
+				}
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			return n, err
+		}
+		last := found[len(found)-1]
+		afterTx, afterSeq = last.tx, last.seq
+	}
+}
+
+// renameReservations renames the reservation streams named by a plain
+// email or phone after the value's blind index, as the application names
+// them.
+func renameReservations(ctx context.Context, env *cliEnv) (int, error) {
+	rows, err := env.Pool.Query(ctx, `SELECT stream_id FROM es_streams WHERE stream_id LIKE 'reservation-%:email:%' OR stream_id LIKE 'reservation-%:phone:%'`)
+	if err != nil {
+		return 0, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		parts := strings.SplitN(strings.TrimPrefix(name, "reservation-"), ":", 4)
+		if len(parts) != 4 || (parts[2] != "email" && parts[2] != "phone") || blindIndexed(parts[3]) {
+			continue
+		}
+		idx, err := env.Keyring.BlindIndex(ctx, parts[2], parts[3])
+		if err != nil {
+			return n, err
+		}
+		renamed := "reservation-" + strings.Join(parts[:3], ":") + ":" + idx
+		err = pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `UPDATE es_streams SET stream_id = $2 WHERE stream_id = $1`, name, renamed); err != nil {
+				return fmt.Errorf("renaming reservation %s (a customer made since holds the same value?): %w", name, err)
+			}
+			_, err := tx.Exec(ctx, `UPDATE es_events SET stream_id = $2 WHERE stream_id = $1`, name, renamed)
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// blindIndexed reports whether v is a blind index (hex of 32 bytes), not
+// an email or a phone.
+func blindIndexed(v string) bool {
+	_, err := hex.DecodeString(v)
+	return len(v) == 64 && err == nil
+}

@@ -1,0 +1,237 @@
+package sealing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/keyring"
+)
+
+// Store seals the declared fields of the events appended through it and
+// opens those it reads, over another store.
+type Store struct {
+	inner eventstore.Store
+	keys  Keys
+}
+
+// Wrap is inner behind the codec. The result has the optional interfaces
+// of a PostgreSQL store (horizon, counts, snapshots, tenant reads) when
+// inner has them.
+func Wrap(inner eventstore.Store, keys Keys) eventstore.Store {
+	s := &Store{inner: inner, keys: keys}
+	if f, ok := inner.(fullStore); ok {
+		return &Full{Store: s, full: f}
+	}
+	return s
+}
+
+// BlindIndex is the keyring's keyed hash of value for purpose: what names
+// a unique value (a customer's email) without holding it.
+func (s *Store) BlindIndex(ctx context.Context, purpose, value string) (string, error) {
+	return s.keys.BlindIndex(ctx, purpose, value)
+}
+
+// Unwrap is the store under the codec (whose events are sealed).
+func (s *Store) Unwrap() eventstore.Store { return s.inner }
+
+// SealEvent returns data with the fields typ declares sealed, for an event
+// of stream with metadata; data unchanged when typ declares none.
+func SealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte) ([]byte, error) {
+	out, _, err := sealEvent(ctx, keys, stream, typ, data, metadata)
+	return out, err
+}
+
+// sealEvent is SealEvent, reporting whether it rewrote data.
+func sealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte) ([]byte, bool, error) {
+	r, ok := rules[typ]
+	if !ok || !mayHold(data, r.keys) {
+		return data, false, nil
+	}
+	t := &transform{ctx: ctx, keys: keys, typ: typ, seal: true}
+	out, err := t.value(jsontext.Value(data), r.root, r.subject(stream, metadata), "")
+	if err != nil {
+		return nil, false, fmt.Errorf("sealing: %s in %s: %w", typ, stream, err)
+	}
+	return out, true, nil
+}
+
+func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
+	// Copies are made on the first change: the caller's slices stay as
+	// given (the engine appends them again after a conflict).
+	var sealed []eventstore.StreamAppend
+	for i, a := range appends {
+		copied := false
+		for j, e := range a.Events {
+			data, changed, err := sealEvent(ctx, s.keys, a.Stream, e.Type, e.Data, e.Metadata)
+			if err != nil {
+				return eventstore.AppendResult{}, err
+			}
+			if !changed {
+				continue
+			}
+			if sealed == nil {
+				sealed = append([]eventstore.StreamAppend(nil), appends...)
+			}
+			if !copied {
+				sealed[i].Events, copied = append([]eventstore.EventData(nil), a.Events...), true
+			}
+			sealed[i].Events[j].Data = data
+		}
+	}
+	if sealed == nil {
+		sealed = appends
+	}
+	return s.inner.Append(ctx, sealed...)
+}
+
+// opened opens the sealed fields of events in place (they are the
+// reader's own copies).
+func (s *Store) opened(ctx context.Context, events []eventstore.RecordedEvent, err error) ([]eventstore.RecordedEvent, error) {
+	if err != nil {
+		return events, err
+	}
+	for i := range events {
+		if events[i].Data, err = open(ctx, s.keys, events[i].Type, events[i].Data); err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
+}
+
+func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
+	events, err := s.inner.ReadStream(ctx, stream, from, limit)
+	return s.opened(ctx, events, err)
+}
+
+func (s *Store) ReadAll(ctx context.Context, after eventstore.Position, limit int) ([]eventstore.RecordedEvent, error) {
+	events, err := s.inner.ReadAll(ctx, after, limit)
+	return s.opened(ctx, events, err)
+}
+
+func (s *Store) Head(ctx context.Context) (eventstore.Position, error) { return s.inner.Head(ctx) }
+func (s *Store) Last(ctx context.Context) (eventstore.Position, error) { return s.inner.Last(ctx) }
+
+func (s *Store) Subscribe(ctx context.Context, after eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
+	return s.inner.Subscribe(ctx, after, func(ctx context.Context, events []eventstore.RecordedEvent) error {
+		events, err := s.opened(ctx, events, nil)
+		if err != nil {
+			return err
+		}
+		return handle(ctx, events)
+	})
+}
+
+func (s *Store) Close() { s.inner.Close() }
+
+// fullStore is what a PostgreSQL store offers besides Store.
+type fullStore interface {
+	eventstore.Store
+	eventstore.HorizonReporter
+	eventstore.SnapshotStore
+	eventstore.TenantReader
+	CountEvents(ctx context.Context, after, upTo eventstore.Position, limit int64) (int64, error)
+}
+
+// Full is Store over a store with fullStore's interfaces.
+type Full struct {
+	*Store
+	full fullStore
+}
+
+func (f *Full) Horizon(ctx context.Context, limit int64, explainAfter time.Duration) (eventstore.Horizon, error) {
+	return f.full.Horizon(ctx, limit, explainAfter)
+}
+
+func (f *Full) CountEvents(ctx context.Context, after, upTo eventstore.Position, limit int64) (int64, error) {
+	return f.full.CountEvents(ctx, after, upTo, limit)
+}
+
+func (f *Full) ReadTenant(ctx context.Context, tf eventstore.TenantFilter, after eventstore.Position, skip, limit int) ([]eventstore.RecordedEvent, error) {
+	events, err := f.full.ReadTenant(ctx, tf, after, skip, limit)
+	return f.opened(ctx, events, err)
+}
+
+func (f *Full) CountTenant(ctx context.Context, tf eventstore.TenantFilter) (int64, error) {
+	return f.full.CountTenant(ctx, tf)
+}
+
+// Snapshots are folded states, which hold what the events sealed: a
+// snapshot is sealed whole, a customer's with the customer's key (so that
+// forgetting them leaves none that opens), any other with the service's
+// snapshot key. One that no longer opens is no snapshot: the stream is
+// replayed from its events.
+func (f *Full) ReadSnapshot(ctx context.Context, stream string) (eventstore.Snapshot, bool, error) {
+	snap, ok, err := f.full.ReadSnapshot(ctx, stream)
+	if err != nil || !ok {
+		return snap, ok, err
+	}
+	data, sealed, err := openSnapshot(ctx, f.keys, stream, snap.Data)
+	if err != nil || !sealed {
+		// An unsealed one is from before sealing: ignored, it is replaced.
+		return eventstore.Snapshot{}, false, err
+	}
+	if data == nil {
+		return eventstore.Snapshot{}, false, nil
+	}
+	snap.Data = data
+	return snap, true, nil
+}
+
+func (f *Full) WriteSnapshot(ctx context.Context, snap eventstore.Snapshot) error {
+	data, err := sealSnapshot(ctx, f.keys, snap.Stream, snap.Data)
+	if err != nil {
+		return err
+	}
+	snap.Data = data
+	return f.full.WriteSnapshot(ctx, snap)
+}
+
+// snapshotSubject is the key a stream's snapshots are sealed with.
+func snapshotSubject(stream string) keyring.Subject {
+	if id, ok := cutPrefix(stream, "customer-"); ok {
+		return keyring.Customer(id)
+	}
+	return keyring.Subject("service:snapshots")
+}
+
+func cutPrefix(s, prefix string) (string, bool) {
+	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+		return s[len(prefix):], true
+	}
+	return "", false
+}
+
+const snapshotType = "snapshot"
+
+// sealSnapshot is the JSON string of the sealed snapshot.
+func sealSnapshot(ctx context.Context, keys Keys, stream string, data []byte) ([]byte, error) {
+	v, err := sealValue(ctx, keys, snapshotSubject(stream), snapshotType, stream, string(data))
+	if err != nil {
+		return nil, err
+	}
+	return jsontext.AppendQuote(nil, v)
+}
+
+// openSnapshot opens a sealed snapshot: sealed false when data is not one,
+// data nil when its key was destroyed.
+func openSnapshot(ctx context.Context, keys Keys, stream string, data []byte) ([]byte, bool, error) {
+	if !Sealed(data) || jsontext.Value(data).Kind() != '"' {
+		return nil, false, nil
+	}
+	s, err := jsontext.AppendUnquote(nil, data)
+	if err != nil {
+		return nil, false, err
+	}
+	plain, err := openValue(ctx, keys, snapshotType, stream, string(s))
+	if err != nil {
+		return nil, true, err
+	}
+	if plain == Erased {
+		return nil, true, nil
+	}
+	return []byte(plain), true, nil
+}

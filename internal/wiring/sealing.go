@@ -1,0 +1,19 @@
+package wiring
+
+import (
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/keyring"
+	"github.com/escrowd/escrowd/internal/sealing"
+)
+
+// Sealed is store behind the codec that seals events' personal and secret
+// fields with the data keys of pool's keyring (table data_keys), wrapped by
+// master; previous are earlier master keys still wrapping some. Every
+// process builds its store through it, so nothing it appends reaches the
+// log with those fields in plain text.
+func Sealed(store eventstore.Store, pool *pgxpool.Pool, master keyring.Master, previous ...keyring.Master) (eventstore.Store, *keyring.Keyring) {
+	ring := keyring.New(pool, master, previous...)
+	return sealing.Wrap(store, ring), ring
+}
