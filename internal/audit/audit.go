@@ -187,7 +187,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	}
 	known, err := store.ReadStream(ctx, app.MerchantKind.StreamName(merchantID), 0, 1)
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("audit: read the merchant: %w", err)
 	}
 	if len(known) == 0 {
 		return rep, fmt.Errorf("%w: %s", ErrUnknownMerchant, merchantID)
@@ -197,7 +197,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	}
 	snap, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("audit: read models' snapshot: %w", err)
 	}
 	defer func() { _ = snap.Rollback(context.WithoutCancel(ctx)) }()
 	rm, err := loadReadModel(ctx, snap, merchantID)
@@ -208,7 +208,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return rep, err
+		return rep, fmt.Errorf("audit: records connection: %w", err)
 	}
 	defer conn.Release()
 	recs, err := newRecords(ctx, conn.Conn())
@@ -233,7 +233,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 		for _, env := range []domain.Environment{domain.Test, domain.Live} {
 			n, _, err := q.AuditPage(ctx, merchantID, env, "", 0)
 			if err != nil {
-				return rep, err
+				return rep, fmt.Errorf("audit: count the events: %w", err)
 			}
 			total += n
 		}
@@ -268,7 +268,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 		defer close(folds)
 		for p := range events {
 			if p.err != nil {
-				return p.err
+				return fmt.Errorf("audit: read the log: %w", p.err)
 			}
 			for _, re := range p.events {
 				r.apply(re)
