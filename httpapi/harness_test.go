@@ -107,7 +107,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	mutate ...func(*Config)) *harness {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	store := harnessStore(t, pool)
+	store, ring := harnessStore(t, pool)
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := o.projectors
 	if ps == nil {
@@ -141,7 +141,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 		// Tests of other packages hold transactions open on the shared
 		// server; only TestReadyzReportsHeldHorizon tests this limit.
 		MaxReadyHorizon: time.Minute,
-		Dashboard:       dashauth.NewStore(pool, keyring.New(pool, testMaster(t)))}
+		Dashboard:       dashauth.NewStore(pool, ring)}
 	for _, m := range mutate {
 		m(&cfg)
 	}

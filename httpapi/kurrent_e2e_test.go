@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
 	"slices"
 	"strings"
 	"sync"
@@ -89,8 +88,9 @@ func usesKurrent(t *testing.T) bool {
 // harnessStore is the harness's event store: PostgreSQL over pool, or the
 // KurrentDB adapter for a test runOnKurrent runs, behind the codec that
 // seals personal fields (as every process has it), with a master key of
-// the test's own.
-func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
+// the test's own; the keyring is returned for the parts of the API that
+// seal with it too (the dashboard's TOTP secrets).
+func harnessStore(t *testing.T, pool *pgxpool.Pool) (eventstore.Store, *keyring.Keyring) {
 	t.Helper()
 	var s eventstore.Store
 	if !usesKurrent(t) {
@@ -103,22 +103,7 @@ func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
 		s = k
 	}
 	t.Cleanup(s.Close)
-	sealed, _ := wired.Sealed(s, pool, testMaster(t))
-	return sealed
-}
-
-// testMaster is a new master key.
-func testMaster(t *testing.T) keyring.Master {
-	t.Helper()
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		t.Fatal(err)
-	}
-	m, err := keyring.NewMaster(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return wired.Sealed(s, pool, testMaster(t))
 }
 
 // TestCheckpointsAcrossRestarts: the projections and the webhook

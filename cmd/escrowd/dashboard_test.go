@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,19 +11,14 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/dashauth"
-	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 // TestServeSealsPlainTOTPSecrets: the API role's dashboard, on a database
 // where an earlier version kept a TOTP secret in plain text, seals it
-// before serving; without a master key there is no dashboard.
+// before serving.
 func TestServeSealsPlainTOTPSecrets(t *testing.T) {
 	db := pgtest.NewURL(t)
-	keyFile := filepath.Join(t.TempDir(), "master.key")
-	if err := keyring.CreateMasterFile(keyFile); err != nil {
-		t.Fatal(err)
-	}
 	env := testEnv(t, db)
 	ctx := context.Background()
 	u, _, err := dashauth.NewStore(env.Pool, nil).CreateUser(ctx, "m1", "ada@example.com", dashauth.Owner, "operator", time.Now())
@@ -36,15 +30,9 @@ func TestServeSealsPlainTOTPSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := mustConfig(t, db)
-	cfg.MasterKeyFile = ""
-	if users, err := dashboardUsers(ctx, cfg, env); err != nil || users != nil {
-		t.Fatalf("without a master key: %v %v", users, err)
-	}
-	cfg.MasterKeyFile = keyFile
-	users, err := dashboardUsers(ctx, cfg, env)
+	users, err := dashboardUsers(ctx, env)
 	if err != nil || users == nil {
-		t.Fatalf("with a master key: %v %v", users, err)
+		t.Fatalf("dashboard users: %v %v", users, err)
 	}
 	var plain int
 	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM dashboard_users WHERE totp_secret IS NOT NULL OR totp_sealed IS NULL`).Scan(&plain); err != nil || plain != 0 {

@@ -27,7 +27,6 @@ import (
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/internal/inbox"
-	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -78,7 +77,7 @@ func newAPI(ctx context.Context, cfg Config, env *cliEnv, runner *projections.Ru
 	if hc.Files, err = openFiles(cfg, env); err != nil {
 		return nil, err
 	}
-	if hc.Dashboard, err = dashboardUsers(ctx, cfg, env); err != nil {
+	if hc.Dashboard, err = dashboardUsers(ctx, env); err != nil {
 		return nil, err
 	}
 	api := wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
@@ -89,20 +88,12 @@ func newAPI(ctx context.Context, cfg Config, env *cliEnv, runner *projections.Ru
 }
 
 // dashboardUsers is the dashboard's users and sessions, their TOTP
-// secrets sealed with data keys the master key (ESCROW_MASTER_KEY_FILE)
-// wraps; nil without a master key (the dashboard is then off). Secrets an
-// earlier version kept in plain text are sealed first, so none stays
-// readable once this version has started.
-func dashboardUsers(ctx context.Context, cfg Config, env *cliEnv) (*dashauth.Store, error) {
-	if cfg.MasterKeyFile == "" {
-		env.Log.Warn("the dashboard is off: it seals TOTP secrets with the master key, and ESCROW_MASTER_KEY_FILE is not set")
-		return nil, nil
-	}
-	current, _, err := masterKeys(cfg)
-	if err != nil {
-		return nil, err
-	}
-	users := dashauth.NewStore(env.Pool, keyring.New(env.Pool, current))
+// secrets sealed with the merchants' data keys, through the same keyring
+// as the events' sealed fields (one cache, so an erased key is erased for
+// both). Secrets an earlier version kept in plain text are sealed first,
+// so none stays readable once this version has started.
+func dashboardUsers(ctx context.Context, env *cliEnv) (*dashauth.Store, error) {
+	users := dashauth.NewStore(env.Pool, env.Keyring)
 	n, err := users.SealPlainSecrets(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("dashboard: seal the TOTP secrets kept in plain text: %w", err)
