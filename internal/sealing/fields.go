@@ -107,6 +107,11 @@ var Declarations = map[string]Declaration{
 	"merchant.key_issued":      {Plain: []string{"keyId", "environment", "role", "digest", "hint"}},
 	"merchant.key_revoked":     {Plain: []string{"keyId"}},
 	"merchant.webhook_url_set": {Plain: []string{"environment", "url"}},
+	// A dashboard user is named by id only: the login's email stays in the
+	// dashboard's own table.
+	"merchant.dashboard_user_added":   {Plain: []string{"userId", "role"}},
+	"merchant.dashboard_user_removed": {Plain: []string{"userId"}},
+	"webhook.redelivery_requested":    {Plain: []string{"deliveryId", "event", "escrowId"}},
 
 	"category.created":   {Plain: []string{"categoryId", "merchantId", "environment", "name", "description", "imageUrl"}},
 	"category.updated":   {Plain: []string{"name", "description", "imageUrl"}},
@@ -125,6 +130,7 @@ var Declarations = map[string]Declaration{
 		Plain:  []string{"merchantId", "customerId", "environment", "account.bankName"}},
 	"depositaccount.deposit_awaited": {Plain: []string{"reference"}},
 	"depositaccount.deposit_matched": {Plain: []string{"reference", "charge"}},
+	"depositaccount.deposit_lapsed":  {Plain: []string{"reference"}},
 
 	"escrow.created": {Plain: join(escrowTermsPlain, []string{"id", "paymentToken", "merchantId", "environment", "sellerId", "imageUrl", "parentId", "channel", "settlementType",
 		"milestones.id", "milestones.title", "milestones.description", "milestones.customerId", "milestones.status"})},
