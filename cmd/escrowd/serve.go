@@ -78,7 +78,12 @@ func newAPI(ctx context.Context, cfg Config, env *cliEnv, runner *projections.Ru
 		return nil, err
 	}
 	if hc.Dashboard, err = dashboardUsers(ctx, env); err != nil {
-		return nil, err
+		if ctx.Err() == nil {
+			return nil, err
+		}
+		// Stopping before serving anything: no dashboard is offered, and
+		// the plain secrets are sealed at the next start.
+		hc.Dashboard = nil
 	}
 	api := wiring.API(hc, env.Store, env.Pool, runner, env.Log, reg)
 	if cfg.Providers != nil { // a Config not read by LoadConfig keeps the defaults

@@ -88,18 +88,33 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	return s.inner.Append(ctx, sealed...)
 }
 
-// opened opens the sealed fields of events in place (they are the
-// reader's own copies).
+// opened returns events with their sealed fields opened. Events holding
+// nothing sealed come back as they are; the others go into a copy of the
+// slice, never into the one given: a store may hand the same events to
+// several readers (the PostgreSQL store's subscribers share one read of
+// the log).
 func (s *Store) opened(ctx context.Context, events []eventstore.RecordedEvent, err error) ([]eventstore.RecordedEvent, error) {
 	if err != nil {
 		return events, err
 	}
+	var out []eventstore.RecordedEvent
 	for i := range events {
-		if events[i].Data, err = open(ctx, s.keys, events[i].Type, events[i].Data); err != nil {
+		if !Sealed(events[i].Data) {
+			continue
+		}
+		data, err := open(ctx, s.keys, events[i].Type, events[i].Data)
+		if err != nil {
 			return nil, err
 		}
+		if out == nil {
+			out = append([]eventstore.RecordedEvent(nil), events...)
+		}
+		out[i].Data = data
 	}
-	return events, nil
+	if out == nil {
+		return events, nil
+	}
+	return out, nil
 }
 
 func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {

@@ -250,3 +250,41 @@ func TestAppendForAForgottenSubjectKeepsNoPersonalData(t *testing.T) {
 	}
 	sameJSON(t, stored[0].Data, strings.NewReplacer(`"ADA OBI"`, `"[erased]"`, `"0123456789"`, `"[erased]"`).Replace(payoutStarted))
 }
+
+// sharedLog hands every reader the same slice of events, as the PostgreSQL
+// store's subscribers share one read of the log.
+type sharedLog struct {
+	eventstore.Store
+	events []eventstore.RecordedEvent
+}
+
+func (l sharedLog) ReadAll(context.Context, eventstore.Position, int) ([]eventstore.RecordedEvent, error) {
+	return l.events, nil
+}
+
+// TestOpeningLeavesTheSharedEventsSealed: opening what a reader gets never
+// writes into the events the inner store handed it, which other readers
+// hold too (under -race, writing into them is a data race between the
+// projectors).
+func TestOpeningLeavesTheSharedEventsSealed(t *testing.T) {
+	ctx := context.Background()
+	raw := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(raw.Close)
+	ring := newKeyring(t, raw)
+	data, err := sealing.SealEvent(ctx, ring, "customer-c_ada", "customer.created", []byte(customerCreated), event("customer.created", "").Metadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := []eventstore.RecordedEvent{{Type: "customer.created", Data: data}}
+	store := sealing.Wrap(sharedLog{events: shared}, ring)
+	for range 2 {
+		got, err := store.ReadAll(ctx, eventstore.Start, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameJSON(t, got[0].Data, customerCreated)
+	}
+	if !bytes.Equal(shared[0].Data, data) {
+		t.Fatalf("the shared event was rewritten: %s", shared[0].Data)
+	}
+}
