@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/escrowd/escrowd/internal/keyring"
 )
 
 // buildEscrowd builds the service binary once into dir.
@@ -56,7 +58,14 @@ type instance struct {
 }
 
 func newFleet(t testing.TB, bin, dir, dbURL string) *fleet {
+	// One master key for every process of the fleet, as one deployment
+	// has: they seal and open each other's events.
+	master := filepath.Join(dir, "master.key")
+	if err := keyring.CreateMasterFile(master); err != nil {
+		t.Fatal(err)
+	}
 	f := &fleet{t: t, bin: bin, dir: dir, env: []string{
+		"ESCROW_MASTER_KEY_FILE=" + master,
 		"DATABASE_URL=" + dbURL,
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + dir,
