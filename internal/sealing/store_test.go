@@ -17,7 +17,9 @@ import (
 	"github.com/escrowd/escrowd/internal/sealing"
 )
 
-func newKeyring(t *testing.T, store *postgres.Store) *keyring.Keyring {
+func newKeyring(t *testing.T, store *postgres.Store) *keyring.Keyring { return newKeyringB(t, store) }
+
+func newKeyringB(t testing.TB, store *postgres.Store) *keyring.Keyring {
 	t.Helper()
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
