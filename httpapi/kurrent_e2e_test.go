@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
 	"slices"
 	"strings"
 	"sync"
@@ -110,11 +109,7 @@ func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
 // testMaster is a new master key.
 func testMaster(t *testing.T) keyring.Master {
 	t.Helper()
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		t.Fatal(err)
-	}
-	m, err := keyring.NewMaster(raw)
+	m, err := keyring.GenerateMaster()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/keyring"
 )
 
@@ -24,7 +25,7 @@ import (
 const Prefix = "escrowd-sealed:v1:"
 
 // Erased is what a sealed field reads once its subject's key is destroyed.
-const Erased = "[erased]"
+const Erased = domain.Erased
 
 var quotedPrefix = []byte(`"` + Prefix)
 

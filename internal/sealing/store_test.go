@@ -3,7 +3,6 @@ package sealing_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -21,11 +20,7 @@ func newKeyring(t *testing.T, store *postgres.Store) *keyring.Keyring { return n
 
 func newKeyringB(t testing.TB, store *postgres.Store) *keyring.Keyring {
 	t.Helper()
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		t.Fatal(err)
-	}
-	m, err := keyring.NewMaster(raw)
+	m, err := keyring.GenerateMaster()
 	if err != nil {
 		t.Fatal(err)
 	}
