@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -68,11 +67,7 @@ func newBenchServer(b *testing.B) *benchServer {
 // as every process has it (wiring.Sealed), with a master key of its own.
 func sealedBenchStore(b *testing.B, store eventstore.Store, pool *pgxpool.Pool) eventstore.Store {
 	b.Helper()
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		b.Fatal(err)
-	}
-	master, err := keyring.NewMaster(raw)
+	master, err := keyring.GenerateMaster()
 	if err != nil {
 		b.Fatal(err)
 	}

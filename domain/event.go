@@ -28,3 +28,7 @@ type Meta struct {
 	RequestID   string      `json:"requestId,omitempty"`
 	OccurredAt  time.Time   `json:"occurredAt"`
 }
+
+// Erased is what a personal field reads once its subject's data key is
+// destroyed (a forgotten customer): shown as it is, never masked or parsed.
+const Erased = "[erased]"

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,11 +70,7 @@ func startHarness(t *testing.T, also func(ctx context.Context, store eventstore.
 // testMaster is a fresh master key, as ESCROW_MASTER_KEY_FILE holds one.
 func testMaster(t *testing.T) keyring.Master {
 	t.Helper()
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	m, err := keyring.NewMaster(key)
+	m, err := keyring.GenerateMaster()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,7 +227,7 @@ func UpdateProfile(s State, in Update, now time.Time) (ProfileUpdated, string, e
 
 // MaskBVN shows only the last 4 digits.
 func MaskBVN(bvn string) string {
-	if len(bvn) <= 4 {
+	if len(bvn) <= 4 || bvn == domain.Erased {
 		return bvn
 	}
 	return strings.Repeat("*", len(bvn)-4) + bvn[len(bvn)-4:]

@@ -97,8 +97,15 @@ func TestApplyAndUpdate(t *testing.T) {
 }
 
 func TestMaskBVN(t *testing.T) {
-	if got := MaskBVN("12345678901"); got != "*******8901" {
-		t.Fatal(got)
+	for _, tc := range []struct{ bvn, want string }{
+		{"12345678901", "*******8901"},
+		{"", ""},
+		// A forgotten customer's BVN reads as erased, not as a masked marker.
+		{domain.Erased, domain.Erased},
+	} {
+		if got := MaskBVN(tc.bvn); got != tc.want {
+			t.Errorf("MaskBVN(%q) = %q, want %q", tc.bvn, got, tc.want)
+		}
 	}
 }
 

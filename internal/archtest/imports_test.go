@@ -74,7 +74,7 @@ var rules = []rule{
 	{pkg: "internal/keyring", testsMay: []string{"internal/pgtest"}},
 	// The codec that seals events' personal fields, a decorator of the
 	// event store port.
-	{pkg: "internal/sealing", may: []string{"eventstore", "internal/keyring"}, testsMay: testFixtures},
+	{pkg: "internal/sealing", may: []string{"domain", "eventstore", "internal/keyring"}, testsMay: testFixtures},
 	// A payment provider's client (no rule of money: it reports what the
 	// provider answered), and the simulator of that provider that tests and
 	// trials run against. Only cmd and tests import the simulator.

@@ -2,7 +2,6 @@ package dashauth_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"strings"
 	"sync"
@@ -29,11 +28,7 @@ type fixture struct {
 func newFixture(t *testing.T) fixture {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
-	m, err := keyring.NewMaster(key)
+	m, err := keyring.GenerateMaster()
 	if err != nil {
 		t.Fatal(err)
 	}

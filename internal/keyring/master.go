@@ -69,6 +69,16 @@ func LoadMaster(path string) (Master, error) {
 	return m, nil
 }
 
+// GenerateMaster is a new random master key, kept nowhere: for a process
+// whose sealed data lives no longer than it (a test, a benchmark).
+func GenerateMaster() (Master, error) {
+	key := make([]byte, keySize)
+	if _, err := rand.Read(key); err != nil {
+		return Master{}, err
+	}
+	return NewMaster(key)
+}
+
 // CreateMasterFile writes a new random master key to path, readable by its
 // owner only, and refuses to replace an existing file (a lost master key
 // is every sealed value lost).

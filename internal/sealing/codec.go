@@ -17,6 +17,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/keyring"
 )
 
@@ -24,7 +25,7 @@ import (
 const Prefix = "escrowd-sealed:v1:"
 
 // Erased is what a sealed field reads once its subject's key is destroyed.
-const Erased = "[erased]"
+const Erased = domain.Erased
 
 var quotedPrefix = []byte(`"` + Prefix)
 
@@ -202,17 +203,18 @@ func (t *transform) array(raw jsontext.Value, n *node, subject keyring.Subject, 
 	if t.seal && n == nil {
 		return raw, nil
 	}
-	d := jsontext.NewDecoder(bytes.NewReader(raw))
+	d := newDecoder(raw)
 	if _, err := d.ReadToken(); err != nil {
 		return nil, err
 	}
-	out := []byte{'['}
+	out := make([]byte, 0, len(raw)+64)
+	out = append(out, '[')
 	for i := 0; d.PeekKind() != ']'; i++ {
 		v, err := d.ReadValue()
 		if err != nil {
 			return nil, err
 		}
-		nv, err := t.value(v.Clone(), n, subject, path)
+		nv, err := t.value(raw[d.InputOffset()-int64(len(v)):d.InputOffset()], n, subject, path)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +230,7 @@ func (t *transform) object(raw jsontext.Value, n *node, subject keyring.Subject,
 	if t.seal && n == nil {
 		return raw, nil
 	}
-	d := jsontext.NewDecoder(bytes.NewReader(raw))
+	d := newDecoder(raw)
 	if _, err := d.ReadToken(); err != nil {
 		return nil, err
 	}
@@ -236,7 +238,7 @@ func (t *transform) object(raw jsontext.Value, n *node, subject keyring.Subject,
 		key   string
 		value jsontext.Value
 	}
-	var members []member
+	members := make([]member, 0, 16)
 	for d.PeekKind() != '}' {
 		k, err := d.ReadToken()
 		if err != nil {
@@ -247,7 +249,8 @@ func (t *transform) object(raw jsontext.Value, n *node, subject keyring.Subject,
 		if err != nil {
 			return nil, err
 		}
-		members = append(members, member{key, v.Clone()})
+		end := d.InputOffset()
+		members = append(members, member{key, raw[end-int64(len(v)) : end]})
 	}
 	if t.seal && n.customerID {
 		for _, m := range members {
@@ -258,7 +261,8 @@ func (t *transform) object(raw jsontext.Value, n *node, subject keyring.Subject,
 			}
 		}
 	}
-	out := []byte{'{'}
+	out := make([]byte, 0, len(raw)+64)
+	out = append(out, '{')
 	for i, m := range members {
 		p := m.key
 		if path != "" {
@@ -282,6 +286,17 @@ func (t *transform) object(raw jsontext.Value, n *node, subject keyring.Subject,
 		out = append(out, v...)
 	}
 	return append(out, '}'), nil
+}
+
+// OpenEvent returns an event's data with every sealed value opened.
+func OpenEvent(ctx context.Context, keys Keys, typ string, data []byte) ([]byte, error) {
+	return open(ctx, keys, typ, data)
+}
+
+// newDecoder reads raw in place (a bytes.Buffer is parsed without a copy);
+// the values it returns are sliced from raw by offset, so they outlive it.
+func newDecoder(raw []byte) *jsontext.Decoder {
+	return jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
 }
 
 // open returns data with every sealed value of it opened.

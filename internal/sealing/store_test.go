@@ -3,7 +3,6 @@ package sealing_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -17,13 +16,11 @@ import (
 	"github.com/escrowd/escrowd/internal/sealing"
 )
 
-func newKeyring(t *testing.T, store *postgres.Store) *keyring.Keyring {
+func newKeyring(t *testing.T, store *postgres.Store) *keyring.Keyring { return newKeyringB(t, store) }
+
+func newKeyringB(t testing.TB, store *postgres.Store) *keyring.Keyring {
 	t.Helper()
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
-		t.Fatal(err)
-	}
-	m, err := keyring.NewMaster(raw)
+	m, err := keyring.GenerateMaster()
 	if err != nil {
 		t.Fatal(err)
 	}
