@@ -28,7 +28,9 @@ import (
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/sealing"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -45,8 +47,10 @@ type harness struct {
 	m          app.CreatedMerchant
 	pool       *pgxpool.Pool
 	// store is the event store: PostgreSQL in the harness's database, or
-	// the KurrentDB adapter for the tests runOnKurrent runs.
+	// the KurrentDB adapter for the tests runOnKurrent runs, under the
+	// sealing codec whose data keys are keys'.
 	store eventstore.Store
+	keys  *keyring.Keyring
 }
 
 const liveHost = "api.escrowd.test"
@@ -87,7 +91,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	mutate ...func(*Config)) *harness {
 	t.Helper()
 	pool := pgtest.NewPool(t)
-	store := harnessStore(t, pool)
+	store, keys := harnessStore(t, pool)
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := o.projectors
 	if ps == nil {
@@ -132,7 +136,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	t.Cleanup(api.Close)
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = api.ProviderEvents().Run(ctx) }()
-	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
+	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store, keys: keys}
 	limits := DefaultLimits
 	if o.limits != nil {
 		limits = *o.limits
@@ -228,7 +232,7 @@ func (h *harness) eventsDecodeAsEncodingJSONDoes() {
 func (h *harness) storedEvents() iter.Seq[eventstore.RecordedEvent] {
 	return func(yield func(eventstore.RecordedEvent) bool) {
 		t := h.t
-		if _, ok := h.store.(*postgres.Store); !ok {
+		if _, ok := underCodec(h.store).(*postgres.Store); !ok {
 			// Another store has no table to read: its log, once every
 			// write is readable.
 			after := eventstore.Start
@@ -260,7 +264,11 @@ func (h *harness) storedEvents() iter.Seq[eventstore.RecordedEvent] {
 			if err := rows.Scan(&stream, &typ, &data); err != nil {
 				t.Fatal(err)
 			}
-			if !yield(eventstore.RecordedEvent{Stream: stream, Type: typ, Data: []byte(data)}) {
+			opened, err := sealing.OpenEvent(context.Background(), h.keys, typ, []byte(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !yield(eventstore.RecordedEvent{Stream: stream, Type: typ, Data: opened}) {
 				return
 			}
 		}

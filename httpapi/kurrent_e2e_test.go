@@ -89,7 +89,7 @@ func usesKurrent(t *testing.T) bool {
 // KurrentDB adapter for a test runOnKurrent runs, behind the codec that
 // seals personal fields (as every process has it), with a master key of
 // the test's own.
-func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
+func harnessStore(t *testing.T, pool *pgxpool.Pool) (eventstore.Store, *keyring.Keyring) {
 	t.Helper()
 	var s eventstore.Store
 	if !usesKurrent(t) {
@@ -102,8 +102,7 @@ func harnessStore(t *testing.T, pool *pgxpool.Pool) eventstore.Store {
 		s = k
 	}
 	t.Cleanup(s.Close)
-	sealed, _ := wired.Sealed(s, pool, testMaster(t))
-	return sealed
+	return wired.Sealed(s, pool, testMaster(t))
 }
 
 // testMaster is a new master key.
@@ -198,15 +197,20 @@ func TestRunOnKurrentUsesTheAdapter(t *testing.T) {
 	t.Run("kurrent", func(t *testing.T) {
 		runOnKurrent(t, func(t *testing.T) {
 			t.Run("sub", func(t *testing.T) {
-				if _, ok := newHarness(t).store.(*kurrent.Store); !ok {
+				if _, ok := underCodec(newHarness(t).store).(*kurrent.Store); !ok {
 					t.Error("the harness of a kurrent test is not on the KurrentDB adapter")
 				}
 			})
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		if _, ok := newHarness(t).store.(*postgres.Store); !ok {
+		if _, ok := underCodec(newHarness(t).store).(*postgres.Store); !ok {
 			t.Error("a harness outside runOnKurrent is not on PostgreSQL")
 		}
 	})
+}
+
+// underCodec is the adapter under the harness's sealing codec.
+func underCodec(s eventstore.Store) eventstore.Store {
+	return s.(interface{ Unwrap() eventstore.Store }).Unwrap()
 }
