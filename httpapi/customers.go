@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
@@ -110,7 +112,7 @@ func (s *Server) listCustomers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cu, ok, err := q.FindCustomer(ctx, p.MerchantID, p.Environment, strings.ToLower(emailQ), phones, phoneQ != "")
+	cu, ok, err := s.findCustomer(ctx, q, p, strings.ToLower(emailQ), phones, phoneQ != "")
 	if err != nil {
 		return err
 	}
@@ -132,6 +134,33 @@ func (s *Server) phoneCandidates(c echo.Context, raw string) []string {
 	return reference.PhoneCandidates(pref, raw)
 }
 
+// findCustomer is the customer holding email ("" for any) and, byPhone,
+// one of phones: the holders come from the reservations (by blind index),
+// the customer from the read model.
+func (s *Server) findCustomer(ctx context.Context, q *projections.Queries, p Principal, email string, phones []string, byPhone bool) (projections.Customer, bool, error) {
+	if byPhone && len(phones) == 0 {
+		return projections.Customer{}, false, nil
+	}
+	byEmail, byPhones, err := s.app.CustomersByContact(ctx, p.MerchantID, p.Environment, email, phones)
+	if err != nil {
+		return projections.Customer{}, false, err
+	}
+	ids := byPhones
+	switch {
+	case email != "" && byPhone:
+		ids = nil
+		if slices.Contains(byPhones, byEmail) {
+			ids = []string{byEmail}
+		}
+	case email != "":
+		ids = nil
+		if byEmail != "" {
+			ids = []string{byEmail}
+		}
+	}
+	return q.FirstCustomerOf(ctx, p.MerchantID, p.Environment, ids)
+}
+
 func (s *Server) verifyPhone(c echo.Context) error {
 	p, _ := PrincipalFrom(c)
 	phones := s.phoneCandidates(c, c.Param("phone"))
@@ -139,7 +168,7 @@ func (s *Server) verifyPhone(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	cu, ok, err := q.FindCustomer(c.Request().Context(), p.MerchantID, p.Environment, "", phones, true)
+	cu, ok, err := s.findCustomer(c.Request().Context(), q, p, "", phones, true)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/escrowd/escrowd/internal/dashauth"
 	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/sealing"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -47,8 +48,10 @@ type harness struct {
 	m          app.CreatedMerchant
 	pool       *pgxpool.Pool
 	// store is the event store: PostgreSQL in the harness's database, or
-	// the KurrentDB adapter for the tests runOnKurrent runs.
+	// the KurrentDB adapter for the tests runOnKurrent runs, under the
+	// sealing codec whose data keys are keys'.
 	store eventstore.Store
+	keys  *keyring.Keyring
 }
 
 const liveHost = "api.escrowd.test"
@@ -148,7 +151,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	t.Cleanup(api.Close)
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = api.ProviderEvents().Run(ctx) }()
-	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store}
+	h := &harness{t: t, api: api, svc: api.App(), runner: runner, projecting: projecting, pool: pool, store: store, keys: ring}
 	limits := DefaultLimits
 	if o.limits != nil {
 		limits = *o.limits
@@ -248,7 +251,7 @@ func (h *harness) eventsDecodeAsEncodingJSONDoes() {
 func (h *harness) storedEvents() iter.Seq[eventstore.RecordedEvent] {
 	return func(yield func(eventstore.RecordedEvent) bool) {
 		t := h.t
-		if _, ok := h.store.(*postgres.Store); !ok {
+		if _, ok := underCodec(h.store).(*postgres.Store); !ok {
 			// Another store has no table to read: its log, once every
 			// write is readable.
 			after := eventstore.Start
@@ -280,7 +283,11 @@ func (h *harness) storedEvents() iter.Seq[eventstore.RecordedEvent] {
 			if err := rows.Scan(&stream, &typ, &data); err != nil {
 				t.Fatal(err)
 			}
-			if !yield(eventstore.RecordedEvent{Stream: stream, Type: typ, Data: []byte(data)}) {
+			opened, err := sealing.OpenEvent(context.Background(), h.keys, typ, []byte(data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !yield(eventstore.RecordedEvent{Stream: stream, Type: typ, Data: opened}) {
 				return
 			}
 		}

@@ -188,15 +188,20 @@ func TestRunOnKurrentUsesTheAdapter(t *testing.T) {
 	t.Run("kurrent", func(t *testing.T) {
 		runOnKurrent(t, func(t *testing.T) {
 			t.Run("sub", func(t *testing.T) {
-				if _, ok := newHarness(t).store.(*kurrent.Store); !ok {
+				if _, ok := underCodec(newHarness(t).store).(*kurrent.Store); !ok {
 					t.Error("the harness of a kurrent test is not on the KurrentDB adapter")
 				}
 			})
 		})
 	})
 	t.Run("postgres", func(t *testing.T) {
-		if _, ok := newHarness(t).store.(*postgres.Store); !ok {
+		if _, ok := underCodec(newHarness(t).store).(*postgres.Store); !ok {
 			t.Error("a harness outside runOnKurrent is not on PostgreSQL")
 		}
 	})
+}
+
+// underCodec is the adapter under the harness's sealing codec.
+func underCodec(s eventstore.Store) eventstore.Store {
+	return s.(interface{ Unwrap() eventstore.Store }).Unwrap()
 }

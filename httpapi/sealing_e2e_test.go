@@ -48,7 +48,7 @@ func testLogHoldsNoSecrets(t *testing.T) {
 
 	var log strings.Builder
 	n := 0
-	raw := h.store.(interface{ Unwrap() eventstore.Store }).Unwrap()
+	raw := underCodec(h.store)
 	for after := eventstore.Start; ; {
 		events, err := raw.ReadAll(context.Background(), after, 1000)
 		if err != nil {
@@ -79,4 +79,31 @@ func testLogHoldsNoSecrets(t *testing.T) {
 			t.Errorf("the log holds %q: …%s…", s, log.String()[max(0, i-200):min(log.Len(), i+50)])
 		}
 	}
+}
+
+// TestCustomerLookupsGoThroughTheBlindIndex: finding a customer by email
+// or phone reads their reservations (named by blind index), not the read
+// model's columns: with those columns changed behind the service's back,
+// the customer is still found by their own email and phone, and not by
+// the changed values.
+func TestCustomerLookupsGoThroughTheBlindIndex(t *testing.T) {
+	h := newHarness(t)
+	cid := h.createCustomer(h.sa(), "lookup.me@example.com", "08036660001")
+	h.caughtUp()
+	if _, err := h.pool.Exec(context.Background(), `UPDATE rm_customers SET email = 'other@example.com', phone = '08036660009' WHERE customer_id = $1`, cid); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/v1/customers?email=lookup.me@example.com", "/v1/customers?phone=08036660001",
+		"/v1/customers?email=lookup.me@example.com&phone=08036660001"} {
+		list := h.do(req{path: path, key: h.std()}).expect(t, 200, "Customers fetched successfully").obj()["data"].([]any)
+		if len(list) != 1 || list[0].(map[string]any)["customerId"] != cid {
+			t.Fatalf("%s: %v", path, list)
+		}
+	}
+	if got := h.do(req{path: "/v1/payment/verify-phone/08036660001", key: h.std()}).expect(t, 200, "Customer fetched successfully").obj(); got["customerId"] != cid {
+		t.Fatalf("verify-phone: %v", got)
+	}
+	h.do(req{path: "/v1/customers?email=other@example.com", key: h.std()}).expect(t, 400, "No customer found with the provided email")
+	h.do(req{path: "/v1/payment/verify-phone/08036660009", key: h.std()}).expect(t, 400, "No customer found with the provided phone")
+	h.do(req{path: "/v1/customers?email=lookup.me@example.com&phone=08036660009", key: h.std()}).expect(t, 400, "No customer found with the provided email and phone")
 }

@@ -117,35 +117,19 @@ func (q *Queries) CustomerByID(ctx context.Context, id string) (Customer, bool, 
 	return c, err == nil, err
 }
 
-// FindCustomer looks a customer up by canonical email and/or any of the
-// candidate local phone forms; empty criteria are ignored.
-func (q *Queries) FindCustomer(ctx context.Context, merchantID string, env domain.Environment, email string, phones []string, byPhone bool) (Customer, bool, error) {
-	sql := `SELECT ` + customerColumns + ` FROM rm_customers WHERE merchant_id = $1 AND environment = $2`
-	args := []any{merchantID, string(env)}
-	if email != "" {
-		args = append(args, email)
-		sql += ` AND email = $3`
+// FirstCustomerOf is the earliest created of the merchant environment's
+// customers ids (the holders of an email or phone, found by their blind
+// index): lookups by contact never compare stored values.
+func (q *Queries) FirstCustomerOf(ctx context.Context, merchantID string, env domain.Environment, ids []string) (Customer, bool, error) {
+	if len(ids) == 0 {
+		return Customer{}, false, nil
 	}
-	if byPhone {
-		if len(phones) == 0 {
-			return Customer{}, false, nil
-		}
-		args = append(args, phones)
-		sql += ` AND phone = ANY($` + itoa(len(args)) + `)`
-	}
-	sql += ` ORDER BY created_at LIMIT 1`
-	c, err := scanCustomer(q.pool.QueryRow(ctx, sql, args...))
+	c, err := scanCustomer(q.pool.QueryRow(ctx, `SELECT `+customerColumns+` FROM rm_customers
+		WHERE merchant_id = $1 AND environment = $2 AND customer_id = ANY($3) ORDER BY created_at LIMIT 1`, merchantID, string(env), ids))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
 	return c, err == nil, err
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
 }
 
 // MerchantCountry returns a merchant's default country (ISO code).

@@ -177,18 +177,48 @@ func (s *Service) SetBlocked(ctx context.Context, a Actor, id string, blocked bo
 // phone: by the value's blind index when the service has one (BlindIndex),
 // so the log's stream names never hold the value itself.
 func (s *Service) emailKey(tx *Tx, a Actor, email string) (string, error) {
-	v, err := s.blindIndex(tx, "email", email)
+	v, err := s.blindIndex(tx.ctx, "email", email)
 	return customer.EmailKey(a.MerchantID, a.Environment, v), err
 }
 
 func (s *Service) phoneKey(tx *Tx, a Actor, phone string) (string, error) {
-	v, err := s.blindIndex(tx, "phone", phone)
+	v, err := s.blindIndex(tx.ctx, "phone", phone)
 	return customer.PhoneKey(a.MerchantID, a.Environment, v), err
 }
 
-func (s *Service) blindIndex(tx *Tx, purpose, value string) (string, error) {
+func (s *Service) blindIndex(ctx context.Context, purpose, value string) (string, error) {
 	if s.BlindIndex == nil {
 		return value, nil
 	}
-	return s.BlindIndex(tx.ctx, purpose, value)
+	return s.BlindIndex(ctx, purpose, value)
+}
+
+// CustomersByContact are the customers of a merchant's environment that
+// hold email (its canonical form; "" for none) and any of phones, by
+// their reservations: the lookup goes through the blind index, never a
+// stored value.
+func (s *Service) CustomersByContact(ctx context.Context, merchantID string, env domain.Environment, email string, phones []string) (byEmail string, byPhone []string, err error) {
+	holder := func(purpose, value string, key func(string, domain.Environment, string) string) (string, error) {
+		v, err := s.blindIndex(ctx, purpose, value)
+		if err != nil {
+			return "", err
+		}
+		r, _, err := Load(ctx, s.Engine, ReservationKind, key(merchantID, env, v))
+		return r.Holder, err
+	}
+	if email != "" {
+		if byEmail, err = holder("email", email, customer.EmailKey); err != nil {
+			return "", nil, err
+		}
+	}
+	for _, p := range phones {
+		h, err := holder("phone", p, customer.PhoneKey)
+		if err != nil {
+			return "", nil, err
+		}
+		if h != "" {
+			byPhone = append(byPhone, h)
+		}
+	}
+	return byEmail, byPhone, nil
 }
