@@ -18,7 +18,8 @@ var customerForgetCommand = &command{
 		"are sealed in the log with a data key of their own: destroying it erases them for good, in the\n" +
 		"log, in backups of it and in every read model rebuilt from it. Amounts, references and times stay,\n" +
 		"so balances and the audit are unchanged. The read models are rebuilt (the API keeps serving), and\n" +
-		"reads show \"[erased]\" for the personal fields. There is no undo.",
+		"reads show \"[erased]\" for the personal fields. The erasure is an event of the customer's\n" +
+		"(customer.erased, the operator as its actor), recorded before the key is destroyed. There is no undo.",
 	database: true,
 	required: []string{"merchant", "customer"},
 	define: func(fs *flag.FlagSet) runFunc {
@@ -31,8 +32,15 @@ var customerForgetCommand = &command{
 }
 
 func customerForget(ctx context.Context, env *cliEnv, merchantID, customerID string) error {
-	if err := ownsCustomer(ctx, env, merchantID, customerID); err != nil {
+	created, err := ownsCustomer(ctx, env, merchantID, customerID)
+	if err != nil {
 		return err
+	}
+	// The erasure is recorded first, the operator as its actor (the event
+	// holds nothing personal): a key destroyed with no record of why would
+	// read as lost data. Run again after a failure, it records nothing more.
+	if _, err := service(env).RecordErasure(ctx, app.Actor{MerchantID: merchantID, Environment: created.Environment}, customerID); err != nil {
+		return fmt.Errorf("record the erasure of customer %s: %w", customerID, err)
 	}
 	if _, err := env.Keyring.Destroy(ctx, keyring.Customer(customerID)); err != nil {
 		return err
@@ -40,24 +48,25 @@ func customerForget(ctx context.Context, env *cliEnv, merchantID, customerID str
 	if err := projectionsRebuild(ctx, env, nil); err != nil {
 		return fmt.Errorf("the data key of customer %s is destroyed; rebuilding the read models failed (run projections rebuild): %w", customerID, err)
 	}
-	fmt.Fprintf(env.Stdout, "customer %s of merchant %s forgotten: data key destroyed, read models rebuilt\n", customerID, merchantID)
+	fmt.Fprintf(env.Stdout, "customer %s of merchant %s forgotten: erasure recorded, data key destroyed, read models rebuilt\n", customerID, merchantID)
 	return nil
 }
 
-// ownsCustomer checks that customer id is one of merchant's.
-func ownsCustomer(ctx context.Context, env *cliEnv, merchantID, customerID string) error {
+// ownsCustomer checks that customer id is one of merchant's, and returns
+// its creation.
+func ownsCustomer(ctx context.Context, env *cliEnv, merchantID, customerID string) (customer.Created, error) {
 	events, err := env.Store.ReadStream(ctx, app.CustomerKind.StreamName(customerID), 0, 1)
 	if err != nil {
-		return err
+		return customer.Created{}, err
 	}
 	if len(events) == 1 {
 		ev, err := customer.Registry.Decode(events[0].Type, events[0].Data)
 		if err != nil {
-			return err
+			return customer.Created{}, err
 		}
 		if c, ok := ev.(customer.Created); ok && c.MerchantID == merchantID {
-			return nil
+			return c, nil
 		}
 	}
-	return errors.New("Customer not found")
+	return customer.Created{}, errors.New("Customer not found")
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/projections"
 )
@@ -74,6 +77,34 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 	out, err := cli(t, db, "customer", "forget", "--merchant", a.merchantID, "--customer", a.customerID)
 	if err != nil || !strings.Contains(out, "forgotten") {
 		t.Fatalf("forget: %v %s", err, out)
+	}
+
+	// The erasure is on record, the operator as its actor; asked again,
+	// nothing more is recorded.
+	erasures := func() []eventstore.RecordedEvent {
+		t.Helper()
+		events, err := env.Store.ReadStream(ctx, app.CustomerKind.StreamName(a.customerID), 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []eventstore.RecordedEvent
+		for _, e := range events {
+			if e.Type == "customer.erased" {
+				found = append(found, e)
+			}
+		}
+		return found
+	}
+	erased := erasures()
+	var meta domain.Meta
+	if len(erased) != 1 || json.Unmarshal(erased[0].Metadata, &meta) != nil || meta.Actor != "operator" || meta.MerchantID != a.merchantID {
+		t.Fatalf("erasure events %+v (meta %+v)", erased, meta)
+	}
+	if _, err := cli(t, db, "customer", "forget", "--merchant", a.merchantID, "--customer", a.customerID); err != nil {
+		t.Fatalf("forget again: %v", err)
+	}
+	if n := len(erasures()); n != 1 {
+		t.Fatalf("%d erasure events after forgetting twice", n)
 	}
 
 	personal := []string{"08031110001", "Ada", "Obi"}

@@ -36,6 +36,9 @@ type State struct {
 	BlockedReason string
 	Permissions   Permissions
 	CreatedAt     time.Time
+	// Erased: the customer's personal data was erased (their data key
+	// destroyed); their money records stay.
+	Erased bool
 }
 
 // Exists reports whether the customer was created.
@@ -73,6 +76,12 @@ type (
 	Unblocked struct {
 		UnblockedAt time.Time `json:"unblockedAt"`
 	}
+	// Erased records that the customer's personal data was erased, at the
+	// operator's command: their data key is destroyed right after it, so
+	// what earlier events sealed with it reads "[erased]" from then on.
+	Erased struct {
+		ErasedAt time.Time `json:"erasedAt"`
+	}
 )
 
 func (Created) EventType() string            { return "customer.created" }
@@ -80,6 +89,7 @@ func (ProfileUpdated) EventType() string     { return "customer.profile_updated"
 func (PermissionsChanged) EventType() string { return "customer.permissions_changed" }
 func (Blocked) EventType() string            { return "customer.blocked" }
 func (Unblocked) EventType() string          { return "customer.unblocked" }
+func (Erased) EventType() string             { return "customer.erased" }
 
 // Registry decodes customer events.
 var Registry = domain.NewRegistry(
@@ -88,6 +98,7 @@ var Registry = domain.NewRegistry(
 	func() domain.Event { return &PermissionsChanged{} },
 	func() domain.Event { return &Blocked{} },
 	func() domain.Event { return &Unblocked{} },
+	func() domain.Event { return &Erased{} },
 )
 
 // Apply folds one event.
@@ -114,6 +125,8 @@ func Apply(s State, ev domain.Event) State {
 		s.Blocked, s.BlockedReason = true, e.Reason
 	case Unblocked:
 		s.Blocked, s.BlockedReason = false, ""
+	case Erased:
+		s.Erased = true
 	}
 	return s
 }

@@ -173,6 +173,24 @@ func (s *Service) SetBlocked(ctx context.Context, a Actor, id string, blocked bo
 	return res.Position, err
 }
 
+// RecordErasure records that customer id's personal data is erased, with
+// a (the operator) as the actor; the caller destroys their data key after
+// it. Erasing an erased customer again records nothing (ErrNothingToDo).
+func (s *Service) RecordErasure(ctx context.Context, a Actor, id string) (eventstore.Position, error) {
+	res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+		c, err := loadOwnCustomer(tx, a, id, domain.Invalidf("Customer not found"))
+		if err != nil {
+			return err
+		}
+		if c.Erased {
+			return ErrNothingToDo
+		}
+		Record(tx, CustomerKind, id, customer.Erased{ErasedAt: s.Engine.Now()})
+		return nil
+	})
+	return res.Position, err
+}
+
 // emailKey and phoneKey name the reservation of a customer's email or
 // phone: by the value's blind index when the service has one (BlindIndex),
 // so the log's stream names never hold the value itself.

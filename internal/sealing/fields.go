@@ -94,6 +94,7 @@ var Declarations = map[string]Declaration{
 	"customer.blocked":             {Owner: OwnerCustomer, Sealed: []string{"reason"}},
 	"customer.permissions_changed": {Owner: OwnerCustomer},
 	"customer.unblocked":           {Owner: OwnerCustomer},
+	"customer.erased":              {Owner: OwnerCustomer},
 	"reservation.claimed":          {Plain: []string{"holder"}},
 	"reservation.released":         {Plain: []string{"holder"}},
 
