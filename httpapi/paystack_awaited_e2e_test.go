@@ -13,8 +13,9 @@ import (
 // bounded: at most payment.MaxAwaitedDeposits at once per account (the
 // next is refused, nothing staged), each awaited for
 // payment.AwaitedDepositLifetime. A transfer after that is credited as a
-// deposit of its own, and the lapsed entries are dropped from the
-// account's state by the next deposit intent.
+// deposit of its own, a lapsed intent fails when verified, and the lapsed
+// entries are dropped from the account's state by that verify or the next
+// deposit intent.
 func TestAwaitedDepositsLapseAndAreCapped(t *testing.T) {
 	h := newHarness(t)
 	clock := h.useFakeClock()
@@ -33,7 +34,7 @@ func TestAwaitedDepositsLapseAndAreCapped(t *testing.T) {
 	}
 
 	// Past the lifetime, a transfer of the first intent's amount is a
-	// deposit of its own: credited, the intent untouched.
+	// deposit of its own: credited, and the intent, verified, fails.
 	clock.Advance(payment.AwaitedDepositLifetime)
 	late, err := sim.PayIntoDedicatedAccount(number, 100000)
 	if err != nil {
@@ -41,9 +42,10 @@ func TestAwaitedDepositsLapseAndAreCapped(t *testing.T) {
 	}
 	h.settleEvents(sim)
 	h.expectWallet(cid, 1000, 0)
-	if got := h.verify(cid, "lapse-0").expect(t, 200, "").obj(); got["status"] != "pending" {
-		t.Fatalf("a lapsed intent settled by a later transfer: %v", got)
+	if got := h.verify(cid, "lapse-0").expect(t, 200, "").obj(); got["status"] != "failed" {
+		t.Fatalf("a lapsed intent verified: %v", got)
 	}
+	h.expectWallet(cid, 1000, 0)
 	if got := h.chargeEvents(late); got["charge.applied"] != 1 {
 		t.Fatalf("events of the late transfer %v", got)
 	}

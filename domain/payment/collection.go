@@ -146,9 +146,10 @@ func dropAwaited(awaited []AwaitedDeposit, reference string) []AwaitedDeposit {
 }
 
 // Bounds of a deposit account's awaited entries. A deposit intent offers
-// the dedicated account for AwaitedDepositLifetime: a transfer received
-// later is credited as a deposit of its own (the money is never held
-// back), and the entry is dropped by the next staging. At most
+// the dedicated account for AwaitedDepositLifetime: a transfer credited
+// later is a deposit of its own (the money is never held back), the
+// intent fails when verified (LapseDeposit), and the entry is dropped by
+// that verify or the next staging, whichever comes first. At most
 // MaxAwaitedDeposits entries await at once per account, so the account's
 // state stays bounded however many intents are never paid.
 const (
@@ -183,6 +184,26 @@ func Await(s DepositAccount, d AwaitedDeposit, now time.Time) ([]domain.Event, e
 		return nil, ErrTooManyAwaited
 	}
 	return append(out, DepositAwaited(d)), nil
+}
+
+// LapseDeposit decides a deposit intent awaiting a transfer into acct
+// whose lifetime has passed at now with no transfer matching it: the
+// intent fails (nothing moved) and its entry, if still there, is dropped.
+// Any other intent, or one still within its lifetime, gives nil.
+func LapseDeposit(p State, acct DepositAccount, now time.Time) (*Settled, *DepositLapsed) {
+	r := p.Record
+	if p.Phase != Staged || r.Type != ledger.Deposit || p.DepositAccount == nil ||
+		!(AwaitedDeposit{At: r.CreatedAt}).Lapsed(now) {
+		return nil, nil
+	}
+	r.Status, r.UpdatedAt = ledger.Failed, now
+	settled := &Settled{Records: []ledger.Record{r}}
+	for _, a := range acct.Awaited {
+		if a.Reference == r.Reference {
+			return settled, &DepositLapsed{Reference: r.Reference, At: now}
+		}
+	}
+	return settled, nil
 }
 
 // Match is the awaited deposit a transfer of amount received at settles:

@@ -299,3 +299,45 @@ func TestMatchSkipsLapsed(t *testing.T) {
 		t.Fatalf("a lapsed entry matched: %+v", m)
 	}
 }
+
+// TestLapseDeposit: a deposit intent awaiting a transfer fails once its
+// lifetime has passed, and its entry is dropped; any other intent, or one
+// still within its lifetime, is left as it is.
+func TestLapseDeposit(t *testing.T) {
+	staged := Apply(State{}, IntentCreated{Record: ledger.Record{ID: "r-d", Reference: "d", Amount: 500, Type: ledger.Deposit,
+		Status: ledger.Pending, CustomerID: "c1", CreatedAt: collectAt}, DepositAccount: &BankAccount{AccountNumber: "9900000011"}})
+	acct := ApplyDepositAccount(DepositAccount{}, DepositAwaited{Reference: "d", Amount: 500, At: collectAt})
+	done := Apply(staged, Settled{Records: []ledger.Record{staged.Record}})
+	builtIn := staged
+	builtIn.DepositAccount = nil
+	lapse := collectAt.Add(AwaitedDepositLifetime)
+	for _, tc := range []struct {
+		name           string
+		intent         State
+		acct           DepositAccount
+		now            time.Time
+		fails, dropped bool
+	}{
+		{"within its lifetime", staged, acct, lapse.Add(-time.Second), false, false},
+		{"lapsed", staged, acct, lapse, true, true},
+		{"lapsed, its entry dropped by a staging", staged, DepositAccount{}, lapse, true, false},
+		{"settled", done, acct, lapse, false, false},
+		{"on the built-in gateway", builtIn, acct, lapse, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failed, lapsed := LapseDeposit(tc.intent, tc.acct, tc.now)
+			if (failed != nil) != tc.fails || (lapsed != nil) != tc.dropped {
+				t.Fatalf("failed %+v, lapsed %+v", failed, lapsed)
+			}
+			if failed != nil {
+				if failed.Movement != nil || len(failed.Records) != 1 || failed.Records[0].Status != ledger.Failed ||
+					failed.Records[0].ID != "r-d" || !failed.Records[0].UpdatedAt.Equal(tc.now) {
+					t.Fatalf("failed %+v", failed)
+				}
+			}
+			if lapsed != nil && (lapsed.Reference != "d" || !lapsed.At.Equal(tc.now)) {
+				t.Fatalf("lapsed %+v", lapsed)
+			}
+		})
+	}
+}

@@ -346,7 +346,38 @@ func (s *Service) settleIntentCharge(ctx context.Context, a Actor, st payment.St
 		}
 		pos = res.Position
 	}
-	p, _, err := Load(ctx, s.Engine, PaymentKind, payment.StreamID(a.MerchantID, a.Environment, st.Record.Reference))
+	stream := payment.StreamID(a.MerchantID, a.Environment, st.Record.Reference)
+	if st.Phase == payment.Staged && st.DepositAccount != nil {
+		// A deposit no transfer matched within its lifetime fails.
+		res, err := s.Engine.Do(ctx, a.meta(), func(tx *Tx) error {
+			p, err := Read(tx, PaymentKind, stream)
+			if err != nil {
+				return err
+			}
+			acct, err := Read(tx, DepositAccountKind, p.Record.CustomerID)
+			if err != nil {
+				return err
+			}
+			failed, lapsed := payment.LapseDeposit(p, acct, s.Engine.Now())
+			if failed == nil {
+				return ErrNothingToDo
+			}
+			if err := recordEntry(s, tx, PaymentKind, stream, *failed); err != nil {
+				return err
+			}
+			if lapsed != nil {
+				Record(tx, DepositAccountKind, p.Record.CustomerID, *lapsed)
+			}
+			return nil
+		})
+		if err != nil {
+			return st, pos, err
+		}
+		if res.Position != (eventstore.Position{}) {
+			pos = res.Position
+		}
+	}
+	p, _, err := Load(ctx, s.Engine, PaymentKind, stream)
 	return p, pos, err
 }
 
