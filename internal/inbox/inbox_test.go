@@ -178,3 +178,88 @@ func TestSlowEventDoesNotHoldUpOthers(t *testing.T) {
 		t.Fatalf("status %+v", sum)
 	}
 }
+
+// A slow event holds up no claim after its own: with one event per claim,
+// the slow one waits for the fast one claimed after it, which a worker
+// that finished a claim before taking the next would never reach.
+func TestSlowEventDoesNotHoldUpLaterClaims(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	put(t, st, "slow")
+	put(t, st, "fast")
+	fastDone := make(chan struct{})
+	w := &Worker{Store: st, Batch: 1, Concurrency: 2, Handle: func(_ context.Context, it Item) (string, error) {
+		if it.ID == "fast" {
+			close(fastDone)
+			return "ok", nil
+		}
+		select {
+		case <-fastDone:
+			return "ok", nil
+		case <-time.After(30 * time.Second):
+			return "", errors.New("the next claim waited for the slow event")
+		}
+	}}
+	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
+		t.Fatalf("drained %d, %v", n, err)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != 2 || len(sum.Failing) != 0 {
+		t.Fatalf("status %+v", sum)
+	}
+}
+
+// No more than Concurrency events are processed at once, and Run fills
+// every slot: each handler holds its slot until Concurrency of them run
+// side by side.
+func TestWorkerProcessesAtMostConcurrencyAtOnce(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	const conc = 4
+	var ids []string
+	for i := range 3 * conc {
+		ids = append(ids, fmt.Sprint("e", i))
+	}
+	put(t, st, ids...)
+	var mu sync.Mutex
+	running, most, done := 0, 0, 0
+	full := make(chan struct{})
+	all := make(chan struct{})
+	w := (&Worker{Store: st, Batch: 3, Concurrency: conc, Handle: func(ctx context.Context, it Item) (string, error) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		if running == conc && most == conc && done == 0 {
+			close(full)
+		}
+		mu.Unlock()
+		select {
+		case <-full:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		mu.Lock()
+		running--
+		done++
+		if done == len(ids) {
+			close(all)
+		}
+		mu.Unlock()
+		return "ok", nil
+	}}).Init()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- w.Run(ctx) }()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker never had its slots full")
+	}
+	cancel()
+	<-ran
+	mu.Lock()
+	defer mu.Unlock()
+	if most != conc {
+		t.Fatalf("%d events processed at once, want %d", most, conc)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != len(ids) {
+		t.Fatalf("status %+v", sum)
+	}
+}
