@@ -88,7 +88,7 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	return s.inner.Append(ctx, sealed...)
 }
 
-// opened opens the sealed fields of events in place (they are the
+// opened opens the sealed fields of events in place (they must be the
 // reader's own copies).
 func (s *Store) opened(ctx context.Context, events []eventstore.RecordedEvent, err error) ([]eventstore.RecordedEvent, error) {
 	if err != nil {
@@ -117,7 +117,9 @@ func (s *Store) Last(ctx context.Context) (eventstore.Position, error) { return 
 
 func (s *Store) Subscribe(ctx context.Context, after eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
 	return s.inner.Subscribe(ctx, after, func(ctx context.Context, events []eventstore.RecordedEvent) error {
-		events, err := s.opened(ctx, events, nil)
+		// A subscriber's batch may be shared with the process's other
+		// subscribers (the store's tail): open a copy of its own.
+		events, err := s.opened(ctx, append([]eventstore.RecordedEvent(nil), events...), nil)
 		if err != nil {
 			return err
 		}
