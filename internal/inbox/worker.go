@@ -35,10 +35,12 @@ type Worker struct {
 	Lease time.Duration
 	// Batch is the most events a claim takes (default 20).
 	Batch int
-	// Concurrency is the most events processed at once (default 64).
+	// Concurrency is the most events processed at once (default 16).
 	// Events of one customer processed together are kept apart by the
 	// expected revisions of their appends (the loser decides again), so
-	// this bounds the work in flight, not what is safe.
+	// this bounds the work in flight, not what is safe. More than the
+	// database can commit side by side only takes CPU from the hook's
+	// answers.
 	Concurrency int
 	// Backoff is the wait after the attempt-th failure (default
 	// Backoff).
@@ -76,7 +78,7 @@ func (w *Worker) defaults() {
 		w.Batch = 20
 	}
 	if w.Concurrency <= 0 {
-		w.Concurrency = 64
+		w.Concurrency = 16
 	}
 	if w.Backoff == nil {
 		w.Backoff = Backoff

@@ -119,10 +119,10 @@ func New(cfg Config) *Client {
 	}
 	if c.http == nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// Calls run side by side (an inbox worker verifies up to 64 events
-		// at once): keep that many connections open for reuse, not the
-		// default two, or each call beyond two pays a new connection and
-		// its TLS handshake.
+		// Calls run side by side (an inbox worker verifies up to 16 events
+		// at once, requests verify their own): keep that many connections
+		// open for reuse, not the default two, or each call beyond two pays
+		// a new connection and its TLS handshake.
 		tr.MaxIdleConnsPerHost = MaxIdleConns
 		c.http = &http.Client{
 			Transport: tr,
