@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -145,6 +146,17 @@ func BenchmarkProviderEvents(b *testing.B) {
 	// Interleaved, so deposits and payouts arrive together.
 	sort.SliceStable(bodies, func(i, j int) bool { return i%2 < j%2 })
 
+	// PROVIDER_BENCH_DELAY (a duration) makes the simulator take that long
+	// to answer each measured event's verify, as Paystack does over the
+	// internet: the worker's throughput is then its verifies in flight.
+	if d := os.Getenv("PROVIDER_BENCH_DELAY"); d != "" {
+		delay, err := time.ParseDuration(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sim.DelayNext(paystack.OpVerifyTransaction, delay, deposits)
+		sim.DelayNext(paystack.OpVerifyTransfer, delay, payouts)
+	}
 	hook := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: providerClients}}
 	lat := make([]time.Duration, len(bodies))
 	var mu sync.Mutex
