@@ -252,6 +252,7 @@ func TestWorkerProcessesAtMostConcurrencyAtOnce(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker never had its slots full")
 	}
+	waitDone(t, st, len(ids))
 	cancel()
 	<-ran
 	mu.Lock()
@@ -261,5 +262,77 @@ func TestWorkerProcessesAtMostConcurrencyAtOnce(t *testing.T) {
 	}
 	if sum, _ := st.Status(context.Background()); sum.Done != len(ids) {
 		t.Fatalf("status %+v", sum)
+	}
+}
+
+// Two running workers on one database, woken as events are kept, handle
+// each event once while events keep arriving.
+func TestRunningWorkersHandleEachEventOnce(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	const events = 300
+	var mu sync.Mutex
+	handled := map[string]int{}
+	total := 0
+	all := make(chan struct{})
+	handle := func(_ context.Context, it Item) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[it.ID]++
+		if total++; total == events {
+			close(all)
+		}
+		return "ok", nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var workers []*Worker
+	ran := make(chan error, 2)
+	for range 2 {
+		w := (&Worker{Store: st, Handle: handle, Batch: 5, Concurrency: 8, Interval: time.Hour}).Init()
+		workers = append(workers, w)
+		go func() { ran <- w.Run(ctx) }()
+	}
+	for i := range events {
+		put(t, st, fmt.Sprint("e", i))
+		workers[i%2].Notify()
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("handled %d of %d events", total, events)
+	}
+	waitDone(t, st, events)
+	cancel()
+	<-ran
+	<-ran
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range handled {
+		if n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+	if len(handled) != events {
+		t.Fatalf("handled %d events, want %d", len(handled), events)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != events || sum.Pending != 0 {
+		t.Fatalf("status %+v", sum)
+	}
+}
+
+// waitDone waits for n events to be recorded done: a running worker
+// records an outcome after its handler returns.
+func waitDone(t *testing.T, st Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		sum, err := st.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Done == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events recorded done", sum.Done, n)
+		}
 	}
 }
