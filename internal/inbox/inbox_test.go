@@ -152,58 +152,44 @@ func TestRetryKeepsErrorsBounded(t *testing.T) {
 }
 
 // An event whose handler is slow (its provider takes its time to answer)
-// does not hold up the others of its claim: the slow one waits for a fast
-// one claimed after it to be handled.
+// holds up neither the others of its claim nor the claims after it: the
+// slow one waits for a fast one claimed after it to be handled. With one
+// event per claim, a worker that finished a claim before taking the next
+// would never reach the fast one.
 func TestSlowEventDoesNotHoldUpOthers(t *testing.T) {
-	st := Store{Pool: pgtest.NewPool(t)}
-	put(t, st, "slow")
-	put(t, st, "fast")
-	fastDone := make(chan struct{})
-	w := &Worker{Store: st, Handle: func(_ context.Context, it Item) (string, error) {
-		if it.ID == "fast" {
-			close(fastDone)
-			return "ok", nil
-		}
-		select {
-		case <-fastDone:
-			return "ok", nil
-		case <-time.After(time.Minute):
-			return "", errors.New("the fast event was held up behind the slow one")
-		}
-	}}
-	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
-		t.Fatalf("drained %d, %v", n, err)
-	}
-	if sum, _ := st.Status(context.Background()); sum.Done != 2 {
-		t.Fatalf("status %+v", sum)
-	}
-}
-
-// A slow event holds up no claim after its own: with one event per claim,
-// the slow one waits for the fast one claimed after it, which a worker
-// that finished a claim before taking the next would never reach.
-func TestSlowEventDoesNotHoldUpLaterClaims(t *testing.T) {
-	st := Store{Pool: pgtest.NewPool(t)}
-	put(t, st, "slow")
-	put(t, st, "fast")
-	fastDone := make(chan struct{})
-	w := &Worker{Store: st, Batch: 1, Concurrency: 2, Handle: func(_ context.Context, it Item) (string, error) {
-		if it.ID == "fast" {
-			close(fastDone)
-			return "ok", nil
-		}
-		select {
-		case <-fastDone:
-			return "ok", nil
-		case <-time.After(30 * time.Second):
-			return "", errors.New("the next claim waited for the slow event")
-		}
-	}}
-	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
-		t.Fatalf("drained %d, %v", n, err)
-	}
-	if sum, _ := st.Status(context.Background()); sum.Done != 2 || len(sum.Failing) != 0 {
-		t.Fatalf("status %+v", sum)
+	for _, tc := range []struct {
+		name string
+		w    Worker
+	}{
+		{"one claim", Worker{}},
+		{"later claims", Worker{Batch: 1, Concurrency: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := Store{Pool: pgtest.NewPool(t)}
+			put(t, st, "slow")
+			put(t, st, "fast")
+			fastDone := make(chan struct{})
+			w := tc.w
+			w.Store = st
+			w.Handle = func(_ context.Context, it Item) (string, error) {
+				if it.ID == "fast" {
+					close(fastDone)
+					return "ok", nil
+				}
+				select {
+				case <-fastDone:
+					return "ok", nil
+				case <-time.After(30 * time.Second):
+					return "", errors.New("the fast event was held up behind the slow one")
+				}
+			}
+			if n, err := w.Drain(context.Background()); err != nil || n != 2 {
+				t.Fatalf("drained %d, %v", n, err)
+			}
+			if sum, _ := st.Status(context.Background()); sum.Done != 2 || len(sum.Failing) != 0 {
+				t.Fatalf("status %+v", sum)
+			}
+		})
 	}
 }
 
