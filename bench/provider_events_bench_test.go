@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"sort"
 	"sync"
 	"testing"
@@ -26,8 +27,8 @@ import (
 // server keeps each in its inbox and answers 200, its inbox worker asks
 // the simulator about it and moves the money. One iteration is one event
 // (half of each kind). It reports events/s, from the first POST to the
-// last event processed, and the hook's answer latency p50/p99; after the
-// timer, every event must be done in the inbox, every deposit credited
+// last event processed, the hook's answer latency p50/p99 and the CPU per
+// event of that phase (this process, PostgreSQL); after the timer, every event must be done in the inbox, every deposit credited
 // once and every withdrawal settled.
 func BenchmarkProviderEvents(b *testing.B) {
 	const key = "sk_test_bench_provider_events"
@@ -145,10 +146,23 @@ func BenchmarkProviderEvents(b *testing.B) {
 	// Interleaved, so deposits and payouts arrive together.
 	sort.SliceStable(bodies, func(i, j int) bool { return i%2 < j%2 })
 
+	// PROVIDER_BENCH_DELAY (a duration) makes the simulator take that long
+	// to answer each measured event's verify, as Paystack does over the
+	// internet: the worker's throughput is then its verifies in flight.
+	if d := os.Getenv("PROVIDER_BENCH_DELAY"); d != "" {
+		delay, err := time.ParseDuration(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sim.DelayNext(paystack.OpVerifyTransaction, delay, deposits)
+		sim.DelayNext(paystack.OpVerifyTransfer, delay, payouts)
+	}
 	hook := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: providerClients}}
 	lat := make([]time.Duration, len(bodies))
 	var mu sync.Mutex
+	database := bs.pool.Config().ConnConfig.Database
 	b.ResetTimer()
+	cpuBefore := sampleCPU(database)
 	start := time.Now()
 	err = runCount(providerClients, 0, len(bodies), func(_ int, i int64) error {
 		body := bodies[i-1]
@@ -178,6 +192,7 @@ func BenchmarkProviderEvents(b *testing.B) {
 	}
 	settled(len(custs) + b.N)
 	elapsed := time.Since(start)
+	cpu := cpuSince(cpuBefore, database, b.N)
 	b.StopTimer()
 
 	// Every deposit credited once, every withdrawal settled.
@@ -218,6 +233,14 @@ func BenchmarkProviderEvents(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "hook-p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "hook-p99-ms")
+	// CPU per event: this process (server, inbox worker, simulator and
+	// the clients), and PostgreSQL.
+	b.ReportMetric(float64(cpu.selfPerOp.Microseconds()), "go-cpu-us/ev")
+	if cpu.pgOK {
+		b.ReportMetric(float64(cpu.pgPerOp.Microseconds()), "pg-cpu-us/ev")
+		b.ReportMetric(float64(cpu.dbPerOp.Microseconds()), "pg-db-cpu-us/ev")
+	}
+	b.ReportMetric(cpu.stealPct, "steal-%")
 }
 
 const (

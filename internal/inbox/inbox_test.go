@@ -152,29 +152,173 @@ func TestRetryKeepsErrorsBounded(t *testing.T) {
 }
 
 // An event whose handler is slow (its provider takes its time to answer)
-// does not hold up the others of its claim: the slow one waits for a fast
-// one claimed after it to be handled.
+// holds up neither the others of its claim nor the claims after it: the
+// slow one waits for a fast one claimed after it to be handled. With one
+// event per claim, a worker that finished a claim before taking the next
+// would never reach the fast one.
 func TestSlowEventDoesNotHoldUpOthers(t *testing.T) {
-	st := Store{Pool: pgtest.NewPool(t)}
-	put(t, st, "slow")
-	put(t, st, "fast")
-	fastDone := make(chan struct{})
-	w := &Worker{Store: st, Handle: func(_ context.Context, it Item) (string, error) {
-		if it.ID == "fast" {
-			close(fastDone)
-			return "ok", nil
-		}
-		select {
-		case <-fastDone:
-			return "ok", nil
-		case <-time.After(time.Minute):
-			return "", errors.New("the fast event was held up behind the slow one")
-		}
-	}}
-	if n, err := w.Drain(context.Background()); err != nil || n != 2 {
-		t.Fatalf("drained %d, %v", n, err)
+	for _, tc := range []struct {
+		name string
+		w    Worker
+	}{
+		{"one claim", Worker{}},
+		{"later claims", Worker{Batch: 1, Concurrency: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := Store{Pool: pgtest.NewPool(t)}
+			put(t, st, "slow")
+			put(t, st, "fast")
+			fastDone := make(chan struct{})
+			w := tc.w
+			w.Store = st
+			w.Handle = func(_ context.Context, it Item) (string, error) {
+				if it.ID == "fast" {
+					close(fastDone)
+					return "ok", nil
+				}
+				select {
+				case <-fastDone:
+					return "ok", nil
+				case <-time.After(30 * time.Second):
+					return "", errors.New("the fast event was held up behind the slow one")
+				}
+			}
+			if n, err := w.Drain(context.Background()); err != nil || n != 2 {
+				t.Fatalf("drained %d, %v", n, err)
+			}
+			if sum, _ := st.Status(context.Background()); sum.Done != 2 || len(sum.Failing) != 0 {
+				t.Fatalf("status %+v", sum)
+			}
+		})
 	}
-	if sum, _ := st.Status(context.Background()); sum.Done != 2 {
+}
+
+// No more than Concurrency events are processed at once, and Run fills
+// every slot: each handler holds its slot until Concurrency of them run
+// side by side.
+func TestWorkerProcessesAtMostConcurrencyAtOnce(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	const conc = 4
+	var ids []string
+	for i := range 3 * conc {
+		ids = append(ids, fmt.Sprint("e", i))
+	}
+	put(t, st, ids...)
+	var mu sync.Mutex
+	running, most, done := 0, 0, 0
+	full := make(chan struct{})
+	all := make(chan struct{})
+	w := (&Worker{Store: st, Batch: 3, Concurrency: conc, Handle: func(ctx context.Context, it Item) (string, error) {
+		mu.Lock()
+		running++
+		most = max(most, running)
+		if running == conc && most == conc && done == 0 {
+			close(full)
+		}
+		mu.Unlock()
+		select {
+		case <-full:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		mu.Lock()
+		running--
+		done++
+		if done == len(ids) {
+			close(all)
+		}
+		mu.Unlock()
+		return "ok", nil
+	}}).Init()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- w.Run(ctx) }()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker never had its slots full")
+	}
+	waitDone(t, st, len(ids))
+	cancel()
+	<-ran
+	mu.Lock()
+	defer mu.Unlock()
+	if most != conc {
+		t.Fatalf("%d events processed at once, want %d", most, conc)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != len(ids) {
 		t.Fatalf("status %+v", sum)
+	}
+}
+
+// Two running workers on one database, woken as events are kept, handle
+// each event once while events keep arriving.
+func TestRunningWorkersHandleEachEventOnce(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	const events = 300
+	var mu sync.Mutex
+	handled := map[string]int{}
+	total := 0
+	all := make(chan struct{})
+	handle := func(_ context.Context, it Item) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[it.ID]++
+		if total++; total == events {
+			close(all)
+		}
+		return "ok", nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var workers []*Worker
+	ran := make(chan error, 2)
+	for range 2 {
+		w := (&Worker{Store: st, Handle: handle, Batch: 5, Concurrency: 8, Interval: time.Hour}).Init()
+		workers = append(workers, w)
+		go func() { ran <- w.Run(ctx) }()
+	}
+	for i := range events {
+		put(t, st, fmt.Sprint("e", i))
+		workers[i%2].Notify()
+	}
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("handled %d of %d events", total, events)
+	}
+	waitDone(t, st, events)
+	cancel()
+	<-ran
+	<-ran
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range handled {
+		if n != 1 {
+			t.Fatalf("%s handled %d times", id, n)
+		}
+	}
+	if len(handled) != events {
+		t.Fatalf("handled %d events, want %d", len(handled), events)
+	}
+	if sum, _ := st.Status(context.Background()); sum.Done != events || sum.Pending != 0 {
+		t.Fatalf("status %+v", sum)
+	}
+}
+
+// waitDone waits for n events to be recorded done: a running worker
+// records an outcome after its handler returns.
+func waitDone(t *testing.T, st Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		sum, err := st.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Done == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events recorded done", sum.Done, n)
+		}
 	}
 }

@@ -18,10 +18,12 @@ import (
 type Handler func(ctx context.Context, it Item) (outcome string, err error)
 
 // Worker processes the inbox's due events in every process that runs one:
-// claims are leases, so workers never take the same event at once; the
-// events of a claim are processed side by side, so one whose provider is
-// slow to answer does not hold up the others, and one that fails is
-// retried with backoff without holding up the ones after it.
+// claims are leases, so workers never take the same event at once. Up to
+// Concurrency events are processed side by side, and a slot freed by one
+// is filled by the next claim at once, so one whose provider is slow to
+// answer holds up neither the others of its claim nor the claims after
+// it, and one that fails is retried with backoff without holding up the
+// ones after it.
 type Worker struct {
 	Store  Store
 	Handle Handler
@@ -31,9 +33,15 @@ type Worker struct {
 	Interval time.Duration
 	// Lease is how long a claimed event is the worker's (default 1 min).
 	Lease time.Duration
-	// Batch is how many events a claim takes (default 20), and so how
-	// many are processed at once.
+	// Batch is the most events a claim takes (default 20).
 	Batch int
+	// Concurrency is the most events processed at once (default 16).
+	// Events of one customer processed together are kept apart by the
+	// expected revisions of their appends (the loser decides again), so
+	// this bounds the work in flight, not what is safe. More than the
+	// database can commit side by side only takes CPU from the hook's
+	// answers.
+	Concurrency int
 	// Backoff is the wait after the attempt-th failure (default
 	// Backoff).
 	Backoff func(attempt int) time.Duration
@@ -69,6 +77,9 @@ func (w *Worker) defaults() {
 	if w.Batch <= 0 {
 		w.Batch = 20
 	}
+	if w.Concurrency <= 0 {
+		w.Concurrency = 16
+	}
 	if w.Backoff == nil {
 		w.Backoff = Backoff
 	}
@@ -91,15 +102,23 @@ func (w *Worker) Notify() {
 	}
 }
 
-// Run processes due events until ctx ends.
+// Run processes due events until ctx ends, and returns once the events
+// in hand are processed.
 func (w *Worker) Run(ctx context.Context) error {
 	w.defaults()
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
+	p := w.newPump(ctx)
+	defer p.wait()
 	var pruned time.Time
+	look := true // due events may be waiting
 	for {
-		if _, err := w.Drain(ctx); err != nil && ctx.Err() == nil {
-			w.Log.Warn("inbox: claiming provider events failed", zap.Error(err))
+		if look && p.free() > 0 {
+			claimed, asked, err := p.claim()
+			if err != nil && ctx.Err() == nil {
+				w.Log.Warn("inbox: claiming provider events failed", zap.Error(err))
+			}
+			look = err == nil && claimed == asked
 		}
 		if time.Since(pruned) >= time.Hour {
 			pruned = time.Now()
@@ -107,11 +126,23 @@ func (w *Worker) Run(ctx context.Context) error {
 				w.Log.Warn("inbox: pruning processed provider events failed", zap.Error(err))
 			}
 		}
+		// A full claim may have left more due: claim again when a slot
+		// frees; otherwise wait for an event kept or the interval.
+		var freed <-chan struct{}
+		if look {
+			if p.free() > 0 {
+				continue
+			}
+			freed = p.freed
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
+			look = true
 		case <-w.wake:
+			look = true
+		case <-freed:
 		}
 	}
 }
@@ -120,27 +151,103 @@ func (w *Worker) Run(ctx context.Context) error {
 // processed (done or retried).
 func (w *Worker) Drain(ctx context.Context) (int, error) {
 	w.defaults()
-	n := 0
+	p := w.newPump(ctx)
 	for {
-		items, err := w.Store.Claim(ctx, w.Batch, w.Lease)
+		claimed, asked, err := p.claim()
 		if err != nil {
-			return n, err
+			p.wait()
+			return p.processed(), errors.Join(err, p.err())
 		}
-		errs := make([]error, len(items))
-		var wg sync.WaitGroup
-		for i, it := range items {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = w.process(ctx, it) }()
+		if claimed < asked {
+			// None was left due when claimed: once those in hand are
+			// processed (a retried one may be due again at once), look
+			// again, and stop when nothing more was claimed.
+			p.wait()
+			if err := p.err(); err != nil {
+				return p.processed(), err
+			}
+			if claimed == 0 {
+				return p.processed(), nil
+			}
+			continue
 		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			return n, err
-		}
-		n += len(items)
-		if len(items) < w.Batch {
-			return n, nil
+		if p.free() == 0 {
+			<-p.freed
 		}
 	}
+}
+
+// pump processes claimed events in at most the worker's Concurrency
+// goroutines.
+type pump struct {
+	w     *Worker
+	ctx   context.Context
+	slots chan struct{} // one token per event in hand
+	freed chan struct{} // a slot freed (coalesced)
+	wg    sync.WaitGroup
+
+	mu   sync.Mutex
+	n    int
+	errs []error
+}
+
+func (w *Worker) newPump(ctx context.Context) *pump {
+	return &pump{w: w, ctx: ctx, slots: make(chan struct{}, w.Concurrency), freed: make(chan struct{}, 1)}
+}
+
+func (p *pump) free() int { return cap(p.slots) - len(p.slots) }
+
+// claim takes as many due events as there are free slots (at most a
+// Batch) and starts processing each; it returns how many it claimed of
+// how many it asked for.
+func (p *pump) claim() (claimed, asked int, err error) {
+	asked = min(p.free(), p.w.Batch)
+	if asked == 0 {
+		return 0, 0, nil
+	}
+	items, err := p.w.Store.Claim(p.ctx, asked, p.w.Lease)
+	if err != nil {
+		return 0, asked, err
+	}
+	for _, it := range items {
+		p.slots <- struct{}{}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			err := p.w.process(p.ctx, it)
+			p.mu.Lock()
+			p.n++
+			if err != nil {
+				p.errs = append(p.errs, err)
+			}
+			p.mu.Unlock()
+			<-p.slots
+			select {
+			case p.freed <- struct{}{}:
+			default:
+			}
+		}()
+	}
+	return len(items), asked, nil
+}
+
+// wait returns once every event in hand is processed.
+func (p *pump) wait() { p.wg.Wait() }
+
+func (p *pump) processed() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+// err is what recording outcomes failed with since the last call: those
+// events' leases end and they are claimed again.
+func (p *pump) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := errors.Join(p.errs...)
+	p.errs = nil
+	return err
 }
 
 // process runs the handler on one claimed event and records the result;

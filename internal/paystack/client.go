@@ -36,6 +36,10 @@ const (
 	DefaultMaxBackoff = 4 * time.Second
 )
 
+// MaxIdleConns is how many connections to Paystack a client of its own
+// keeps open between calls.
+const MaxIdleConns = 64
+
 // The operations, as Observe, logs, APIError.Op and the simulator's fault
 // injection name them.
 const (
@@ -114,8 +118,14 @@ func New(cfg Config) *Client {
 		c.base = DefaultBaseURL
 	}
 	if c.http == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Calls run side by side (an inbox worker verifies up to 16 events
+		// at once, requests verify their own): keep that many connections
+		// open for reuse, not the default two, or each call beyond two pays
+		// a new connection and its TLS handshake.
+		tr.MaxIdleConnsPerHost = MaxIdleConns
 		c.http = &http.Client{
-			Transport: http.DefaultTransport.(*http.Transport).Clone(),
+			Transport: tr,
 			// A redirect is not part of Paystack's API: answer it as it came
 			// rather than re-send a payment request somewhere else.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },

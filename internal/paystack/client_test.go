@@ -315,3 +315,56 @@ func TestEarlierUncertaintyStands(t *testing.T) {
 		}
 	}
 }
+
+// Calls made side by side reuse their connections: a second round of as
+// many calls at once as the first opens none (a transport keeping two
+// idle connections opens one per call beyond two).
+func TestConcurrentCallsReuseConnections(t *testing.T) {
+	const calls = 16
+	var opened atomic.Int64
+	var mu sync.Mutex
+	arrived := 0
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Each round's calls are all in flight at once before any answer.
+		mu.Lock()
+		arrived++
+		round := release
+		if arrived%calls == 0 {
+			close(release)
+			release = make(chan struct{})
+		}
+		mu.Unlock()
+		<-round
+		_, _ = io.WriteString(w, `{"status":true,"message":"Transfer retrieved","data":{"reference":"esc_0123456789abcdef","status":"success","amount":150000,"transfer_code":"TRF_x","id":7}}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	c := newTestClient(t, srv, nil)
+	for round := range 2 {
+		var wg sync.WaitGroup
+		errs := make(chan error, calls)
+		for range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.VerifyTransfer(context.Background(), "esc_0123456789abcdef"); err != nil {
+					errs <- err
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := opened.Load(); n != calls {
+			t.Fatalf("after round %d, %d connections opened for %d calls at once", round+1, n, calls)
+		}
+	}
+}

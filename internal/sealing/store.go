@@ -132,6 +132,8 @@ func (s *Store) Last(ctx context.Context) (eventstore.Position, error) { return 
 
 func (s *Store) Subscribe(ctx context.Context, after eventstore.Position, handle func(context.Context, []eventstore.RecordedEvent) error) error {
 	return s.inner.Subscribe(ctx, after, func(ctx context.Context, events []eventstore.RecordedEvent) error {
+		// A subscriber's batch may be shared with the process's other
+		// subscribers (the store's tail): opened never writes into it.
 		events, err := s.opened(ctx, events, nil)
 		if err != nil {
 			return err

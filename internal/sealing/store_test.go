@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -283,5 +284,49 @@ func TestOpeningLeavesTheSharedEventsSealed(t *testing.T) {
 	}
 	if !bytes.Equal(shared[0].Data, data) {
 		t.Fatalf("the shared event was rewritten: %s", shared[0].Data)
+	}
+}
+
+// TestSubscribersOpenTheirOwnCopies: subscribers near the log's end share
+// the store's tail; opening one's events leaves the tail as stored, so
+// another subscriber (here one of the store beneath) still reads them
+// sealed, and two subscribers opening at once (under -race) race on
+// nothing.
+func TestSubscribersOpenTheirOwnCopies(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw := postgres.New(pgtest.NewPool(t))
+	store := sealing.Wrap(raw, newKeyring(t, raw))
+	t.Cleanup(store.Close)
+	from, err := store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 2)
+	for range 2 {
+		go func() {
+			opened <- store.Subscribe(ctx, from, func(_ context.Context, events []eventstore.RecordedEvent) error {
+				sameJSON(t, events[0].Data, customerCreated)
+				return errDone
+			})
+		}()
+	}
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-opened; err != errDone {
+			t.Fatal(err)
+		}
+	}
+	err = raw.Subscribe(ctx, from, func(_ context.Context, events []eventstore.RecordedEvent) error {
+		if !sealing.Sealed(events[0].Data) || bytes.Contains(events[0].Data, []byte("ada@example.com")) {
+			t.Errorf("the shared tail holds the event opened: %s", events[0].Data)
+		}
+		return errDone
+	})
+	if err != errDone {
+		t.Fatal(err)
 	}
 }
