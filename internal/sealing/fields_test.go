@@ -15,6 +15,7 @@ import (
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/domain/wallet"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/domain/whitelist"
 )
 
@@ -22,7 +23,7 @@ import (
 var registries = []domain.Registry{category.Registry, category.OrderRegistry, checkout.Registry, customer.Registry,
 	customer.ReservationRegistry, escrow.Registry, merchant.Registry, payment.Registry, payment.RecipientRegistry,
 	payment.PayoutLinkRegistry, payment.DepositAccountRegistry, payment.AccountLinkRegistry, payment.ChargeRegistry,
-	wallet.Registry, whitelist.Registry}
+	wallet.Registry, webhook.Registry, whitelist.Registry}
 
 // stringFields lists the dotted JSON paths of t's string values (strings,
 // string slices, the values of string-keyed maps as "name.*").
