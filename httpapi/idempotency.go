@@ -64,6 +64,7 @@ const (
 type IdempotencyStore struct {
 	pool      *pgxpool.Pool
 	fencer    ReservationFencer
+	sealer    domain.Sealer
 	now       func() time.Time
 	heartbeat time.Duration
 	log       *zap.Logger
@@ -104,6 +105,14 @@ type ReservationFencer interface {
 // that already wrote. Without it a takeover cannot tell.
 func WithIdempotencyFence(f ReservationFencer) IdempotencyOption {
 	return func(s *IdempotencyStore) { s.fencer = f }
+}
+
+// WithIdempotencySealer keeps the answers sealed with the merchant's data
+// key: an answer holds what the request was about (a customer's name,
+// email and phone, an account paid out to), which no table holds in plain
+// text. Without it answers are kept as sent.
+func WithIdempotencySealer(s domain.Sealer) IdempotencyOption {
+	return func(st *IdempotencyStore) { st.sealer = s }
 }
 
 // NewIdempotencyStore returns a store on pool.
@@ -180,7 +189,7 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 			return err
 		}
 		if reserved {
-			return s.execute(c, next, scope, key, owner)
+			return s.execute(c, next, p.MerchantID, scope, key, owner)
 		}
 		rec, found, err := s.load(ctx, scope, key)
 		if err != nil {
@@ -200,7 +209,7 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 			}
 			switch taken {
 			case tookOver:
-				return s.execute(c, next, scope, key, owner)
+				return s.execute(c, next, p.MerchantID, scope, key, owner)
 			case answered:
 				return nil
 			}
@@ -282,7 +291,7 @@ func lostOutcome() storedResponse {
 // stored and replayed like successes (for idempotencyRefusalTTL only when
 // the request wrote nothing); 5xx, a panic or a lost reservation release the key
 // so the client can retry.
-func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope, key string, owner []byte) error {
+func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, merchantID, scope, key string, owner []byte) error {
 	res := c.Response()
 	before := res.Header().Clone()
 	capture := &captureWriter{ResponseWriter: res.Writer}
@@ -340,11 +349,16 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, scope,
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	body, err := s.sealBody(sctx, merchantID, scope, key, capture.body.Bytes())
+	if err != nil {
+		s.log.Error("idempotency: sealing response", zap.Error(err), reqField(c))
+		return nil
+	}
 	_, err = s.pool.Exec(sctx, `
 UPDATE http_idempotency_keys
 SET status = $4, headers = $5, body = $6, completed_at = $7, expires_at = coalesce($8, expires_at)
 WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
-		scope, key, owner, status, headers, capture.body.Bytes(), doneAt, expires)
+		scope, key, owner, status, headers, body, doneAt, expires)
 	if err != nil {
 		// The client has its answer; a retry finds the key in flight until
 		// it is presumed abandoned, rather than running the request twice.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
 )
 
 // storedResponse is a completed (or in-flight) record.
@@ -63,7 +65,46 @@ FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, k
 	if status != nil {
 		rec.status = int(*status)
 	}
+	if rec.body, err = s.openBody(ctx, scope, key, rec.body); err != nil {
+		return rec, false, err
+	}
 	return rec, true, nil
+}
+
+// bodyPlace is where a record's answer is kept, which its sealed form is
+// bound to: a sealed answer moved to another record does not open.
+func bodyPlace(scope, key string) string {
+	return "http_idempotency_keys.body\x00" + scope + "\x00" + key
+}
+
+// sealBody is the answer to keep for a record of merchantID's.
+func (s *IdempotencyStore) sealBody(ctx context.Context, merchantID, scope, key string, body []byte) ([]byte, error) {
+	if s.sealer == nil || len(body) == 0 {
+		return body, nil
+	}
+	sealed, err := s.sealer.Seal(ctx, domain.MerchantData(merchantID), bodyPlace(scope, key), string(body))
+	if err != nil {
+		return nil, err
+	}
+	if sealed == domain.Erased {
+		return nil, errors.New("the merchant's data key was destroyed")
+	}
+	return []byte(sealed), nil
+}
+
+// openBody is a kept answer as it was sent.
+func (s *IdempotencyStore) openBody(ctx context.Context, scope, key string, body []byte) ([]byte, error) {
+	if s.sealer == nil || len(body) == 0 {
+		return body, nil
+	}
+	plain, err := s.sealer.Open(ctx, bodyPlace(scope, key), string(body))
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: opening the kept answer: %w", err)
+	}
+	if plain == domain.Erased && string(body) != domain.Erased {
+		return nil, errors.New("idempotency: the kept answer's key was destroyed")
+	}
+	return []byte(plain), nil
 }
 
 // keepReserved renews this request's reservation every heartbeat until

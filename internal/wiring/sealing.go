@@ -3,6 +3,7 @@ package wiring
 import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/sealing"
@@ -16,4 +17,14 @@ import (
 func Sealed(store eventstore.Store, pool *pgxpool.Pool, master keyring.Master, previous ...keyring.Master) (eventstore.Store, *keyring.Keyring) {
 	ring := keyring.New(pool, master, previous...)
 	return sealing.Wrap(store, ring), ring
+}
+
+// Sealer is the sealer of the values kept outside the log, with the data
+// keys of store's codec; nil when store has no codec (a test's store), so
+// those values are kept as they are.
+func Sealer(store eventstore.Store) domain.Sealer {
+	if s, ok := store.(interface{ Values() sealing.Values }); ok {
+		return s.Values()
+	}
+	return nil
 }

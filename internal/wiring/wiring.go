@@ -76,7 +76,8 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		Limiter:  httpapi.NewPGRateLimiter(pool, cfg.RateLimitPerMinute),
 		// A request's commands write under its idempotency reservation: the
 		// engine fences them (see httpapi.ReservationFencer).
-		Idem:      httpapi.NewIdempotencyStore(pool, httpapi.WithIdempotencyLogger(log), httpapi.WithIdempotencyFence(engine)),
+		Idem: httpapi.NewIdempotencyStore(pool, httpapi.WithIdempotencyLogger(log), httpapi.WithIdempotencyFence(engine),
+			httpapi.WithIdempotencySealer(Sealer(store))),
 		KeyUses:   uses,
 		Registry:  reg,
 		Ping:      pool.Ping,

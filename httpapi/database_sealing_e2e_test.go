@@ -1,0 +1,152 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/internal/dashauth"
+)
+
+// plainAllowed are the columns a dump of the database may hold a personal
+// value of, each for a reason:
+//   - dashboard_users.email: a merchant's staff member's login, which the
+//     login form looks up by its case-folded value (one login per address
+//     across merchants); it is the merchant's own record of who may act for
+//     it, not a customer's data, and no customer's forget reaches it.
+var plainAllowed = map[string]string{
+	"dashboard_users.email": "a merchant's staff login",
+	// Not sealed yet: the customers read model, the transaction records
+	// and the webhook outbox.
+	"rm_customers.firstname": "pending", "rm_customers.lastname": "pending", "rm_customers.email": "pending",
+	"rm_customers.phone": "pending", "rm_customers.bvn": "pending", "rm_customers.dob": "pending",
+	"rm_transactions.record": "pending", "webhook_deliveries.body": "pending",
+}
+
+// TestDatabaseHoldsNoPersonalDataInPlain: after a workload of customers
+// with names, emails, phones, BVNs and dates of birth, bank withdrawals to
+// account numbers, webhook deliveries to a merchant's endpoint and
+// requests with Idempotency-Keys, no column of any table of the database
+// (read models, outbox, idempotency records, the log, everything the
+// public schema holds), dumped as text (bytea as its bytes), holds one of
+// those values or a signing secret, except the columns of plainAllowed;
+// while the API and the webhooks still carry them.
+func TestDatabaseHoldsNoPersonalDataInPlain(t *testing.T) {
+	h := newWebhookHarness(t)
+	rc := newHookReceiver(t, h.m.SigningSecrets[domain.Test], 0)
+	h.do(req{method: "PUT", path: "/v1/merchant/webhook", key: h.sa(), body: map[string]any{"url": rc.srv.URL + "/hooks"}}).
+		expect(t, 200, "Webhook updated successfully")
+	h.newDashUser(h.m.MerchantID, "staff.login@example.com", dashauth.Viewer)
+	secrets := []string{h.m.SigningSecrets[domain.Test], h.m.SigningSecrets[domain.Live]}
+	for i := range 3 {
+		first, last := []string{"Ngozika", "Obiageli", "Chinwendu"}[i], []string{"Adeyemiola", "Okonkwoeze", "Nwachukwuu"}[i]
+		email, phone := fmt.Sprintf("ngozi.private%d@example.com", i), fmt.Sprintf("0803777000%d", i)
+		bvn, dob := fmt.Sprintf("2221234567%d", i), fmt.Sprintf("1991-02-0%d", i+1)
+		idem := map[string]string{"Idempotency-Key": fmt.Sprintf("create-%d", i)}
+		body := map[string]any{"firstname": first, "lastname": last, "email": email, "phone": phone, "bvn": bvn, "dob": dob}
+		r := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: body, headers: idem})
+		r.expect(t, 201, "Customer created successfully")
+		cid := r.obj()["customerId"].(string)
+		// The replay is served from the cached answer, which holds the
+		// customer's data.
+		again := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: body, headers: idem}).expect(t, 201, "Customer created successfully")
+		if again.obj()["email"] != email || again.obj()["customerId"] != cid {
+			t.Fatalf("the replay answers %s", again.Raw)
+		}
+		h.topUp(cid, 5000).expect(t, 200, "Wallet topped up successfully")
+		account := nuban(t, "058", fmt.Sprintf("7%d", i), false)
+		wd := req{method: "POST", path: "/v1/payment/create-intent", key: h.std(), cid: cid,
+			body: bankWithdrawal(fmt.Sprintf("wd-%d", i), 1500, account), headers: map[string]string{"Idempotency-Key": fmt.Sprintf("wd-%d", i)}}
+		h.do(wd).expect(t, 201, "Payment intent created successfully")
+		if got := h.do(wd).expect(t, 201, "Payment intent created successfully"); !strings.Contains(string(got.Raw), account) {
+			t.Fatalf("the replayed intent does not name the account: %s", got.Raw)
+		}
+		h.verify(cid, fmt.Sprintf("wd-%d", i)).expect(t, 200, "")
+		got := h.do(req{method: "GET", path: "/v1/customer/get/" + cid, key: h.sa()}).expect(t, 200, "").obj()
+		if got["email"] != email || got["firstname"] != first || got["phone"] != phone {
+			t.Fatalf("the API answers %v", got)
+		}
+		list := h.do(req{path: "/v1/customers?email=" + email, key: h.std()}).expect(t, 200, "Customers fetched successfully").obj()["data"].([]any)
+		if len(list) != 1 || list[0].(map[string]any)["lastname"] != last {
+			t.Fatalf("by email: %v", list)
+		}
+		secrets = append(secrets, first, last, email, phone[1:], bvn, dob, account)
+	}
+	h.caughtUp()
+	hits := rc.waitFor(t, h, 1)
+	var sent strings.Builder
+	for _, hit := range hits {
+		fmt.Fprintf(&sent, "%v\n", hit.Data)
+	}
+	if !strings.Contains(sent.String(), nuban(t, "058", "70", false)) {
+		t.Fatalf("no webhook names the account paid out to: %s", sent.String())
+	}
+
+	dump, sealed := dumpDatabase(t, h)
+	if !sealed {
+		t.Fatal("nothing sealed in the database?")
+	}
+	for table, text := range dump {
+		low := strings.ToLower(text)
+		for _, s := range secrets {
+			if i := strings.Index(low, strings.ToLower(s)); i >= 0 {
+				t.Errorf("%s holds %q: …%s…", table, s, text[max(0, i-150):min(len(text), i+60)])
+			}
+		}
+	}
+}
+
+// dumpDatabase is every column of every table of the public schema as
+// text, by "table.column" (bytea columns as their bytes, non-printable
+// ones escaped), leaving out the columns of plainAllowed; sealed reports
+// whether some value was sealed.
+func dumpDatabase(t *testing.T, h *harness) (map[string]string, bool) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := h.pool.Query(ctx, `SELECT c.table_name, c.column_name, c.data_type FROM information_schema.columns c
+		JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+		WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE' ORDER BY 1, c.ordinal_position`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type column struct{ table, name, typ string }
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
+		var c column
+		return c, r.Scan(&c.table, &c.name, &c.typ)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	sealed := false
+	tables := map[string]bool{}
+	for _, c := range cols {
+		tables[c.table] = true
+		name := c.table + "." + c.name
+		if plainAllowed[name] != "" {
+			continue
+		}
+		expr := pgx.Identifier{c.name}.Sanitize() + "::text"
+		if c.typ == "bytea" {
+			expr = "encode(" + pgx.Identifier{c.name}.Sanitize() + ", 'escape')"
+		}
+		var text *string
+		if err := h.pool.QueryRow(ctx, `SELECT string_agg(`+expr+`, E'\n') FROM `+pgx.Identifier{c.table}.Sanitize()).Scan(&text); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if text != nil {
+			out[name] = *text
+			sealed = sealed || strings.Contains(*text, "escrowd-sealed:v1:")
+		}
+	}
+	for _, must := range []string{"rm_customers", "webhook_deliveries", "http_idempotency_keys", "es_events"} {
+		if !tables[must] {
+			t.Fatalf("no table %s in the dump: %v", must, tables)
+		}
+	}
+	return out, sealed
+}
