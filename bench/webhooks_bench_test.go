@@ -135,7 +135,7 @@ func benchWebhooks(b *testing.B, rate int) {
 	}
 	// Wired as `escrowd serve` wires them: the subscriber hands its
 	// dispatcher what it has room for.
-	d := &webhooks.Dispatcher{Pool: pool, Endpoints: wiring.Endpoints(store), AllowPrivate: true} // the receiver is on loopback
+	d := &webhooks.Dispatcher{Pool: pool, Endpoints: wiring.Endpoints(store), Sealer: wiring.Sealer(store), AllowPrivate: true} // the receiver is on loopback
 	// WEBHOOK_BENCH_HANDOFF=off measures without the handoff: every first
 	// attempt through a lease.
 	sub := wiring.Subscriber(store, pool)

@@ -123,7 +123,7 @@ func testCheckpointsAcrossRestarts(t *testing.T) {
 		expect(t, 200, "Webhook updated successfully")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	d := &webhooks.Dispatcher{Pool: h.pool, Endpoints: wired.Endpoints(h.store), AllowPrivate: true, PollInterval: 20 * time.Millisecond}
+	d := &webhooks.Dispatcher{Pool: h.pool, Endpoints: wired.Endpoints(h.store), Sealer: wired.Sealer(h.store), AllowPrivate: true, PollInterval: 20 * time.Millisecond}
 	dispatching := make(chan struct{})
 	go func() { defer close(dispatching); _ = d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-dispatching })

@@ -45,7 +45,7 @@ func newWebhookHarnessWith(t *testing.T, tune func(*webhooks.Dispatcher), mutate
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := &webhooks.Dispatcher{Pool: pool, Endpoints: wired.Endpoints(store),
+		d := &webhooks.Dispatcher{Pool: pool, Endpoints: wired.Endpoints(store), Sealer: wired.Sealer(store),
 			PollInterval: 20 * time.Millisecond, Schedule: []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
 			AllowPrivate: true}
 		if tune != nil {

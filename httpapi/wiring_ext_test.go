@@ -9,6 +9,6 @@ import (
 // wiring (see Wiring in wiring_test.go).
 func init() {
 	httpapi.SetWiring(httpapi.Wiring{API: wiring.API, Subscriber: wiring.Subscriber,
-		SubscriberRunner: wiring.SubscriberRunner, Endpoints: wiring.Endpoints,
+		SubscriberRunner: wiring.SubscriberRunner, Endpoints: wiring.Endpoints, Sealer: wiring.Sealer,
 		Deadlines: wiring.DeadlineScheduler, Sealed: wiring.Sealed})
 }

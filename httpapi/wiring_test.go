@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/keyring"
@@ -24,6 +25,7 @@ type Wiring struct {
 	Subscriber       func(store eventstore.Store, pool *pgxpool.Pool) *webhooks.Subscriber
 	SubscriberRunner func(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, log *zap.Logger, sub *webhooks.Subscriber) (*projections.Runner, error)
 	Endpoints        func(store eventstore.Store) webhooks.Endpoints
+	Sealer           func(store eventstore.Store) domain.Sealer
 	Deadlines        func(svc *app.Service, q *projections.Queries, log *zap.Logger) *app.DeadlineScheduler
 	Sealed           func(store eventstore.Store, pool *pgxpool.Pool, master keyring.Master, previous ...keyring.Master) (eventstore.Store, *keyring.Keyring)
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/domain"
 )
 
 // Dispatcher delivers the outbox. Any number of dispatchers (in one process
@@ -67,6 +69,9 @@ type Dispatcher struct {
 	// default clients whose dialer refuses non-public addresses, unless
 	// AllowPrivate).
 	Client, LiveClient *http.Client
+	// Sealer opens the bodies a Subscriber with a Sealer sealed (the same
+	// keys); without one such a message is not sent (its attempt fails).
+	Sealer domain.Sealer
 	// Retention is how long finished deliveries are kept (failed ones
 	// FailedRetentionFactor times as long); a Sweeper started by Run
 	// deletes older ones, at most once per SweepInterval across every

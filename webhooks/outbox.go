@@ -2,11 +2,15 @@ package webhooks
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/escrowd/escrowd/domain"
 )
 
 // The outbox is webhook_deliveries (migrations/0001_baseline.sql); this file
@@ -36,6 +40,50 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
 	return n, err
 }
 
+// bodyPlace is where a message's body is kept, which its sealed form is
+// bound to.
+func bodyPlace(id uuid.UUID) string { return "webhook_deliveries.body\x00" + id.String() }
+
+// sealBodies are the bodies of msgs sealed with their merchants' data keys
+// (nil without a sealer: kept as they are).
+func sealBodies(ctx context.Context, sealer domain.Sealer, msgs []Message) ([][]byte, error) {
+	if sealer == nil {
+		return nil, nil
+	}
+	out := make([][]byte, len(msgs))
+	for i, m := range msgs {
+		sealed, err := sealer.Seal(ctx, domain.MerchantData(m.MerchantID), bodyPlace(m.ID), string(m.Body))
+		if err != nil {
+			return nil, fmt.Errorf("webhooks: sealing message %s: %w", m.ID, err)
+		}
+		if sealed == domain.Erased {
+			return nil, fmt.Errorf("webhooks: message %s: the data key of merchant %s was destroyed", m.ID, m.MerchantID)
+		}
+		out[i] = []byte(sealed)
+	}
+	return out, nil
+}
+
+// openBody is a kept body as it is sent: a message's JSON as it is, a
+// sealed one opened (an error without a sealer, so that no sealed text is
+// ever sent).
+func openBody(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []byte) ([]byte, error) {
+	if len(body) == 0 || body[0] == '{' {
+		return body, nil
+	}
+	if sealer == nil {
+		return nil, errors.New("the message is sealed and this dispatcher has no keys to open it")
+	}
+	plain, err := sealer.Open(ctx, bodyPlace(id), string(body))
+	if err != nil {
+		return nil, err
+	}
+	if plain == domain.Erased {
+		return nil, errors.New("the merchant's data key was destroyed")
+	}
+	return []byte(plain), nil
+}
+
 // distinctMessages is msgs without repeats of an id (the first is kept).
 func distinctMessages(msgs []Message) []Message {
 	out := make([]Message, 0, len(msgs))
@@ -58,7 +106,7 @@ func distinctMessages(msgs []Message) []Message {
 // queueEnqueue).
 func enqueue(ctx context.Context, tx pgx.Tx, msgs []Message, take []bool, lease time.Duration) (int64, []leasedAttempt, error) {
 	b := &pgx.Batch{}
-	res := queueEnqueue(b, msgs, take, lease)
+	res := queueEnqueue(b, msgs, nil, take, lease)
 	if b.Len() == 0 {
 		return 0, nil, nil
 	}
@@ -86,7 +134,10 @@ type enqueued struct {
 //   - synchronous_commit on if it inserted a message leased: an attempt's
 //     number must survive a database crash before the attempt is made, or
 //     the next lease would reuse it (as a lease's commit).
-func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration) *enqueued {
+//
+// stored (nil: the messages' own) are the bodies kept in the rows; the
+// attempts leased carry the messages' own.
+func queueEnqueue(b *pgx.Batch, msgs []Message, stored [][]byte, take []bool, lease time.Duration) *enqueued {
 	res := &enqueued{}
 	if len(msgs) == 0 {
 		return res
@@ -98,6 +149,9 @@ func queueEnqueue(b *pgx.Batch, msgs []Message, take []bool, lease time.Duration
 	for i, m := range msgs {
 		ids[i] = pgtype.UUID{Bytes: m.ID, Valid: true}
 		merchants[i], envs[i], events[i], bodies[i] = m.MerchantID, string(m.Environment), m.Event, m.Body
+		if stored != nil {
+			bodies[i] = stored[i]
+		}
 		if m.OrderKey != "" {
 			k := m.OrderKey
 			keys[i] = &k

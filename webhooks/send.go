@@ -156,16 +156,20 @@ func (d *Dispatcher) send(ctx context.Context, c leasedAttempt, ep Endpoint) (in
 		}
 		client = d.LiveClient
 	}
+	body, err := openBody(ctx, d.Sealer, c.ID, c.Body)
+	if err != nil {
+		return 0, fmt.Errorf("the message could not be opened: %w", err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, d.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, ep.URL, bytes.NewReader(c.Body))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, ep.URL, bytes.NewReader(body))
 	if err != nil {
 		return 0, errors.New("callback URL is invalid")
 	}
 	req.Header.Set("Content-Type", "application/json")
 	headers, userAgent := conventions(ep.Profile, d.SignatureHeaders, d.UserAgent)
 	req.Header.Set("User-Agent", userAgent)
-	sig := signatures(ep, c.Body, d.Now())
+	sig := signatures(ep, body, d.Now())
 	for _, name := range headers {
 		req.Header.Set(name, sig)
 	}

@@ -45,6 +45,11 @@ type Subscriber struct {
 	// without Handoff. It relies on the runner's Committed calls.
 	Handoff *Dispatcher
 
+	// Sealer, when set, seals the messages' bodies in the outbox with
+	// their merchant's data key: a payload names the people and accounts
+	// it is about. The dispatcher opens them to send them.
+	Sealer domain.Sealer
+
 	mu      sync.Mutex
 	escrows map[string]foldedEscrow
 	// pending is the enqueue of the batch being applied.
@@ -108,7 +113,11 @@ func (s *Subscriber) Plan(ctx context.Context, _ projector.Querier, events []eve
 	if s.Handoff != nil {
 		take, lease = s.Handoff.reserve(msgs)
 	}
-	s.pending = &pendingEnqueue{msgs: msgs, take: take, res: queueEnqueue(b, msgs, take, lease)}
+	stored, err := sealBodies(ctx, s.Sealer, msgs)
+	if err != nil {
+		return nil, err
+	}
+	s.pending = &pendingEnqueue{msgs: msgs, take: take, res: queueEnqueue(b, msgs, stored, take, lease)}
 	return nil, nil
 }
 

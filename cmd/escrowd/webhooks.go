@@ -27,7 +27,7 @@ import (
 // own some first attempts directly), which also sweeps the outbox
 // (ESCROW_WEBHOOK_RETENTION) and keeps the outbox gauges on reg.
 func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Registerer) error {
-	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: wiring.Endpoints(env.Store), Log: env.Log,
+	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: wiring.Endpoints(env.Store), Sealer: wiring.Sealer(env.Store), Log: env.Log,
 		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg),
 		SignatureHeaders: cfg.WebhookSignatureHeaders, UserAgent: cfg.WebhookUserAgent}
 	// While this process's subscriber is the active one, it hands this

@@ -114,9 +114,12 @@ type blindIndexer interface {
 }
 
 // Subscriber is the webhook subscriber over store, its payloads' categories
-// read from the read models in pool.
+// read from the read models in pool, its messages sealed with the keys of
+// store's codec (a dispatcher opens them with Sealer(store)).
 func Subscriber(store eventstore.Store, pool *pgxpool.Pool) *webhooks.Subscriber {
-	return webhooks.NewSubscriber(store, projections.NewQueries(pool).EscrowCategory)
+	sub := webhooks.NewSubscriber(store, projections.NewQueries(pool).EscrowCategory)
+	sub.Sealer = Sealer(store)
+	return sub
 }
 
 // SubscriberRunner installs the subscriber (webhooks.Install) and returns
