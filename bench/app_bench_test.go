@@ -102,7 +102,7 @@ func benchCustomerCreate(b *testing.B, keyed bool) {
 	defer store.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
+	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All(wiring.Sealer(store))...)
 	go func() { _ = runner.Run(ctx) }()
 	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test}, store, pool, runner, zap.NewNop(), nil)
 	defer api.Close()

@@ -60,7 +60,7 @@ func benchDeadlineRound(b *testing.B, pending, due int) {
 	ctx := context.Background()
 	clock := &benchClock{at: time.Now().UTC()}
 	bs.svc.Engine.Now = clock.Now
-	sched := wiring.DeadlineScheduler(bs.svc, projections.NewQueries(bs.pool), zap.NewNop())
+	sched := wiring.DeadlineScheduler(bs.svc, projections.NewQueries(bs.pool, nil), zap.NewNop())
 	if _, err := bs.pool.Exec(ctx, `
 		INSERT INTO rm_escrow_deadlines (escrow_id, kind, merchant_id, environment, due_at)
 		SELECT 'pending-' || i, CASE WHEN i % 2 = 0 THEN 'auto_release' ELSE 'window_ending' END, $1, 'test',

@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/audit"
 	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -150,7 +151,7 @@ func benchRebuild(b *testing.B, pool *pgxpool.Pool, store eventstore.Store) floa
 	b.Helper()
 	var read int64
 	began := time.Now()
-	if err := projections.RebuildAll(context.Background(), pool, store, projections.All(), nil, func(done, _ int64) { read = done }); err != nil {
+	if err := projections.RebuildAll(context.Background(), pool, store, projections.All(wiring.Sealer(store)), nil, func(done, _ int64) { read = done }); err != nil {
 		b.Fatal(err)
 	}
 	return float64(read) / time.Since(began).Seconds()

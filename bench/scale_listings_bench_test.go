@@ -25,7 +25,7 @@ func init() { scaleMeasures = append(scaleMeasures, measureScaleListings) }
 // prints p50/p99 of each and reports the slowest p50.
 func measureScaleListings(b *testing.B, s *scaleStore) {
 	ctx, cancel := context.WithCancel(context.Background())
-	runner := projections.NewRunner(s.Store, s.Pool, zap.NewNop(), projections.All()...)
+	runner := projections.NewRunner(s.Store, s.Pool, zap.NewNop(), projections.All(wiring.Sealer(s.Store))...)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	defer func() { cancel(); <-done }()

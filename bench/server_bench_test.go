@@ -82,7 +82,7 @@ func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Stor
 	pool := pgtest.NewPool(b)
 	store := newStore(pool)
 	ctx, cancel := context.WithCancel(context.Background())
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
+	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All(wiring.Sealer(store))...)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
 	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)

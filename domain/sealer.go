@@ -1,6 +1,15 @@
 package domain
 
-import "context"
+import (
+	"context"
+	"strings"
+)
+
+// SealedPrefix starts every sealed value.
+const SealedPrefix = "escrowd-sealed:v1:"
+
+// IsSealed reports whether v is a sealed value.
+func IsSealed(v string) bool { return strings.HasPrefix(v, SealedPrefix) }
 
 // DataOwner names whose data key seals a value: a customer's or a
 // merchant's (the keyring's subjects).

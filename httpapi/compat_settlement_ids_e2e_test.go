@@ -67,7 +67,7 @@ func TestSettlementRecordIDsOfEarlierBuildsStillResolve(t *testing.T) {
 	}
 	rebuildAll := func() {
 		t.Helper()
-		for _, p := range projections.All() {
+		for _, p := range projections.All(wired.Sealer(h.store)) {
 			if err := projections.Rebuild(ctx, h.pool, h.store, p, nil, nil); err != nil {
 				t.Fatalf("rebuild %s: %v", p.Name(), err)
 			}

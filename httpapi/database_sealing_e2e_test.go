@@ -10,6 +10,8 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/dashauth"
+	"github.com/escrowd/escrowd/internal/keyring"
+	"github.com/escrowd/escrowd/projections"
 )
 
 // plainAllowed are the columns a dump of the database may hold a personal
@@ -20,10 +22,7 @@ import (
 //     it, not a customer's data, and no customer's forget reaches it.
 var plainAllowed = map[string]string{
 	"dashboard_users.email": "a merchant's staff login",
-	// Not sealed yet: the customers read model and the transaction
-	// records.
-	"rm_customers.firstname": "pending", "rm_customers.lastname": "pending", "rm_customers.email": "pending",
-	"rm_customers.phone": "pending", "rm_customers.bvn": "pending", "rm_customers.dob": "pending",
+	// Not sealed yet: the transaction records.
 	"rm_transactions.record": "pending",
 }
 
@@ -152,4 +151,61 @@ func dumpDatabase(t *testing.T, h *harness) (map[string]string, bool) {
 		}
 	}
 	return out, sealed
+}
+
+// TestForgottenCustomerReadsErasedAtOnce: once a customer's data key is
+// destroyed (what `escrowd customer forget` does), the API answers
+// "[erased]" for their personal fields at once, from the read models as
+// they are, and so after a rebuild; another customer is untouched.
+func TestForgottenCustomerReadsErasedAtOnce(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	body := map[string]any{"firstname": "Ngozika", "lastname": "Adeyemiola", "email": "forget.me@example.com", "phone": "08037770011",
+		"bvn": "22212345679", "dob": "1991-02-09"}
+	cid := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: body}).expect(t, 201, "Customer created successfully").obj()["customerId"].(string)
+	other := h.createCustomer(h.sa(), "keep.me@example.com", "08037770012")
+	h.caughtUp()
+	if got := h.do(req{path: "/v1/customer/get/" + cid, key: h.sa()}).expect(t, 200, "").obj(); got["email"] != "forget.me@example.com" || got["bvn"] != "*******5679" {
+		t.Fatalf("before: %v", got)
+	}
+	if _, err := h.keys.Destroy(ctx, keyring.Customer(cid)); err != nil {
+		t.Fatal(err)
+	}
+	expectErased := func(when string) {
+		t.Helper()
+		got := h.do(req{path: "/v1/customer/get/" + cid, key: h.sa()}).expect(t, 200, "").obj()
+		for _, f := range []string{"firstname", "lastname", "email", "phone", "bvn", "dob"} {
+			if got[f] != domain.Erased {
+				t.Errorf("%s: %s is %v", when, f, got[f])
+			}
+		}
+		list := h.do(req{path: "/v1/customers", key: h.std()}).expect(t, 200, "Customers fetched successfully").obj()["data"].([]any)
+		seen := 0
+		for _, c := range list {
+			c := c.(map[string]any)
+			switch c["customerId"] {
+			case cid:
+				seen++
+				if c["email"] != domain.Erased || c["firstname"] != domain.Erased {
+					t.Errorf("%s: the listing shows %v", when, c)
+				}
+			case other:
+				seen++
+				if c["email"] != "keep.me@example.com" || c["firstname"] != "Ada" {
+					t.Errorf("%s: the other customer is %v", when, c)
+				}
+			}
+		}
+		if seen != 2 {
+			t.Errorf("%s: the listing has %d of the 2 customers: %v", when, seen, list)
+		}
+	}
+	expectErased("with the key destroyed")
+
+	h.projecting.stop()
+	if err := projections.RebuildAll(ctx, h.pool, h.store, projections.All(wired.Sealer(h.store)), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.projecting.start()
+	expectErased("after a rebuild")
 }

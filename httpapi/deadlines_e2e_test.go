@@ -51,7 +51,7 @@ func (h *harness) useFakeClock() *fakeClock {
 
 // scheduler is the deadline scheduler serve runs, over svc.
 func (h *harness) scheduler(svc *app.Service) *app.DeadlineScheduler {
-	s := wired.Deadlines(svc, projections.NewQueries(h.pool), zap.NewNop())
+	s := wired.Deadlines(svc, projections.NewQueries(h.pool, nil), zap.NewNop())
 	s.RemoveFiles = h.api.Files().Remove // as serve has it
 	return s
 }

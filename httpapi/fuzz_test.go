@@ -39,7 +39,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	pool := pgtest.NewPool(f)
 	store := postgres.New(pool)
 	f.Cleanup(store.Close)
-	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All()...)
+	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All(nil)...)
 	// A busy machine may hold the projector back for seconds; a 503 then
 	// says so correctly, but is no finding of a decoder.
 	runner.WaitTimeout = time.Minute

@@ -93,7 +93,7 @@ type harnessOptions struct {
 	// limits are the HTTP server's (default DefaultLimits, as serve has).
 	limits *Limits
 	// projectors replaces the runner's projectors (default
-	// projections.All()); parkAfter, when set, is the runner's ParkAfter.
+	// projections.All); parkAfter, when set, is the runner's ParkAfter.
 	projectors []projections.Projector
 	parkAfter  int
 	// wrap, when set, wraps the HTTP server's handler (to see when a
@@ -109,7 +109,7 @@ func startHarnessWith(t *testing.T, o harnessOptions, also func(ctx context.Cont
 	ctx, cancel := context.WithCancel(context.Background())
 	ps := o.projectors
 	if ps == nil {
-		ps = projections.All()
+		ps = projections.All(wired.Sealer(store))
 	}
 	runner := projections.NewRunner(store, pool, zap.NewNop(), ps...)
 	runner.ParkAfter = o.parkAfter

@@ -33,7 +33,7 @@ func TestKeyExpiresAndItsLastUseIsListed(t *testing.T) {
 	h.do(req{path: "/v1/customers", key: k.Key}).expect(t, 200, "") // from the auth cache
 	h.api.keyUses.wg.Wait()
 
-	keys, err := projections.NewQueries(h.pool).Keys(ctx, h.m.MerchantID)
+	keys, err := projections.NewQueries(h.pool, nil).Keys(ctx, h.m.MerchantID)
 	if err != nil {
 		t.Fatal(err)
 	}

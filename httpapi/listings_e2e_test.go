@@ -217,7 +217,7 @@ func TestListingCountsStayExactUnderConcurrentWrites(t *testing.T) {
 
 	// A rebuild of every read model gives the same totals.
 	h.projecting.stop()
-	for _, p := range projections.All() {
+	for _, p := range projections.All(wired.Sealer(h.store)) {
 		if err := projections.Rebuild(context.Background(), h.pool, h.store, p, nil, nil); err != nil {
 			t.Fatalf("rebuild %s: %v", p.Name(), err)
 		}

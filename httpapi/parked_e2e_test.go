@@ -35,7 +35,7 @@ func (b brokenCategories) Apply(ctx context.Context, tx pgx.Tx, events []eventst
 // /readyz stays ready and lists it, and once the bug is fixed and an
 // operator retries the event the category list answers with it.
 func TestAParkedProjectorStopsOnlyItsOwnReads(t *testing.T) {
-	ps := projections.All()
+	ps := projections.All(nil)
 	fixed := &atomic.Bool{}
 	for i, p := range ps {
 		if p.Name() == projections.CategoriesName {

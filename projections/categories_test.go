@@ -52,7 +52,7 @@ func TestCategoriesProjection(t *testing.T) {
 	if err := CatchUpTo(ctx, e.store, e.pool, e.log, last, Categories{}); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	list := func(env domain.Environment, p view.Page) ([]view.Category, view.Pagination) {
 		t.Helper()
 		got, pg, err := q.ListCategories(ctx, actor.MerchantID, env, p)
@@ -168,7 +168,7 @@ func TestCategoryPlacedWhateverTheOrderOfItsAppend(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		got, _, err := NewQueries(e.pool).ListCategories(ctx, actor.MerchantID, domain.Test, view.Page{Page: 1, Limit: 10})
+		got, _, err := NewQueries(e.pool, nil).ListCategories(ctx, actor.MerchantID, domain.Test, view.Page{Page: 1, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -37,5 +37,14 @@ func (q *Queries) ListCustomers(ctx context.Context, merchantID string, env doma
 		out = append(out, c)
 		return nil
 	})
-	return out, pg, err
+	if err != nil {
+		return nil, pg, err
+	}
+	// Opened once the rows are read: opening may read a data key.
+	for i := range out {
+		if err := q.openCustomer(ctx, &out[i]); err != nil {
+			return nil, pg, err
+		}
+	}
+	return out, pg, nil
 }

@@ -2,18 +2,24 @@ package projections
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/projector"
 )
 
-// Customers builds the customer listing and lookup table.
-type Customers struct{}
+// Customers builds the customer listing and lookup table, the customers'
+// names, email, phone, BVN, date of birth and block reason sealed with
+// Sealer (see sealed.go).
+type Customers struct {
+	Sealer domain.Sealer
+}
 
 func (Customers) StreamPrefixes() []string { return []string{"customer-"} }
 func (Customers) Name() string             { return CustomersName }
@@ -42,8 +48,8 @@ CREATE TABLE IF NOT EXISTS rm_customers (
     updated_at     timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rm_customers_list ON rm_customers (merchant_id, environment, created_at DESC, seq DESC);
-CREATE INDEX IF NOT EXISTS rm_customers_email ON rm_customers (merchant_id, environment, email);
-CREATE INDEX IF NOT EXISTS rm_customers_phone ON rm_customers (merchant_id, environment, phone);` + customerListingDDL()
+DROP INDEX IF EXISTS rm_customers_email;
+DROP INDEX IF EXISTS rm_customers_phone;` + customerListingDDL()
 }
 
 func (c Customers) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -53,7 +59,7 @@ func (c Customers) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Rec
 // Plan queues the batch's writes, in its order, for one round trip: each
 // run of creations one insert that moves the listing's count with it
 // (customerCreateSQL), each other event one update.
-func (Customers) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+func (c Customers) Plan(ctx context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	var created customerCreations
 	for _, re := range events {
 		id, ok := strings.CutPrefix(re.Stream, "customer-")
@@ -65,15 +71,72 @@ func (Customers) Plan(_ context.Context, _ Querier, events []eventstore.Recorded
 			return nil, err
 		}
 		if e, ok := ev.(customer.Created); ok {
+			if err := c.sealCreated(ctx, id, &e); err != nil {
+				return nil, err
+			}
 			created.add(id, e)
 			continue
 		}
 		// The creations before the event come first: it may change one.
 		created.queue(b)
+		if err := c.sealChange(ctx, id, &ev); err != nil {
+			return nil, err
+		}
 		queueCustomerChange(b, id, ev)
 	}
 	created.queue(b)
 	return nil, nil
+}
+
+// The sealed columns of rm_customers, as their places.
+const (
+	customerFirstname = "rm_customers.firstname"
+	customerLastname  = "rm_customers.lastname"
+	customerEmail     = "rm_customers.email"
+	customerPhone     = "rm_customers.phone"
+	customerBVN       = "rm_customers.bvn"
+	customerDOB       = "rm_customers.dob"
+	customerReason    = "rm_customers.blocked_reason"
+)
+
+// sealCreated seals the personal fields of customer id's creation, as its
+// row keeps them.
+func (c Customers) sealCreated(ctx context.Context, id string, e *customer.Created) error {
+	return c.seal(ctx, id, []string{customerFirstname, customerLastname, customerEmail, customerPhone, customerBVN, customerDOB},
+		&e.Firstname, &e.Lastname, &e.Email, &e.Phone, &e.BVN, &e.DOB)
+}
+
+// sealChange seals the personal fields of another event of customer id's.
+func (c Customers) sealChange(ctx context.Context, id string, ev *domain.Event) error {
+	switch e := (*ev).(type) {
+	case customer.ProfileUpdated:
+		if err := c.seal(ctx, id, []string{customerFirstname, customerLastname, customerEmail}, e.Firstname, e.Lastname, e.Email); err != nil {
+			return err
+		}
+		*ev = e
+	case customer.Blocked:
+		if err := c.seal(ctx, id, []string{customerReason}, &e.Reason); err != nil {
+			return err
+		}
+		*ev = e
+	}
+	return nil
+}
+
+// seal seals in place the values vs point to (nil: absent) for the places
+// of where, pairwise.
+func (c Customers) seal(ctx context.Context, id string, where []string, vs ...*string) error {
+	for i, v := range vs {
+		if v == nil {
+			continue
+		}
+		sealed, err := sealFor(ctx, c.Sealer, domain.CustomerData(id), where[i], *v)
+		if err != nil {
+			return fmt.Errorf("projections: sealing %s of customer %s: %w", where[i], id, err)
+		}
+		*v = sealed
+	}
+	return nil
 }
 
 // customerInsertSQL writes a run of creations. A customer not yet written

@@ -15,11 +15,13 @@ import (
 // NewFill folds the customers of a rebuild (Filler): each row as
 // Plan writes it, a new customer taking the next position of
 // its tenant when created.
-func (Customers) NewFill() Fill {
-	return &customerFill{held: hold.New[customerRow](fillHold), pos: positions{}}
+func (c Customers) NewFill() Fill {
+	return &customerFill{c: c, held: hold.New[customerRow](fillHold), pos: positions{}}
 }
 
+// customerFill holds the rows as they are kept, sealed values sealed.
 type customerFill struct {
+	c    Customers
 	held *hold.Rows[customerRow]
 	pos  positions
 }
@@ -62,7 +64,10 @@ func (f *customerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.
 		}
 		r := f.held.Get(id)
 		if e, created := ev.(customer.Created); created {
-			if r == nil { // a second creation changes nothing, as the insert's ON CONFLICT
+			if r == nil {
+				if err := f.c.sealCreated(ctx, id, &e); err != nil {
+					return err
+				} // a second creation changes nothing, as the insert's ON CONFLICT
 				f.held.Add(id, customerRow{merchant: e.MerchantID, env: string(e.Environment), firstname: e.Firstname, lastname: e.Lastname,
 					email: e.Email, phone: e.Phone, country: e.CountryID, bvn: e.BVN, dob: e.DOB, status: "active",
 					canBuy: true, canSell: true, canWithdraw: true, createdAt: e.CreatedAt, updatedAt: e.CreatedAt,
@@ -72,6 +77,9 @@ func (f *customerFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.
 		}
 		if r == nil {
 			continue // no row to update, as the updates find none
+		}
+		if err := f.c.sealChange(ctx, id, &ev); err != nil {
+			return err
 		}
 		c := &r.V
 		switch e := ev.(type) {

@@ -64,7 +64,7 @@ func TestCustomersAppliedInAnyBatches(t *testing.T) {
 	rename(test, 3)
 	create(live) // 5: live 2
 
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	state := func() (rows []Customer, positions map[string]int64, counts map[string]int64) {
 		t.Helper()
 		for _, env := range []domain.Environment{domain.Test, domain.Live} {

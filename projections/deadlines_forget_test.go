@@ -23,7 +23,7 @@ func TestForgetKeepsADeadlineWrittenAgain(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, upsertDeadline, "e1", kind, "m1", "test", now); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	taken, err := q.ClaimDueDeadlines(ctx, now, time.Minute, 10)
 	if err != nil || len(taken) != 1 {
 		t.Fatalf("claimed %v (%v)", taken, err)

@@ -34,7 +34,7 @@ func TestClaimDueDeadlinesReadsOnlyTheDue(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `ANALYZE rm_escrow_deadlines`); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 
 	// The plan of the claim's selection (the UPDATE's own plan is the same
 	// scan under a join on the primary key).

@@ -80,10 +80,10 @@ func TestRebuiltTablesAreAnalyzed(t *testing.T) {
 	e := newEnv(t)
 	svc, a := e.service(t)
 	mixedWorkload(t, svc, a, "s", 1)
-	if err := RebuildAll(ctx, e.pool, e.store, All(), e.log, nil); err != nil {
+	if err := RebuildAll(ctx, e.pool, e.store, All(nil), e.log, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range All() {
+	for _, p := range All(nil) {
 		for _, table := range p.Tables() {
 			if n := count(t, e.pool, `SELECT count(*) FROM pg_stats WHERE schemaname = current_schema() AND tablename = $1`, table); n == 0 {
 				if rows := count(t, e.pool, `SELECT count(*) FROM `+table); rows > 0 {

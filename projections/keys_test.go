@@ -26,7 +26,7 @@ func TestKeyLookupsAgree(t *testing.T) {
 	if err := CatchUpTo(ctx, e.store, e.pool, e.log, last, Merchants{}, Customers{}); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	for _, c := range []struct {
 		key  app.IssuedKey
 		want bool
@@ -66,7 +66,7 @@ func TestKeyAndCustomerAtCoverage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	key := keyDigest(m.Keys[0].Key)
 	if err := CatchUpTo(ctx, e.store, e.pool, e.log, head, Merchants{}, Customers{}); err != nil {
 		t.Fatal(err)

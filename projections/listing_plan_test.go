@@ -73,7 +73,7 @@ func TestListingPagesSeekOverIndexes(t *testing.T) {
 	if _, err := e.pool.Exec(ctx, `ANALYZE rm_escrows; ANALYZE rm_transactions; ANALYZE rm_escrow_counts; ANALYZE rm_transaction_counts`); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	str := func(s string) *string { return &s }
 	m, env := "m1", domain.Environment("test")
 	cases := map[string]listing{

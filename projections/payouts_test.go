@@ -89,7 +89,7 @@ func TestPayoutsInFlight(t *testing.T) {
 	if err := r.WaitFor(ctx, visible(t, e.store, last)); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	all, err := q.PayoutsInFlight(ctx, time.Now().Add(time.Hour), 10)
 	if err != nil {
 		t.Fatal(err)

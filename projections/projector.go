@@ -6,6 +6,7 @@ package projections
 import (
 	"strings"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/projector"
 )
@@ -53,6 +54,6 @@ const (
 )
 
 // All lists every read model the service builds: add new projectors here.
-func All() []Projector {
-	return []Projector{Merchants{}, Customers{}, Whitelist{}, Ledger{}, Categories{}, NewEscrows(), AuditTrail{}, Deadlines{}}
+func All(sealer domain.Sealer) []Projector {
+	return []Projector{Merchants{}, Customers{Sealer: sealer}, Whitelist{}, Ledger{}, Categories{}, NewEscrows(), AuditTrail{}, Deadlines{}}
 }

@@ -17,10 +17,17 @@ import (
 // Queries reads the read models.
 type Queries struct {
 	pool *pgxpool.Pool
+	// sealer opens the sealed values of the rows (nil: the read models
+	// were written by projectors without one, and a sealed value is an
+	// error).
+	sealer domain.Sealer
 }
 
-// NewQueries returns read-model queries on pool.
-func NewQueries(pool *pgxpool.Pool) *Queries { return &Queries{pool: pool} }
+// NewQueries returns read-model queries on pool, opening the sealed values
+// of the rows with sealer (the projectors' sealer; nil when they have none).
+func NewQueries(pool *pgxpool.Pool, sealer domain.Sealer) *Queries {
+	return &Queries{pool: pool, sealer: sealer}
+}
 
 // KeyRow is an API key with its merchant's auth-relevant settings.
 type KeyRow struct {
@@ -94,9 +101,9 @@ func scanCustomerWith(row pgx.Row, tail ...any) (Customer, error) {
 	if err != nil {
 		return c, err
 	}
+	// As kept: openCustomer opens them (and masks the BVN).
 	if bvn != "" {
-		m := customer.MaskBVN(bvn)
-		c.BVN = &m
+		c.BVN = &bvn
 	}
 	if dob != "" {
 		c.DOB = &dob
@@ -108,13 +115,31 @@ func scanCustomerWith(row pgx.Row, tail ...any) (Customer, error) {
 	return c, nil
 }
 
+// openCustomer opens the sealed fields of a customer as scanned, and
+// masks the BVN.
+func (q *Queries) openCustomer(ctx context.Context, c *Customer) error {
+	err := q.openAll(ctx, []string{customerFirstname, customerLastname, customerEmail, customerPhone, customerBVN, customerDOB, customerReason},
+		&c.Firstname, &c.Lastname, &c.Email, &c.Phone, c.BVN, c.DOB, c.BlockedReason)
+	if err != nil {
+		return err
+	}
+	if c.BVN != nil {
+		m := customer.MaskBVN(*c.BVN)
+		c.BVN = &m
+	}
+	return nil
+}
+
 // CustomerByID returns any customer (auth decides ownership).
 func (q *Queries) CustomerByID(ctx context.Context, id string) (Customer, bool, error) {
 	c, err := scanCustomer(q.pool.QueryRow(ctx, `SELECT `+customerColumns+` FROM rm_customers WHERE customer_id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
-	return c, err == nil, err
+	if err != nil {
+		return c, false, err
+	}
+	return c, true, q.openCustomer(ctx, &c)
 }
 
 // FirstCustomerOf is the earliest created of the merchant environment's
@@ -129,7 +154,10 @@ func (q *Queries) FirstCustomerOf(ctx context.Context, merchantID string, env do
 	if errors.Is(err, pgx.ErrNoRows) {
 		return c, false, nil
 	}
-	return c, err == nil, err
+	if err != nil {
+		return c, false, err
+	}
+	return c, true, q.openCustomer(ctx, &c)
 }
 
 // MerchantCountry returns a merchant's default country (ISO code).

@@ -188,7 +188,7 @@ func compareDumps(t *testing.T, what string, want, got map[string]string) {
 func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	ps := All()
+	ps := All(nil)
 	svc, a := e.service(t)
 	live := a
 	live.Environment = domain.Live
@@ -208,7 +208,7 @@ func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 
 	var calls int
 	var lastDone, lastTotal int64
-	if err := RebuildAll(ctx, e.pool, e.store, All(), e.log, func(done, total int64) {
+	if err := RebuildAll(ctx, e.pool, e.store, All(nil), e.log, func(done, total int64) {
 		calls++
 		if done < lastDone || done > total {
 			t.Errorf("progress %d of %d after %d", done, total, lastDone)
@@ -249,7 +249,7 @@ func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 			written = mixedWorkload(t, svc, a, fmt.Sprintf("w%d", i), 1)
 		}
 	}()
-	err = RebuildAll(ctx, e.pool, e.store, All(), e.log, nil)
+	err = RebuildAll(ctx, e.pool, e.store, All(nil), e.log, nil)
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -259,7 +259,7 @@ func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 		t.Fatal(err)
 	}
 	busy := dumpReadModels(t, e, ps)
-	if err := RebuildAll(ctx, e.pool, e.store, All(), e.log, nil); err != nil {
+	if err := RebuildAll(ctx, e.pool, e.store, All(nil), e.log, nil); err != nil {
 		t.Fatal(err)
 	}
 	compareDumps(t, "rebuild under writes", dumpReadModels(t, e, ps), busy)
@@ -270,7 +270,7 @@ func TestRebuildAllEqualsLiveProjectors(t *testing.T) {
 	defer func(page, hold int) { rebuildPage, fillHold = page, hold }(rebuildPage, fillHold)
 	for _, c := range []struct{ page, hold int }{{3, 0}, {5, 2}} {
 		rebuildPage, fillHold = c.page, c.hold
-		if err := RebuildAll(ctx, e.pool, e.store, All(), e.log, nil); err != nil {
+		if err := RebuildAll(ctx, e.pool, e.store, All(nil), e.log, nil); err != nil {
 			t.Fatal(err)
 		}
 		compareDumps(t, fmt.Sprintf("rebuild in pages of %d holding %d rows", c.page, c.hold), busy, dumpReadModels(t, e, ps))

@@ -47,7 +47,7 @@ func TestWhitelistProjection(t *testing.T) {
 	if err := CatchUpTo(ctx, e.store, e.pool, e.log, last, Whitelist{}); err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueries(e.pool)
+	q := NewQueries(e.pool, nil)
 	list := func() []WhitelistAddress {
 		t.Helper()
 		got, err := q.WhitelistAddresses(ctx, actor.MerchantID, domain.Test, c1)

@@ -79,7 +79,7 @@ func TestSubscriberStartsAtInstallAndEnqueuesOnce(t *testing.T) {
 		t.Fatalf("second replay: %d rows, want 8", n)
 	}
 	// The checkpoint is the subscriber's own, not a read model's.
-	for _, p := range projections.All() {
+	for _, p := range projections.All(nil) {
 		if p.Name() == SubscriberName {
 			t.Fatal("the webhook subscriber must not be rebuildable with the read models")
 		}

@@ -306,7 +306,7 @@ func secretOf(m app.CreatedMerchant) func() string {
 // application, and the subscriber's own runner after Install.
 
 func newSubscriber(store eventstore.Store, pool *pgxpool.Pool) *Subscriber {
-	return NewSubscriber(store, projections.NewQueries(pool).EscrowCategory)
+	return NewSubscriber(store, projections.NewQueries(pool, nil).EscrowCategory)
 }
 
 func endpointsOf(store eventstore.Store) Endpoints {

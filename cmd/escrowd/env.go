@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/wiring"
@@ -86,6 +87,15 @@ func openEnv(ctx context.Context, cfg Config, log *zap.Logger, stdout, stderr io
 		store = s
 	}
 	sealed, ring := wiring.Sealed(store, pool, master)
-	env := &cliEnv{Pool: pool, Store: sealed, Raw: store, Keyring: ring, Log: log, Projectors: projections.All(), Stdout: stdout, Stderr: stderr}
+	env := &cliEnv{Pool: pool, Store: sealed, Raw: store, Keyring: ring, Log: log, Projectors: projections.All(wiring.Sealer(sealed)), Stdout: stdout, Stderr: stderr}
 	return env, func() { store.Close(); pool.Close() }, nil
 }
+
+// queries reads the read models, opening their sealed values with the
+// keys of the store's codec.
+func (e *cliEnv) queries() *projections.Queries {
+	return projections.NewQueries(e.Pool, e.sealer())
+}
+
+// sealer is the sealer of the read models' values (see projections.All).
+func (e *cliEnv) sealer() domain.Sealer { return wiring.Sealer(e.Store) }

@@ -160,7 +160,7 @@ func TestEventsCopyToKurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	catchUp(t, kenv, created.Position)
-	if country, err := projections.NewQueries(kenv.Pool).MerchantCountry(ctx, created.MerchantID); err != nil || country != "NG" {
+	if country, err := projections.NewQueries(kenv.Pool, nil).MerchantCountry(ctx, created.MerchantID); err != nil || country != "NG" {
 		t.Fatalf("the merchant created on the copy: country %q, %v", country, err)
 	}
 }

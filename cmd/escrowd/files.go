@@ -58,7 +58,7 @@ func fileReferences(env *cliEnv) func(context.Context) (files.References, error)
 			return nil, err
 		}
 		set := files.NameSet{}
-		if err := projections.NewQueries(env.Pool).FileReferences(ctx, set.AddURL); err != nil {
+		if err := env.queries().FileReferences(ctx, set.AddURL); err != nil {
 			return nil, err
 		}
 		return set, nil

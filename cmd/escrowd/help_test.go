@@ -91,7 +91,7 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 // the webhook subscriber is not one.
 func TestRebuildHelpListsTheReadModels(t *testing.T) {
 	usage := projectionsRebuildCommand.usage()
-	for _, p := range projections.All() {
+	for _, p := range projections.All(nil) {
 		if !strings.Contains(usage, p.Name()) {
 			t.Errorf("rebuild usage lacks %s:\n%s", p.Name(), usage)
 		}

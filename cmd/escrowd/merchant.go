@@ -424,7 +424,7 @@ var keyListCommand = &command{
 			if err := publish(ctx, inv.env, last); err != nil {
 				return err
 			}
-			keys, err := projections.NewQueries(inv.env.Pool).Keys(ctx, *id)
+			keys, err := inv.env.queries().Keys(ctx, *id)
 			if err != nil {
 				return err
 			}

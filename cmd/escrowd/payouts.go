@@ -40,7 +40,7 @@ sent right now is left out. Resolve one with escrowd payouts resolve.`,
 				return err
 			}
 			before := time.Now().Add(-*olderThan)
-			held, err := svc.HeldPayouts(ctx, payoutsInFlight(projections.NewQueries(inv.env.Pool)), before)
+			held, err := svc.HeldPayouts(ctx, payoutsInFlight(inv.env.queries()), before)
 			if err != nil {
 				return err
 			}
@@ -110,7 +110,7 @@ not answering).`,
 				return usageError("payouts resolve: give exactly one of --retry and --return")
 			}
 			id := inv.args[0]
-			merchantID, env, ref, typ, err := projections.NewQueries(inv.env.Pool).TransactionKey(ctx, id)
+			merchantID, env, ref, typ, err := inv.env.queries().TransactionKey(ctx, id)
 			if errors.Is(err, projections.ErrNoSuchTransaction) || (err == nil && typ != ledger.Withdrawal) {
 				return fmt.Errorf("payouts resolve: no withdrawal has the id %s", id)
 			}

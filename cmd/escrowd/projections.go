@@ -259,7 +259,7 @@ var projectionsRebuildCommand = &command{
 
 func init() {
 	var names []string
-	for _, p := range projections.All() {
+	for _, p := range projections.All(nil) {
 		names = append(names, p.Name())
 	}
 	projectionsRebuildCommand.detail = "NAME is one read model: " + strings.Join(names, ", ") + `.

@@ -38,7 +38,7 @@ func statusRows(t *testing.T, db string) map[string]statusRow {
 	for _, r := range report.Projectors {
 		byName[r.Name] = r
 	}
-	if len(byName) != len(projections.All())+1 {
+	if len(byName) != len(projections.All(nil))+1 {
 		t.Fatalf("status lists %d rows, want every read model and the webhook subscriber: %s", len(byName), out)
 	}
 	return byName

@@ -61,7 +61,7 @@ reconciliation could not run; 2: a mistake in the command line.`,
 			}
 			svc := wiring.Application(inv.env.Store, inv.env.Pool, 10_000)
 			svc.Gateways = sets
-			return reconcile(ctx, svc, projections.NewQueries(inv.env.Pool), env, from, to, *asJSON, inv.env.Stdout)
+			return reconcile(ctx, svc, inv.env.queries(), env, from, to, *asJSON, inv.env.Stdout)
 		}
 	},
 }

@@ -46,9 +46,9 @@ type dailyRun struct {
 	collectionDifferences, collectionsHealed int
 }
 
-func newDailyReconciler(svc *app.Service, pool *pgxpool.Pool, log *zap.Logger) *dailyReconciler {
+func newDailyReconciler(svc *app.Service, q *projections.Queries, pool *pgxpool.Pool, log *zap.Logger) *dailyReconciler {
 	env := []string{"environment"}
-	return &dailyReconciler{svc: svc, q: projections.NewQueries(pool), pool: pool, log: log,
+	return &dailyReconciler{svc: svc, q: q, pool: pool, log: log,
 		first: time.Minute, every: 24 * time.Hour, now: time.Now, last: map[domain.Environment]dailyRun{},
 		differences: prometheus.NewDesc("escrowd_reconcile_differences",
 			"Differences between the ledger's payouts and the provider's transfers that the last daily reconciliation left.", env, nil),

@@ -43,7 +43,7 @@ func TestDailyReconciliationExportsItsOutcome(t *testing.T) {
 		Amount: money.Naira(10), Channel: "card"}}}
 	svc.Gateways[domain.Test] = test
 	svc.Gateways[domain.Live] = gateway.Set{Transfers: failingTransfers{}}
-	d := newDailyReconciler(svc, env.Pool, nopLogger())
+	d := newDailyReconciler(svc, env.queries(), env.Pool, nopLogger())
 	d.now = func() time.Time { return time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC) }
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(d)

@@ -61,7 +61,7 @@ func TestReconcileReportsAndExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := app.NewService(app.NewEngine(env.Store, 100))
-	q := projections.NewQueries(env.Pool)
+	q := env.queries()
 	from := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	var out bytes.Buffer
 	if err := reconcile(ctx, svc, q, domain.Test, from, from.AddDate(0, 0, 1), false, &out); !errors.Is(err, ErrNothingToReconcile) {
@@ -117,7 +117,7 @@ func TestReconcileComparesCollections(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := app.NewService(app.NewEngine(env.Store, 100))
-	q := projections.NewQueries(env.Pool)
+	q := env.queries()
 	from := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
 	set := gateway.Test()
 	set.Charges = listedCharges{}

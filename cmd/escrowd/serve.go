@@ -250,11 +250,11 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		// Withdrawals left debited and unpaid are finished in the
 		// background, by every API process (the payout lease keeps them
 		// from asking the provider twice at once).
-		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(projections.NewQueries(env.Pool)), Log: env.Log}
+		resumer := &app.PayoutResumer{Service: api.App(), Find: payoutsInFlight(env.queries()), Log: env.Log}
 		g.Go(func() error { return ignoreCanceled(resumer.Run(ctx)) })
 		// Escrows' deadlines (auto-release, unpaid expiry, reminders) are
 		// acted on by every API process too.
-		deadlines := wiring.DeadlineScheduler(api.App(), projections.NewQueries(env.Pool), env.Log)
+		deadlines := wiring.DeadlineScheduler(api.App(), env.queries(), env.Log)
 		deadlines.Interval, deadlines.Lease = cfg.DeadlinesInterval, cfg.DeadlinesLease
 		deadlines.RemoveFiles = api.Files().Remove // an expired escrow's files go with it
 		g.Go(func() error { return ignoreCanceled(deadlines.Run(ctx)) })
@@ -270,7 +270,7 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		g.Go(func() error { return ignoreCanceled(api.ProviderEvents().Run(ctx)) })
 		// Yesterday's payouts are compared with the providers' transfers
 		// once a day (escrowd reconcile does the same on demand).
-		daily := newDailyReconciler(api.App(), env.Pool, env.Log)
+		daily := newDailyReconciler(api.App(), env.queries(), env.Pool, env.Log)
 		reg.MustRegister(daily)
 		g.Go(func() error { return daily.Run(ctx) })
 		srv := api.HTTPServer(ln.Addr().String(), httpapi.DefaultLimits)

@@ -16,7 +16,7 @@ import (
 func TestPayoutsInFlightBeforeTheLedgerProjectorRan(t *testing.T) {
 	ctx := context.Background()
 	pool := pgtest.NewPool(t)
-	find := payoutsInFlight(projections.NewQueries(pool))
+	find := payoutsInFlight(projections.NewQueries(pool, nil))
 	if got, err := find(ctx, app.PayoutRef{}, time.Now(), 10); err != nil || len(got) != 0 {
 		t.Fatalf("without the table: %v, %v; want nothing, no error", got, err)
 	}

@@ -156,6 +156,10 @@ type Options struct {
 	// PageSize is the number of events read and folded at a time; 0 is
 	// 2,000.
 	PageSize int
+	// Sealer is the read models' (see projections.All): the catch-up's
+	// projectors seal with it, the comparison opens with it. nil for a log
+	// that is not sealed.
+	Sealer domain.Sealer
 }
 
 // replayPage is the default Options.PageSize.
@@ -192,7 +196,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	if len(known) == 0 {
 		return rep, fmt.Errorf("%w: %s", ErrUnknownMerchant, merchantID)
 	}
-	if err := projections.CatchUpTo(ctx, store, pool, opts.Log, opts.At, projections.All()...); err != nil {
+	if err := projections.CatchUpTo(ctx, store, pool, opts.Log, opts.At, projections.All(opts.Sealer)...); err != nil {
 		return rep, fmt.Errorf("audit: catch up read models: %w", err)
 	}
 	snap, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -229,7 +233,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	// what the audit trusts); the report counts what was replayed.
 	var total int64
 	if opts.Progress != nil {
-		q := projections.NewQueries(pool)
+		q := projections.NewQueries(pool, opts.Sealer)
 		for _, env := range []domain.Environment{domain.Test, domain.Live} {
 			n, _, err := q.AuditPage(ctx, merchantID, env, "", 0)
 			if err != nil {

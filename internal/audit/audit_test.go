@@ -416,7 +416,7 @@ func TestAuditUnderLiveTraffic(t *testing.T) {
 		ids, phones = append(ids, id), append(phones, phone)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
-	runner := projections.NewRunner(e.store, e.pool, nil, projections.All()...)
+	runner := projections.NewRunner(e.store, e.pool, nil, projections.All(nil)...)
 	ran := make(chan struct{})
 	go func() { defer close(ran); _ = runner.Run(ctx) }()
 	var wg sync.WaitGroup

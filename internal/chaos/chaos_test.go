@@ -172,7 +172,7 @@ func TestChaos(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	k := &checker{f: f, c: newClient(f.apiAddrs(), 10*time.Second, 60*time.Second), pool: pool, w: w, rcv: rcv, rng: rng}
+	k := &checker{f: f, c: newClient(f.apiAddrs(), 10*time.Second, 60*time.Second), pool: pool, w: w, rcv: rcv, rng: rng, sealer: f.sealer(pool)}
 	v := &verdict{}
 	ctx := context.Background()
 	checking := time.Now()

@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/internal/keyring"
+	"github.com/escrowd/escrowd/internal/sealing"
 )
 
 // buildEscrowd builds the service binary once into dir.
@@ -258,4 +262,15 @@ func notInfo(log string, n int) string {
 		return ""
 	}
 	return strings.Join(keep, "\n") + "\n"
+}
+
+// sealer opens what the fleet's processes sealed in pool's database, with
+// their master key.
+func (f *fleet) sealer(pool *pgxpool.Pool) domain.Sealer {
+	f.t.Helper()
+	m, err := keyring.LoadMaster(filepath.Join(f.dir, "master.key"))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return sealing.NewValues(keyring.New(pool, m))
 }

@@ -133,7 +133,7 @@ func TestThreeInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	k := &checker{f: f, c: newClient(f.apiAddrs(), 10*time.Second, 60*time.Second), pool: pool, w: w, rcv: rcv, rng: rng}
+	k := &checker{f: f, c: newClient(f.apiAddrs(), 10*time.Second, 60*time.Second), pool: pool, w: w, rcv: rcv, rng: rng, sealer: f.sealer(pool)}
 	v := &verdict{}
 	if _, err := k.caughtUp(90 * time.Second); err != nil {
 		v.fail("projectors not caught up: %v", err)

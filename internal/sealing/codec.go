@@ -22,7 +22,7 @@ import (
 )
 
 // Prefix starts every sealed value: "escrowd-sealed:v1:<subject>:<base64>".
-const Prefix = "escrowd-sealed:v1:"
+const Prefix = domain.SealedPrefix
 
 // Erased is what a sealed field reads once its subject's key is destroyed.
 const Erased = domain.Erased

@@ -47,7 +47,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 	if cfg.Files == nil {
 		cfg.Files = files.Postgres{Pool: pool}
 	}
-	q := projections.NewQueries(pool)
+	q := projections.NewQueries(pool, Sealer(store))
 	auth := httpapi.NewAuthCache(httpapi.QueriesDirectory{Q: q}, store, log)
 	// The engine's appends are watched, so that an auth change made through
 	// this server counts for the next request at once (see AuthCache).
@@ -117,7 +117,7 @@ type blindIndexer interface {
 // read from the read models in pool, its messages sealed with the keys of
 // store's codec (a dispatcher opens them with Sealer(store)).
 func Subscriber(store eventstore.Store, pool *pgxpool.Pool) *webhooks.Subscriber {
-	sub := webhooks.NewSubscriber(store, projections.NewQueries(pool).EscrowCategory)
+	sub := webhooks.NewSubscriber(store, projections.NewQueries(pool, Sealer(store)).EscrowCategory)
 	sub.Sealer = Sealer(store)
 	return sub
 }
