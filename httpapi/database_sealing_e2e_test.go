@@ -22,8 +22,6 @@ import (
 //     it, not a customer's data, and no customer's forget reaches it.
 var plainAllowed = map[string]string{
 	"dashboard_users.email": "a merchant's staff login",
-	// Not sealed yet: the transaction records.
-	"rm_transactions.record": "pending",
 }
 
 // TestDatabaseHoldsNoPersonalDataInPlain: after a workload of customers
@@ -61,8 +59,11 @@ func TestDatabaseHoldsNoPersonalDataInPlain(t *testing.T) {
 		wd := req{method: "POST", path: "/v1/payment/create-intent", key: h.std(), cid: cid,
 			body: bankWithdrawal(fmt.Sprintf("wd-%d", i), 1500, account), headers: map[string]string{"Idempotency-Key": fmt.Sprintf("wd-%d", i)}}
 		h.do(wd).expect(t, 201, "Payment intent created successfully")
-		if got := h.do(wd).expect(t, 201, "Payment intent created successfully"); !strings.Contains(string(got.Raw), account) {
-			t.Fatalf("the replayed intent does not name the account: %s", got.Raw)
+		replayed := h.do(wd).expect(t, 201, "Payment intent created successfully")
+		details, _ := replayed.obj()["withdrawalDetails"].(map[string]any)
+		accountName, _ := details["accountName"].(string)
+		if details["accountNumber"] != account || accountName == "" {
+			t.Fatalf("the replayed intent does not name the account: %s", replayed.Raw)
 		}
 		h.verify(cid, fmt.Sprintf("wd-%d", i)).expect(t, 200, "")
 		got := h.do(req{method: "GET", path: "/v1/customer/get/" + cid, key: h.sa()}).expect(t, 200, "").obj()
@@ -73,7 +74,7 @@ func TestDatabaseHoldsNoPersonalDataInPlain(t *testing.T) {
 		if len(list) != 1 || list[0].(map[string]any)["lastname"] != last {
 			t.Fatalf("by email: %v", list)
 		}
-		secrets = append(secrets, first, last, email, phone[1:], bvn, dob, account)
+		secrets = append(secrets, first, last, email, phone[1:], bvn, dob, account, accountName)
 	}
 	h.caughtUp()
 	hits := rc.waitFor(t, h, 1)
@@ -164,7 +165,18 @@ func TestForgottenCustomerReadsErasedAtOnce(t *testing.T) {
 		"bvn": "22212345679", "dob": "1991-02-09"}
 	cid := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: body}).expect(t, 201, "Customer created successfully").obj()["customerId"].(string)
 	other := h.createCustomer(h.sa(), "keep.me@example.com", "08037770012")
+	h.topUp(cid, 5000).expect(t, 200, "Wallet topped up successfully")
+	account := nuban(t, "058", "79", false)
+	h.intent(cid, bankWithdrawal("wd-forget", 1500, account)).expect(t, 201, "Payment intent created successfully")
+	h.verify(cid, "wd-forget").expect(t, 200, "")
 	h.caughtUp()
+	history := func() string {
+		t.Helper()
+		return string(h.do(req{path: "/v1/payment/history", key: h.std(), cid: cid}).expect(t, 200, "").Raw)
+	}
+	if before := history(); !strings.Contains(before, account) {
+		t.Fatalf("history before: %s", before)
+	}
 	if got := h.do(req{path: "/v1/customer/get/" + cid, key: h.sa()}).expect(t, 200, "").obj(); got["email"] != "forget.me@example.com" || got["bvn"] != "*******5679" {
 		t.Fatalf("before: %v", got)
 	}
@@ -198,6 +210,10 @@ func TestForgottenCustomerReadsErasedAtOnce(t *testing.T) {
 		}
 		if seen != 2 {
 			t.Errorf("%s: the listing has %d of the 2 customers: %v", when, seen, list)
+		}
+		// The money records stay, their account erased.
+		if hist := history(); strings.Contains(hist, account) || !strings.Contains(hist, `"accountNumber":"[erased]"`) || !strings.Contains(hist, "wd-forget") {
+			t.Errorf("%s: history %s", when, hist)
 		}
 	}
 	expectErased("with the key destroyed")

@@ -20,7 +20,10 @@ import (
 // the transaction records customers and merchants read. Both tables live in
 // one projector so a record and the balance change it explains are always
 // visible together.
-type Ledger struct{}
+type Ledger struct {
+	// Sealer seals the records' personal fields (see sealed_records.go).
+	Sealer domain.Sealer
+}
 
 func (Ledger) StreamPrefixes() []string { return projector.EntryStreamPrefixes() }
 func (Ledger) Name() string             { return LedgerName }
@@ -85,7 +88,7 @@ func payoutKeyOf(r ledger.Record) payoutKey {
 // the balance deltas summed per account, the records (the last version of
 // each, in the order they first appeared, which is their seq order) and
 // the payouts in flight. It reads nothing.
-func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+func (l Ledger) Plan(ctx context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	deltas := map[balanceKey]int64{}
 	type row struct {
 		rec ledger.Record
@@ -130,7 +133,7 @@ func (Ledger) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEve
 			}
 		}
 		for _, r := range eff.Records {
-			doc, err := json.Marshal(r)
+			doc, err := keptRecord(ctx, l.Sealer, r)
 			if err != nil {
 				return nil, err
 			}
@@ -254,14 +257,31 @@ func (q *Queries) Withdrawals(ctx context.Context, env domain.Environment, from,
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Record, error) {
-		var raw []byte
-		var rec ledger.Record
-		if err := r.Scan(&raw); err != nil {
-			return rec, err
+	recs, err := pgx.CollectRows(rows, scanRecord)
+	if err != nil {
+		return nil, err
+	}
+	return recs, q.openRecords(ctx, recs)
+}
+
+// scanRecord scans a record's JSON.
+func scanRecord(r pgx.CollectableRow) (ledger.Record, error) {
+	var raw []byte
+	var rec ledger.Record
+	if err := r.Scan(&raw); err != nil {
+		return rec, err
+	}
+	return rec, json.Unmarshal(raw, &rec)
+}
+
+// openRecords opens the personal fields of recs, read from rm_transactions.
+func (q *Queries) openRecords(ctx context.Context, recs []ledger.Record) error {
+	for i := range recs {
+		if err := q.openRecordFields(ctx, &recs[i]); err != nil {
+			return err
 		}
-		return rec, json.Unmarshal(raw, &rec)
-	})
+	}
+	return nil
 }
 
 // ErrNoSuchTransaction: no record of the ledger read model has that id.
@@ -295,15 +315,11 @@ func (q *Queries) Collected(ctx context.Context, env domain.Environment, from, t
 	if err != nil {
 		return nil, err
 	}
-	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ledger.Record, error) {
-		var raw []byte
-		var rec ledger.Record
-		if err := r.Scan(&raw); err != nil {
-			return rec, err
-		}
-		return rec, json.Unmarshal(raw, &rec)
-	})
+	recs, err := pgx.CollectRows(rows, scanRecord)
 	if err != nil {
+		return nil, err
+	}
+	if err := q.openRecords(ctx, recs); err != nil {
 		return nil, err
 	}
 	out := recs[:0]

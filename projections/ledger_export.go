@@ -19,5 +19,5 @@ func (q *Queries) EachLedgerRecord(ctx context.Context, merchantID string, env d
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	return eachInBatches(ctx, tx, `SELECT record, pos FROM rm_transactions WHERE merchant_id = $1 AND environment = $2
-		AND ($3::bigint IS NULL OR pos < $3) ORDER BY pos DESC LIMIT `+strconv.Itoa(flatBatch), []any{merchantID, string(env)}, each)
+		AND ($3::bigint IS NULL OR pos < $3) ORDER BY pos DESC LIMIT `+strconv.Itoa(flatBatch), []any{merchantID, string(env)}, q.opening(ctx, each))
 }

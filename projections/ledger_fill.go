@@ -2,11 +2,11 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
@@ -20,12 +20,13 @@ import (
 // held while they change and written once, a new record taking the next
 // position of its tenant when first met, as transactionUpsertSQL gives
 // them.
-func (Ledger) NewFill() Fill {
-	return &ledgerFill{balances: map[balanceKey]int64{}, payouts: map[payoutKey]time.Time{},
+func (l Ledger) NewFill() Fill {
+	return &ledgerFill{sealer: l.Sealer, balances: map[balanceKey]int64{}, payouts: map[payoutKey]time.Time{},
 		records: hold.New[filledRecord](fillHold), pos: positions{}}
 }
 
 type ledgerFill struct {
+	sealer   domain.Sealer
 	balances map[balanceKey]int64
 	payouts  map[payoutKey]time.Time
 	records  *hold.Rows[filledRecord]
@@ -153,7 +154,7 @@ func (f *ledgerFill) writeRecords(ctx context.Context, tx pgx.Tx, all bool) erro
 	fresh, stored := f.records.Due(all)
 	rows := make([][]any, 0, len(fresh))
 	for _, r := range fresh {
-		doc, err := json.Marshal(r.V.last)
+		doc, err := keptRecord(ctx, f.sealer, r.V.last)
 		if err != nil {
 			return err
 		}
@@ -174,7 +175,7 @@ func (f *ledgerFill) writeRecords(ctx context.Context, tx pgx.Tx, all bool) erro
 	}
 	ids, statuses, docs := make([]string, len(stored)), make([]string, len(stored)), make([]string, len(stored))
 	for i, r := range stored {
-		doc, err := json.Marshal(r.V.last)
+		doc, err := keptRecord(ctx, f.sealer, r.V.last)
 		if err != nil {
 			return err
 		}

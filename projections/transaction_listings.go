@@ -69,7 +69,15 @@ func (q *Queries) Transactions(ctx context.Context, f TransactionFilter, p view.
 		return nil
 	}
 	pg, err := q.page(ctx, l, p, scan)
-	return out, pg, err
+	if err != nil {
+		return nil, pg, err
+	}
+	for i, doc := range out {
+		if out[i], err = q.OpenRecord(ctx, doc); err != nil {
+			return nil, pg, err
+		}
+	}
+	return out, pg, nil
 }
 
 // flatBatch is how many records a flat listing reads at a time.
@@ -91,7 +99,18 @@ func (q *Queries) EachTransaction(ctx context.Context, f TransactionFilter, each
 	sql := `SELECT record, pos FROM rm_transactions WHERE merchant_id = $1 AND environment = $2 AND ((` +
 		joinOr(l.branches) + `)) AND ($` + strconv.Itoa(before) + `::bigint IS NULL OR pos < $` + strconv.Itoa(before) +
 		`) ORDER BY pos DESC LIMIT ` + strconv.Itoa(flatBatch)
-	return eachInBatches(ctx, tx, sql, args, each)
+	return eachInBatches(ctx, tx, sql, args, q.opening(ctx, each))
+}
+
+// opening is each given the records opened.
+func (q *Queries) opening(ctx context.Context, each func(record []byte) error) func(record []byte) error {
+	return func(doc []byte) error {
+		doc, err := q.OpenRecord(ctx, doc)
+		if err != nil {
+			return err
+		}
+		return each(doc)
+	}
 }
 
 // transactionsListing is the listing f selects.

@@ -40,7 +40,7 @@ when it is a terminal.`,
 // with the read models. It returns an error (exit code 1) when there is any
 // difference; the report is printed either way.
 func runAudit(ctx context.Context, env *cliEnv, id string, asJSON bool) error {
-	opts := audit.Options{Log: env.Log, Sealer: env.sealer()}
+	opts := audit.Options{Log: env.Log}
 	var progress *eventProgress
 	if isTerminal(env.Stderr) {
 		progress = newEventProgress(env.Stderr, "audit replay")

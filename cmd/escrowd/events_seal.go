@@ -77,7 +77,7 @@ func auditAll(ctx context.Context, env *cliEnv, when string) (int, error) {
 		return 0, err
 	}
 	for _, id := range ids {
-		rep, err := audit.RunWith(ctx, env.Store, env.Pool, id, audit.Options{Sealer: env.sealer()})
+		rep, err := audit.Run(ctx, env.Store, env.Pool, id)
 		if err != nil {
 			return 0, fmt.Errorf("audit of merchant %s %s sealing: %w", id, when, err)
 		}

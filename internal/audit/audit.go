@@ -156,10 +156,16 @@ type Options struct {
 	// PageSize is the number of events read and folded at a time; 0 is
 	// 2,000.
 	PageSize int
-	// Sealer is the read models' (see projections.All): the catch-up's
-	// projectors seal with it, the comparison opens with it. nil for a log
-	// that is not sealed.
-	Sealer domain.Sealer
+}
+
+// sealerOf is the sealer of store's codec (nil without one): the read
+// models' (see projections.All), which the catch-up's projectors seal
+// with and the comparison opens with.
+func sealerOf(store eventstore.Store) domain.Sealer {
+	if s, ok := store.(interface{ Sealer() domain.Sealer }); ok {
+		return s.Sealer()
+	}
+	return nil
 }
 
 // replayPage is the default Options.PageSize.
@@ -196,7 +202,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	if len(known) == 0 {
 		return rep, fmt.Errorf("%w: %s", ErrUnknownMerchant, merchantID)
 	}
-	if err := projections.CatchUpTo(ctx, store, pool, opts.Log, opts.At, projections.All(opts.Sealer)...); err != nil {
+	if err := projections.CatchUpTo(ctx, store, pool, opts.Log, opts.At, projections.All(sealerOf(store))...); err != nil {
 		return rep, fmt.Errorf("audit: catch up read models: %w", err)
 	}
 	snap, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
@@ -219,6 +225,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	if err != nil {
 		return rep, fmt.Errorf("audit: records table: %w", err)
 	}
+	recs.open = projections.NewQueries(pool, sealerOf(store)).OpenRecord
 	defer func() {
 		if err := recs.drop(context.WithoutCancel(ctx)); err != nil {
 			_ = conn.Conn().Close(context.WithoutCancel(ctx)) // never pool a connection with the table
@@ -233,7 +240,7 @@ func RunWith(ctx context.Context, store eventstore.Store, pool *pgxpool.Pool, me
 	// what the audit trusts); the report counts what was replayed.
 	var total int64
 	if opts.Progress != nil {
-		q := projections.NewQueries(pool, opts.Sealer)
+		q := projections.NewQueries(pool, sealerOf(store))
 		for _, env := range []domain.Environment{domain.Test, domain.Live} {
 			n, _, err := q.AuditPage(ctx, merchantID, env, "", 0)
 			if err != nil {

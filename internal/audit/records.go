@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,7 +64,10 @@ var recordHold = 8192
 
 // records is the replay's record table on conn.
 type records struct {
-	conn  *pgx.Conn
+	conn *pgx.Conn
+	// open opens a row's record as rm_transactions keeps it (its
+	// personal fields sealed) into the record as written.
+	open  func(ctx context.Context, doc []byte) ([]byte, error)
 	held  *hold.Rows[spilledRecord]
 	next  int64 // the next first-seen order
 	count int64 // distinct records
@@ -90,7 +94,8 @@ func newRecords(ctx context.Context, conn *pgx.Conn) (*records, error) {
 	if _, err := conn.Exec(ctx, `SET plan_cache_mode TO force_custom_plan; SET jit TO off`); err != nil {
 		return nil, err
 	}
-	return &records{conn: conn, held: hold.New[spilledRecord](recordHold)}, nil
+	return &records{conn: conn, open: func(_ context.Context, doc []byte) ([]byte, error) { return doc, nil },
+		held: hold.New[spilledRecord](recordHold)}, nil
 }
 
 // drop removes the table and the settings, so that the pooled connection
@@ -251,10 +256,16 @@ func rowDigest(record, env, customer, reference, typ, status, created string) st
 
 // rmDigestsSQL reads the merchant's rows of rm_transactions as their ids
 // and digests, in the byte order of the ids (the order Go compares
-// strings in); only the ids and digests are sorted and sent.
-var rmDigestsSQL = `SELECT id, ` + rowDigest(`convert_to(record::text, 'UTF8')`, `environment`, `coalesce(customer_id, '')`,
-	`reference`, `transaction_type`, `status`, `created_at`) + `
-	FROM rm_transactions WHERE merchant_id = $1 ORDER BY id COLLATE "C"`
+// strings in); only the ids and digests are sorted and sent. A row whose
+// record holds sealed values has no digest (their bytes are not the
+// record's): its record and columns are sent instead, for rowDigestOf
+// once the record is opened.
+var rmDigestsSQL = `WITH r AS (SELECT *, strpos(record::text, '"` + domain.SealedPrefix + `') > 0 AS sealed
+	FROM rm_transactions WHERE merchant_id = $1)
+	SELECT id, CASE WHEN NOT sealed THEN ` + rowDigest(`convert_to(record::text, 'UTF8')`, `environment`, `coalesce(customer_id, '')`,
+	`reference`, `transaction_type`, `status`, `created_at`) + ` END,
+	CASE WHEN sealed THEN record::text END, environment, coalesce(customer_id, ''), reference, transaction_type, status, created_at
+	FROM r ORDER BY id COLLATE "C"`
 
 // y2k is PostgreSQL's epoch, 2000-01-01 UTC, in microseconds since Unix's.
 const y2k = 946_684_800_000_000
@@ -265,15 +276,20 @@ const y2k = 946_684_800_000_000
 // that pgx, which writes the row, sends for the record's time (the
 // nanoseconds under a microsecond dropped).
 func recordDigest(canon []byte, rec ledger.Record) []byte {
+	return rowDigestOf(canon, string(rec.Environment), rec.CustomerID, rec.Reference, string(rec.Type), string(rec.Status), rec.CreatedAt)
+}
+
+// rowDigestOf is rowDigest in Go, of a record's bytes and its row's
+// columns.
+func rowDigestOf(record []byte, env, customer, reference, typ, status string, created time.Time) []byte {
 	h := sha256.New()
-	h.Write(canon)
-	for _, text := range []string{string(rec.Environment), rec.CustomerID, rec.Reference, string(rec.Type), string(rec.Status)} {
+	h.Write(record)
+	for _, text := range []string{env, customer, reference, typ, status} {
 		h.Write([]byte{0})
 		io.WriteString(h, text)
 	}
 	h.Write([]byte{0})
-	t := rec.CreatedAt
-	h.Write(binary.BigEndian.AppendUint64(nil, uint64(t.Unix()*1_000_000+int64(t.Nanosecond())/1_000-y2k)))
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(created.Unix()*1_000_000+int64(created.Nanosecond())/1_000-y2k)))
 	return h.Sum(nil)
 }
 
@@ -362,8 +378,20 @@ func (rs *records) compareRecords(ctx context.Context, snap pgx.Tx, merchantID s
 	for {
 		if nextRM {
 			if rmOK, nextRM = rowsRM.Next(), false; rmOK {
-				if err := rowsRM.Scan(&rmID, &rmDigest); err != nil {
+				var (
+					sealed                          *string
+					env, customer, ref, typ, status string
+					created                         time.Time
+				)
+				if err := rowsRM.Scan(&rmID, &rmDigest, &sealed, &env, &customer, &ref, &typ, &status, &created); err != nil {
 					return err
+				}
+				if sealed != nil {
+					doc, err := rs.open(ctx, []byte(*sealed))
+					if err != nil {
+						return fmt.Errorf("audit: record %s: %w", rmID, err)
+					}
+					rmDigest = rowDigestOf(doc, env, customer, ref, typ, status, created)
 				}
 			}
 		}
@@ -435,7 +463,10 @@ func (rs *records) differing(ctx context.Context, snap pgx.Tx, merchantID string
 				rmRows.Close()
 				return err
 			}
-			row.record = []byte(doc)
+			if row.record, err = rs.open(ctx, []byte(doc)); err != nil {
+				rmRows.Close()
+				return fmt.Errorf("audit: record %s: %w", id, err)
+			}
 			rows[id] = row
 		}
 		if err := rmRows.Err(); err != nil {

@@ -23,6 +23,10 @@ func NewValues(keys Keys) Values { return Values{keys: keys} }
 // store's keys.
 func (s *Store) Values() Values { return Values{keys: s.keys} }
 
+// Sealer is Values as the port (domain.Sealer): what packages that know
+// only the store port find the store's sealer by.
+func (s *Store) Sealer() domain.Sealer { return s.Values() }
+
 func (v Values) Seal(ctx context.Context, owner domain.DataOwner, where, plain string) (string, error) {
 	if plain == "" {
 		return "", nil

@@ -23,8 +23,8 @@ func Sealed(store eventstore.Store, pool *pgxpool.Pool, master keyring.Master, p
 // keys of store's codec; nil when store has no codec (a test's store), so
 // those values are kept as they are.
 func Sealer(store eventstore.Store) domain.Sealer {
-	if s, ok := store.(interface{ Values() sealing.Values }); ok {
-		return s.Values()
+	if s, ok := store.(interface{ Sealer() domain.Sealer }); ok {
+		return s.Sealer()
 	}
 	return nil
 }
