@@ -27,7 +27,7 @@ var plainAllowed = map[string]string{
 // TestDatabaseHoldsNoPersonalDataInPlain: after a workload of customers
 // with names, emails, phones, BVNs and dates of birth, bank withdrawals to
 // account numbers, webhook deliveries to a merchant's endpoint and
-// requests with Idempotency-Keys, no column of any table of the database
+// requests with Idempotency-Keys, whitelisted crypto addresses, no column of any table of the database
 // (read models, outbox, idempotency records, the log, everything the
 // public schema holds), dumped as text (bytea as its bytes), holds one of
 // those values or a signing secret, except the columns of plainAllowed;
@@ -66,6 +66,12 @@ func TestDatabaseHoldsNoPersonalDataInPlain(t *testing.T) {
 			t.Fatalf("the replayed intent does not name the account: %s", replayed.Raw)
 		}
 		h.verify(cid, fmt.Sprintf("wd-%d", i)).expect(t, 200, "")
+		address, label := bscAddr(700+i), fmt.Sprintf("Mama Ngozika wallet %d", i)
+		h.do(req{method: "POST", path: "/v1/whitelist-address", key: h.std(), cid: cid,
+			body: whitelistBody(address, "label", label)}).expect(t, 201, "")
+		if list := string(h.do(req{path: "/v1/whitelist-address", key: h.std(), cid: cid}).expect(t, 200, "").Raw); !strings.Contains(list, address) || !strings.Contains(list, label) {
+			t.Fatalf("the whitelist answers %s", list)
+		}
 		got := h.do(req{method: "GET", path: "/v1/customer/get/" + cid, key: h.sa()}).expect(t, 200, "").obj()
 		if got["email"] != email || got["firstname"] != first || got["phone"] != phone {
 			t.Fatalf("the API answers %v", got)
@@ -74,7 +80,7 @@ func TestDatabaseHoldsNoPersonalDataInPlain(t *testing.T) {
 		if len(list) != 1 || list[0].(map[string]any)["lastname"] != last {
 			t.Fatalf("by email: %v", list)
 		}
-		secrets = append(secrets, first, last, email, phone[1:], bvn, dob, account, accountName)
+		secrets = append(secrets, first, last, email, phone[1:], bvn, dob, account, accountName, address, label)
 	}
 	h.caughtUp()
 	hits := rc.waitFor(t, h, 1)

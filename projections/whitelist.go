@@ -6,13 +6,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/whitelist"
 	"github.com/escrowd/escrowd/eventstore"
 )
 
 // Whitelist builds the table of customers' whitelisted crypto addresses.
 // A removal marks the row, so a repeated add never brings it back.
-type Whitelist struct{}
+type Whitelist struct {
+	// Sealer seals the addresses and their labels with the customer's
+	// data key (see sealed.go).
+	Sealer domain.Sealer
+}
 
 func (Whitelist) StreamPrefixes() []string { return []string{"whitelist-"} }
 func (Whitelist) Name() string             { return WhitelistName }
@@ -36,7 +41,7 @@ CREATE INDEX IF NOT EXISTS rm_whitelist_addresses_customer
     ON rm_whitelist_addresses (customer_id, date_added DESC, seq DESC) WHERE removed_at IS NULL;`
 }
 
-func (Whitelist) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+func (w Whitelist) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
 	for _, re := range events {
 		if !strings.HasPrefix(re.Stream, "whitelist-") {
 			continue
@@ -47,6 +52,13 @@ func (Whitelist) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.Recor
 		}
 		switch e := ev.(type) {
 		case whitelist.AddressWhitelisted:
+			owner := domain.CustomerData(strings.TrimPrefix(re.Stream, "whitelist-"))
+			if e.WalletAddress, err = sealFor(ctx, w.Sealer, owner, whitelistAddress, e.WalletAddress); err != nil {
+				return err
+			}
+			if e.Label, err = sealFor(ctx, w.Sealer, owner, whitelistLabel, e.Label); err != nil {
+				return err
+			}
 			_, err = tx.Exec(ctx, `INSERT INTO rm_whitelist_addresses (address_id, customer_id, merchant_id, environment,
 				wallet_address, network, label, date_added, last_updated) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$8)
 				ON CONFLICT (address_id) DO NOTHING`,

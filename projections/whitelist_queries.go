@@ -40,7 +40,16 @@ func (q *Queries) WhitelistAddresses(ctx context.Context, merchantID string, env
 		}
 		out = append(out, a)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows.Close()
+	for i := range out {
+		if err := q.openAddress(ctx, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // WhitelistAddressByID returns one address of a customer, removed or not
@@ -51,10 +60,24 @@ func (q *Queries) WhitelistAddressByID(ctx context.Context, customerID, addressI
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, false, nil
 	}
-	return a, err == nil, err
+	if err != nil {
+		return a, false, err
+	}
+	return a, true, q.openAddress(ctx, &a)
 }
 
 const whitelistColumns = `address_id, wallet_address, network, label, date_added, last_updated`
+
+// The sealed columns of rm_whitelist_addresses, as their places.
+const (
+	whitelistAddress = "rm_whitelist_addresses.wallet_address"
+	whitelistLabel   = "rm_whitelist_addresses.label"
+)
+
+// openAddress opens the sealed fields of an address as scanned.
+func (q *Queries) openAddress(ctx context.Context, a *WhitelistAddress) error {
+	return q.openAll(ctx, []string{whitelistAddress, whitelistLabel}, &a.WalletAddress, &a.Label)
+}
 
 func scanWhitelistAddress(row pgx.Row) (WhitelistAddress, error) {
 	var a WhitelistAddress
