@@ -290,11 +290,11 @@ func (k *Keyring) rewrapBatch(ctx context.Context, after string, limit int, unkn
 	return n, last, nil
 }
 
-// BlindIndex is a keyed hash of value for purpose ("email", "phone"): equal
-// values of one purpose have equal indexes, so a read model can look a
-// value up by its index without storing it; without the key the index
-// tells nothing about the value. Callers normalise values first (an
-// email's case).
+// BlindIndex is a keyed hash of value for purpose ("email", "phone",
+// "recipient", "account"): equal values of one purpose have equal indexes,
+// so a read model or a stream name can stand for a value without holding
+// it; without the key the index tells nothing about the value. Callers
+// normalise values first (an email's case).
 func (k *Keyring) BlindIndex(ctx context.Context, purpose, value string) (string, error) {
 	k.mu.Lock()
 	key := k.blind
