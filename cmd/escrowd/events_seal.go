@@ -239,6 +239,24 @@ func renameAccountStreams(ctx context.Context, env *cliEnv) (int, error) {
 	return n, nil
 }
 
+// namedByPlainValue is a stream of the PostgreSQL event log that an
+// earlier version named by a personal value events seal renames ("" when
+// there is none, or the log is another store's).
+func namedByPlainValue(ctx context.Context, env *cliEnv) (string, error) {
+	if _, ok := env.Raw.(*postgres.Store); !ok {
+		return "", nil
+	}
+	var name string
+	err := env.Pool.QueryRow(ctx, `SELECT stream_id FROM es_streams
+		WHERE (stream_id ~ '^(accountlink|recipient)-' AND stream_id !~ '\.[0-9a-f]{64}$')
+		   OR (stream_id ~ '^reservation-[^:]*:[^:]*:(email|phone):' AND stream_id !~ ':[0-9a-f]{64}$')
+		LIMIT 1`).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return name, err
+}
+
 // renameStream renames a stream and its events in one transaction.
 func renameStream(ctx context.Context, env *cliEnv, from, to string) error {
 	return pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {

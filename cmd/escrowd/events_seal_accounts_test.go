@@ -24,7 +24,7 @@ import (
 // holder, by the plain number; a payout destination's recipient) are
 // renamed by the account's blind index: no stream name holds the numbers
 // any more, and the application finds the holder and the recipient under
-// the names it gives them now.
+// the names it gives them now. Before, serve refuses to start.
 func TestEventsSealRenamesAccountStreams(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewURL(t)
@@ -84,6 +84,9 @@ func TestEventsSealRenamesAccountStreams(t *testing.T) {
 		t.Fatalf("the old names: %d streams by the dedicated account, %d by the payee's", named(dedicated), named(payee))
 	}
 
+	if _, err := cli(t, db, "serve", "--addr", "127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "events seal --i-have-a-backup") {
+		t.Fatalf("serve over streams named by account numbers: %v", err)
+	}
 	out, err := cli(t, db, "events", "seal", "--i-have-a-backup")
 	if err != nil || !strings.Contains(out, "and 2 account streams") {
 		t.Fatalf("seal: %v %s", err, out)
