@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,8 @@ type Keyring struct {
 	mu    sync.Mutex
 	cache map[Subject]cachedKey
 	blind []byte
+	// destroyed counts the keys this process destroyed (Destroys).
+	destroyed atomic.Uint64
 }
 
 // cachedKey is an unwrapped key, or (aead nil) a destroyed one: a
@@ -114,8 +117,18 @@ func (k *Keyring) Destroy(ctx context.Context, s Subject) (bool, error) {
 		return false, err
 	}
 	k.remember(s, cachedKey{})
+	k.destroyed.Add(1)
 	return tag.RowsAffected() > 0, nil
 }
+
+// Destroys counts the data keys this process destroyed: what a cache of
+// opened data compares to drop what it opened before a destruction.
+func (k *Keyring) Destroys() uint64 { return k.destroyed.Load() }
+
+// CacheTTL is how long a process may go on opening a subject's data after
+// another process destroyed its key (a cache of opened data keeps what it
+// opened no longer).
+const CacheTTL = cacheTTL
 
 // Destroyed reports whether s's data key was destroyed.
 func (k *Keyring) Destroyed(ctx context.Context, s Subject) (bool, error) {
