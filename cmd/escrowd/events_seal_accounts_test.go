@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -13,9 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain/money"
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/internal/app"
-	"github.com/escrowd/escrowd/internal/paystack/paystacksim"
 	"github.com/escrowd/escrowd/internal/pgtest"
-	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
 )
 
@@ -28,16 +25,7 @@ import (
 func TestEventsSealRenamesAccountStreams(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewURL(t)
-	sim, err := paystacksim.New(paystacksim.Config{SecretKey: "sk_test_seal"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim)
-	t.Cleanup(srv.Close)
-	sets, err := wiring.Gateways(map[domain.Environment]wiring.Provider{domain.Test: {Name: "paystack", SecretKey: "sk_test_seal", BaseURL: srv.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, sets := simulatedPaystack(t, "sk_test_seal")
 	env := testEnv(t, db)
 	plain := app.NewService(app.NewEngine(env.Raw, 100)) // no blind index: streams named as before
 	plain.Gateways = sets
