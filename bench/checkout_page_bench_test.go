@@ -64,28 +64,34 @@ func (c *pageClient) do(method, path string, form url.Values) (pageAnswer, time.
 	return pageAnswer{status: res.StatusCode, body: string(raw), location: res.Header.Get("Location")}, d, err
 }
 
-// get fetches path and fails unless it answers 200 with want in its body
-// (the part of the page that shows it is the one meant, not an error page).
-func (c *pageClient) get(path, want string) (time.Duration, error) {
+// get fetches path and fails unless it answers 200 with every one of want
+// in its body (the parts that show it is the page meant, with its rows,
+// not an error page).
+func (c *pageClient) get(path string, want ...string) (time.Duration, error) {
 	a, d, err := c.do(http.MethodGet, path, nil)
 	if err != nil {
 		return d, err
 	}
-	if a.status != http.StatusOK || !strings.Contains(a.body, want) {
-		return d, fmt.Errorf("GET %s: %d (location %q), want 200 with %q: %.2000s", path, a.status, a.location, want, a.body)
+	if a.status != http.StatusOK {
+		return d, fmt.Errorf("GET %s: %d (location %q), want 200: %.2000s", path, a.status, a.location, a.body)
+	}
+	for _, w := range want {
+		if !strings.Contains(a.body, w) {
+			return d, fmt.Errorf("GET %s: the page lacks %q: %.2000s", path, w, a.body)
+		}
 	}
 	return d, nil
 }
 
 // benchPageGets measures b.N GETs of path by len(clients) goroutines, each
-// with its own client: pages/s, p50/p99, the allocations of this process
+// with its own client, every answer checked by get: pages/s, p50/p99, the allocations of this process
 // (server and clients) and the CPU per page (cpu_bench_test.go).
-func benchPageGets(b *testing.B, clients []*pageClient, database, path, want string) {
+func benchPageGets(b *testing.B, clients []*pageClient, database, path string, want ...string) {
 	b.ReportAllocs()
 	lat := make([][]time.Duration, len(clients))
 	cpuBefore := sampleCPU(database)
 	elapsed := runClients(b, len(clients), func(w int, _ int64) error {
-		d, err := clients[w].get(path, want)
+		d, err := clients[w].get(path, want...)
 		lat[w] = append(lat[w], d)
 		return err
 	})
