@@ -116,7 +116,8 @@ func benchPageGets(b *testing.B, clients []*pageClient, database, path string, w
 // has the funds (the page with its pay form), link is GET
 // /escrow/{paymentToken}, the payment link of a payable escrow (the page
 // with its details form and a fresh anti-forgery cookie). Both are opened
-// through the API in the set-up; neither GET writes anything.
+// through the API in the set-up; the buyer has the funds, so the checkout
+// page opens no deposit.
 func BenchmarkCheckoutPages(b *testing.B) {
 	bs := newBenchServer(b)
 	defer bs.close()
