@@ -160,11 +160,7 @@ func sealStoredEvents(ctx context.Context, env *cliEnv) (int, error) {
 // email or phone after the value's blind index, as the application names
 // them.
 func renameReservations(ctx context.Context, env *cliEnv) (int, error) {
-	rows, err := env.Pool.Query(ctx, `SELECT stream_id FROM es_streams WHERE stream_id LIKE 'reservation-%:email:%' OR stream_id LIKE 'reservation-%:phone:%'`)
-	if err != nil {
-		return 0, err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := streamNames(ctx, env, `stream_id LIKE 'reservation-%:email:%' OR stream_id LIKE 'reservation-%:phone:%'`)
 	if err != nil {
 		return 0, err
 	}
@@ -193,11 +189,7 @@ func renameReservations(ctx context.Context, env *cliEnv) (int, error) {
 // by the plain number) and a payout destination's recipient (named by an
 // unkeyed hash, which trying every number reverses).
 func renameAccountStreams(ctx context.Context, env *cliEnv) (int, error) {
-	rows, err := env.Pool.Query(ctx, `SELECT stream_id FROM es_streams WHERE stream_id LIKE 'accountlink-%' OR stream_id LIKE 'recipient-%'`)
-	if err != nil {
-		return 0, err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := streamNames(ctx, env, `stream_id LIKE 'accountlink-%' OR stream_id LIKE 'recipient-%'`)
 	if err != nil {
 		return 0, err
 	}
@@ -255,6 +247,15 @@ func namedByPlainValue(ctx context.Context, env *cliEnv) (string, error) {
 		return "", nil
 	}
 	return name, err
+}
+
+// streamNames are the names of the log's streams that match where.
+func streamNames(ctx context.Context, env *cliEnv, where string) ([]string, error) {
+	rows, err := env.Pool.Query(ctx, `SELECT stream_id FROM es_streams WHERE `+where)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // renameStream renames a stream and its events in one transaction.
