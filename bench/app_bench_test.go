@@ -98,7 +98,7 @@ func BenchmarkCustomerCreateHTTP(b *testing.B) {
 
 func benchCustomerCreate(b *testing.B, keyed bool) {
 	pool := pgtest.NewPool(b)
-	store := sealedBenchStore(b, postgres.New(pool), pool)
+	store, _ := sealedBenchStore(b, postgres.New(pool), pool)
 	defer store.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

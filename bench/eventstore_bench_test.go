@@ -131,3 +131,28 @@ func BenchmarkReadAll(b *testing.B) {
 	}
 	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "events/s")
 }
+
+// BenchmarkHeadWhileAWriterIsOpen: the log's head (one es_horizon call and
+// the newest event below it) while another transaction of the database is
+// a log writer, as under a steady stream of appends, when the horizon has
+// to find each writer's transaction id. One op is one Head.
+func BenchmarkHeadWhileAWriterIsOpen(b *testing.B) {
+	s := esBenchStore(b)
+	ctx := context.Background()
+	if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: "head-1", Expected: eventstore.NoStream, Events: esBenchEvent(0)}); err != nil {
+		b.Fatal(err)
+	}
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, `SELECT es_writer_begin(); SELECT pg_current_xact_id()`); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := s.Head(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -20,7 +20,7 @@ func BenchmarkKurrentAdapter(b *testing.B) {
 	b.Run("append/writers=1", func(b *testing.B) { benchAppend1Writer(b, kurrentBenchStore(b)) })
 	b.Run("append/writers=16", func(b *testing.B) { benchAppendWriters(b, kurrentBenchStore(b), 16) })
 	b.Run("lifecycle/clients=16", func(b *testing.B) {
-		benchEscrowLifecycleOn(b, escrowClients, newBenchServerOn(b, func(*pgxpool.Pool) eventstore.Store { return kurrentBenchStore(b) }))
+		benchEscrowLifecycleOn(b, escrowClients, newBenchServerOn(b, func(*pgxpool.Pool) eventstore.Store { return kurrentBenchStore(b) }, nil))
 	})
 }
 

@@ -60,24 +60,43 @@ func newBenchStore(pool *pgxpool.Pool) *postgres.Store {
 
 func newBenchServer(b *testing.B) *benchServer {
 	b.Helper()
-	return newBenchServerOn(b, func(pool *pgxpool.Pool) eventstore.Store { return sealedBenchStore(b, newBenchStore(pool), pool) })
+	return newBenchServerWith(b, nil)
+}
+
+// newBenchServerWith is newBenchServer with configure (when not nil)
+// changing the server's configuration before it starts. ring is the
+// keyring the store seals with, which the dashboard's users are sealed
+// with too.
+func newBenchServerWith(b *testing.B, configure func(cfg *httpapi.Config, pool *pgxpool.Pool, ring *keyring.Keyring)) *benchServer {
+	b.Helper()
+	var ring *keyring.Keyring
+	return newBenchServerOn(b, func(pool *pgxpool.Pool) eventstore.Store {
+		var store eventstore.Store
+		store, ring = sealedBenchStore(b, newBenchStore(pool), pool)
+		return store
+	}, func(cfg *httpapi.Config, pool *pgxpool.Pool) {
+		if configure != nil {
+			configure(cfg, pool, ring)
+		}
+	})
 }
 
 // sealedBenchStore is store behind the codec that seals personal fields,
-// as every process has it (wiring.Sealed), with a master key of its own.
-func sealedBenchStore(b *testing.B, store eventstore.Store, pool *pgxpool.Pool) eventstore.Store {
+// as every process has it (wiring.Sealed), with a master key of its own,
+// and the keyring it seals with.
+func sealedBenchStore(b *testing.B, store eventstore.Store, pool *pgxpool.Pool) (eventstore.Store, *keyring.Keyring) {
 	b.Helper()
 	master, err := keyring.GenerateMaster()
 	if err != nil {
 		b.Fatal(err)
 	}
-	sealed, _ := wiring.Sealed(store, pool, master)
-	return sealed
+	return wiring.Sealed(store, pool, master)
 }
 
 // newBenchServerOn is newBenchServer with the event log in the store
-// newStore opens (read models stay in the fresh database).
-func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Store) *benchServer {
+// newStore opens (read models stay in the fresh database), and configure
+// (when not nil) changing the server's configuration.
+func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Store, configure func(*httpapi.Config, *pgxpool.Pool)) *benchServer {
 	b.Helper()
 	pool := pgtest.NewPool(b)
 	store := newStore(pool)
@@ -85,7 +104,11 @@ func newBenchServerOn(b *testing.B, newStore func(*pgxpool.Pool) eventstore.Stor
 	runner := projections.NewRunner(store, pool, zap.NewNop(), projections.All(wiring.Sealer(store))...)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = runner.Run(ctx) }()
-	api := wiring.API(httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}, store, pool, runner, zap.NewNop(), nil)
+	cfg := httpapi.Config{DefaultEnvironment: domain.Test, RateLimitPerMinute: 0}
+	if configure != nil {
+		configure(&cfg, pool)
+	}
+	api := wiring.API(cfg, store, pool, runner, zap.NewNop(), nil)
 	srv := httptest.NewServer(api.Handler())
 	bs := &benchServer{ctx: ctx, pool: pool, store: store, svc: api.App(), runner: runner, api: api,
 		close: func() { srv.Close(); api.Close(); cancel(); <-done; store.Close() }}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/audit"
 	"github.com/escrowd/escrowd/internal/sealing"
 )
@@ -20,10 +23,10 @@ var eventsSealCommand = &command{
 	name: "events seal", args: "--i-have-a-backup",
 	summary: "seal the personal and secret fields of events written before sealing (rewrites them in place)",
 	detail: "Events written by a version that kept secrets and personal data in plain text are rewritten:\n" +
-		"each declared personal or secret field is replaced by its sealed value, and the reservations\n" +
-		"of customers' emails and phones are renamed by their blind index. Nothing else of an event\n" +
-		"changes (ids, positions, amounts, references, times), so read models and checkpoints stay\n" +
-		"valid. It is the one command that rewrites history: take a backup of the database first,\n" +
+		"each declared personal or secret field is replaced by its sealed value, and the streams named\n" +
+		"by a customer's email or phone or by a bank account are renamed by its blind index. Nothing\n" +
+		"else of an event changes (ids, positions, amounts, references, times), so read models and\n" +
+		"checkpoints stay valid. It is the one command that rewrites history: take a backup of the database first,\n" +
 		"stop every escrowd process, and keep the backup as safe as the data it holds. The audit of\n" +
 		"every merchant must be clean before (else nothing is rewritten) and is run again after.\n" +
 		"Running it again rewrites only what is still plain. The PostgreSQL event store only.",
@@ -55,6 +58,10 @@ func eventsSeal(ctx context.Context, env *cliEnv) error {
 	if err != nil {
 		return fmt.Errorf("sealed %d events and renamed %d reservations, then: %w", events, streams, err)
 	}
+	accounts, err := renameAccountStreams(ctx, env)
+	if err != nil {
+		return fmt.Errorf("sealed %d events, renamed %d reservations and %d account streams, then: %w", events, streams, accounts, err)
+	}
 	// Snapshots are caches of folded states: the plain ones go.
 	if _, err := env.Pool.Exec(ctx, `DELETE FROM es_snapshots`); err != nil {
 		return err
@@ -62,7 +69,7 @@ func eventsSeal(ctx context.Context, env *cliEnv) error {
 	if _, err := auditAll(ctx, env, "after"); err != nil {
 		return err
 	}
-	fmt.Fprintf(env.Stdout, "sealed %d events, renamed %d reservations by blind index; the audit of %d merchants is clean\n", events, streams, merchants)
+	fmt.Fprintf(env.Stdout, "sealed %d events, renamed %d reservations and %d account streams by blind index; the audit of %d merchants is clean\n", events, streams, accounts, merchants)
 	return nil
 }
 
@@ -153,11 +160,7 @@ func sealStoredEvents(ctx context.Context, env *cliEnv) (int, error) {
 // email or phone after the value's blind index, as the application names
 // them.
 func renameReservations(ctx context.Context, env *cliEnv) (int, error) {
-	rows, err := env.Pool.Query(ctx, `SELECT stream_id FROM es_streams WHERE stream_id LIKE 'reservation-%:email:%' OR stream_id LIKE 'reservation-%:phone:%'`)
-	if err != nil {
-		return 0, err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := streamNames(ctx, env, `stream_id LIKE 'reservation-%:email:%' OR stream_id LIKE 'reservation-%:phone:%'`)
 	if err != nil {
 		return 0, err
 	}
@@ -172,19 +175,98 @@ func renameReservations(ctx context.Context, env *cliEnv) (int, error) {
 			return n, err
 		}
 		renamed := "reservation-" + strings.Join(parts[:3], ":") + ":" + idx
-		err = pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `UPDATE es_streams SET stream_id = $2 WHERE stream_id = $1`, name, renamed); err != nil {
-				return fmt.Errorf("renaming reservation %s (a customer made since holds the same value?): %w", name, err)
-			}
-			_, err := tx.Exec(ctx, `UPDATE es_events SET stream_id = $2 WHERE stream_id = $1`, name, renamed)
-			return err
-		})
-		if err != nil {
-			return n, err
+		if err := renameStream(ctx, env, name, renamed); err != nil {
+			return n, fmt.Errorf("renaming reservation %s (a customer made since holds the same value?): %w", name, err)
 		}
 		n++
 	}
 	return n, nil
+}
+
+// renameAccountStreams renames the streams named by a bank account, as an
+// earlier version named them, after the account's blind index, as the
+// application names them: a dedicated account's link to its holder (named
+// by the plain number) and a payout destination's recipient (named by an
+// unkeyed hash, which trying every number reverses).
+func renameAccountStreams(ctx context.Context, env *cliEnv) (int, error) {
+	names, err := streamNames(ctx, env, `stream_id LIKE 'accountlink-%' OR stream_id LIKE 'recipient-%'`)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, name := range names {
+		kind, id, _ := strings.Cut(name, "-")
+		environment, value, ok := strings.Cut(id, ".")
+		if !ok || blindIndexed(value) {
+			continue
+		}
+		var purpose, renamed string
+		switch kind {
+		case app.AccountLinkKind.Name:
+			purpose = app.AccountPurpose
+		case app.RecipientKind.Name:
+			// The account is in the registration; the name cannot be reversed.
+			events, err := env.Store.ReadStream(ctx, name, 0, 1)
+			if err != nil {
+				return n, err
+			}
+			var reg payment.RecipientRegistered
+			if len(events) != 1 || json.Unmarshal(events[0].Data, &reg) != nil || reg.AccountNumber == "" {
+				return n, fmt.Errorf("recipient stream %s holds no registration of an account", name)
+			}
+			purpose, value = app.RecipientPurpose, payment.RecipientKey(reg.BankCode, reg.AccountNumber)
+		default:
+			continue
+		}
+		idx, err := env.Keyring.BlindIndex(ctx, purpose, value)
+		if err != nil {
+			return n, err
+		}
+		renamed = kind + "-" + environment + "." + idx
+		if err := renameStream(ctx, env, name, renamed); err != nil {
+			return n, fmt.Errorf("renaming %s (one of the same account written since?): %w", name, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// namedByPlainValue is a stream of the PostgreSQL event log that an
+// earlier version named by a personal value events seal renames ("" when
+// there is none, or the log is another store's).
+func namedByPlainValue(ctx context.Context, env *cliEnv) (string, error) {
+	if _, ok := env.Raw.(*postgres.Store); !ok {
+		return "", nil
+	}
+	var name string
+	err := env.Pool.QueryRow(ctx, `SELECT stream_id FROM es_streams
+		WHERE (stream_id ~ '^(accountlink|recipient)-' AND stream_id !~ '\.[0-9a-f]{64}$')
+		   OR (stream_id ~ '^reservation-[^:]*:[^:]*:(email|phone):' AND stream_id !~ ':[0-9a-f]{64}$')
+		LIMIT 1`).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return name, err
+}
+
+// streamNames are the names of the log's streams that match where.
+func streamNames(ctx context.Context, env *cliEnv, where string) ([]string, error) {
+	rows, err := env.Pool.Query(ctx, `SELECT stream_id FROM es_streams WHERE `+where)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// renameStream renames a stream and its events in one transaction.
+func renameStream(ctx context.Context, env *cliEnv, from, to string) error {
+	return pgx.BeginFunc(ctx, env.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE es_streams SET stream_id = $2 WHERE stream_id = $1`, from, to); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE es_events SET stream_id = $2 WHERE stream_id = $1`, from, to)
+		return err
+	})
 }
 
 // blindIndexed reports whether v is a blind index (hex of 32 bytes), not

@@ -79,6 +79,9 @@ func TestEventsSealRewritesPlainHistory(t *testing.T) {
 	if got := inLog(); len(got) != len(secrets) {
 		t.Fatalf("refused, yet the log changed: it holds only %v", got)
 	}
+	if _, err := cli(t, db, "serve", "--addr", "127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "events seal --i-have-a-backup") {
+		t.Fatalf("serve over reservations named by plain values: %v", err)
+	}
 	out, err := cli(t, db, "events", "seal", "--i-have-a-backup")
 	if err != nil || !strings.Contains(out, "renamed 2 reservations") || !strings.Contains(out, "clean") {
 		t.Fatalf("seal: %v %s", err, out)

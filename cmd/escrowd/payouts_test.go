@@ -16,11 +16,29 @@ import (
 	"github.com/escrowd/escrowd/domain/payment"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/internal/paystack"
 	"github.com/escrowd/escrowd/internal/paystack/paystacksim"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/internal/wiring"
 )
+
+// simulatedPaystack is a Paystack simulator on loopback taking secretKey,
+// and the test environment's gateways on it.
+func simulatedPaystack(t *testing.T, secretKey string) (*paystacksim.Sim, *httptest.Server, map[domain.Environment]gateway.Set) {
+	t.Helper()
+	sim, err := paystacksim.New(paystacksim.Config{SecretKey: secretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	sets, err := wiring.Gateways(map[domain.Environment]wiring.Provider{domain.Test: {Name: "paystack", SecretKey: secretKey, BaseURL: srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sim, srv, sets
+}
 
 // Withdrawals the resumer cannot finish, through the commands an operator
 // runs: a blocked customer's and one the provider never answered are
@@ -29,12 +47,7 @@ import (
 func TestPayoutsHeldAndResolve(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.NewURL(t)
-	sim, err := paystacksim.New(paystacksim.Config{SecretKey: "sk_test_held"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(sim)
-	t.Cleanup(srv.Close)
+	sim, srv, sets := simulatedPaystack(t, "sk_test_held")
 	t.Setenv("ESCROW_PROVIDER_TEST", "paystack")
 	t.Setenv("ESCROW_PAYSTACK_SECRET_KEY_TEST", "sk_test_held")
 	t.Setenv("ESCROW_PAYSTACK_BASE_URL", srv.URL)
@@ -51,10 +64,6 @@ func TestPayoutsHeldAndResolve(t *testing.T) {
 	}
 	env := testEnv(t, db)
 	svc := wiring.Application(env.Store, env.Pool, 100)
-	sets, err := wiring.Gateways(map[domain.Environment]wiring.Provider{domain.Test: {Name: "paystack", SecretKey: "sk_test_held", BaseURL: srv.URL}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	svc.Gateways = sets
 	actor := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test}
 	may := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}

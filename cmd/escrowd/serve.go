@@ -181,6 +181,16 @@ func serve(ctx context.Context, cfg Config, env *cliEnv, roles string, ln net.Li
 		}
 		want[r] = true
 	}
+	if name, err := namedByPlainValue(ctx, env); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped before it started
+		}
+		return err
+	} else if name != "" {
+		// Serving would look these up by their blind index and miss them:
+		// a deposit into such a dedicated account would find no holder.
+		return fmt.Errorf("serve: the event log has streams named by a plain email, phone or account number (%s), as an earlier version named them: stop every escrowd process, take a backup and run escrowd events seal --i-have-a-backup", name)
+	}
 	runner := projections.NewRunner(env.Store, env.Pool, env.Log, env.Projectors...)
 	reg := newRegistry()
 	reg.MustRegister(newParkedCollector(runner))

@@ -246,9 +246,11 @@ func ApplyAccountLink(l AccountLink, ev domain.Event) AccountLink {
 	return l
 }
 
-// AccountLinkID is the account link stream id of a dedicated account.
-func AccountLinkID(env domain.Environment, accountNumber string) string {
-	return string(env) + "." + accountNumber
+// AccountLinkID is the account link stream id of the dedicated account
+// whose number has the blind index index (a stream name is kept forever
+// and read by whoever reads the log; an account number is personal).
+func AccountLinkID(env domain.Environment, index string) string {
+	return string(env) + "." + index
 }
 
 // Charge is one provider charge, as this service knows it.

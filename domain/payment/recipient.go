@@ -1,9 +1,6 @@
 package payment
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/reference"
 )
@@ -27,14 +24,21 @@ func (RecipientRegistered) EventType() string { return "recipient.registered" }
 // RecipientRegistry decodes recipient events.
 var RecipientRegistry = domain.NewRegistry(func() domain.Event { return &RecipientRegistered{} })
 
-// RecipientID is the recipient stream id of a bank account in an
-// environment; a bank's two codes name one account.
-func RecipientID(env domain.Environment, bankCode, accountNumber string) string {
+// RecipientKey is what names a bank account's recipient stream, before
+// the blind index hides it: a bank's two codes name one account.
+func RecipientKey(bankCode, accountNumber string) string {
 	if b, ok := reference.FindBank(bankCode); ok {
 		bankCode = b.Code
 	}
-	sum := sha256.Sum256([]byte(bankCode + ":" + accountNumber))
-	return string(env) + "." + hex.EncodeToString(sum[:16])
+	return bankCode + ":" + accountNumber
+}
+
+// RecipientID is the recipient stream id in an environment of the bank
+// account whose RecipientKey has the blind index index: an account number
+// is personal, and one hashed without a key is found again by trying
+// every number.
+func RecipientID(env domain.Environment, index string) string {
+	return string(env) + "." + index
 }
 
 // ApplyRecipient folds a recipient event; the first registration stands.

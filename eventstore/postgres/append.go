@@ -139,13 +139,11 @@ func (s *Store) appendOne(ctx context.Context, r *appendReq) {
 	}
 	err := attempt(false)
 	if staleTimeout(ctx, err) {
-		// The connection timed out reading the answer although the
-		// append's own context has time left: a read deadline left on the
-		// pooled connection by an earlier statement whose context was
-		// cancelled as it ended. The statement may have run and committed.
-		// pgx closed that connection; asking once more, on another, with
-		// the idempotency check, answers the stored append as stored, or
-		// appends it now.
+		// The connection reported a read timeout that the append's own
+		// context did not cause (it has time left), so the statement may
+		// have run and committed. pgx closed that connection; asking once
+		// more, on another, with the idempotency check, answers the stored
+		// append as stored, or appends it now.
 		err = attempt(true)
 	}
 	if err != nil {

@@ -10,6 +10,9 @@ func SetTailWindow(s *Store, n int) { s.tail.max = n }
 // TailHits is how many reads the shared tail answered from its window.
 func TailHits(s *Store) int { return int(s.tail.hits.Load()) }
 
+// TailReads is how many times the shared tail read the database.
+func TailReads(s *Store) int64 { return s.tail.reads.Load() }
+
 // Stopping is closed once Close has begun stopping the store's background
 // loops.
 func Stopping(s *Store) <-chan struct{} { return s.bg.Done() }

@@ -113,7 +113,13 @@ func TestReadAllWaitsForOlderTransactions(t *testing.T) {
 	if h, err := s.Head(ctx); err != nil || h != eventstore.Start {
 		t.Fatalf("Head = %v, %v; want Start while an older transaction is open", h, err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// The tail that feeds subscribers reads the log twice after the
+	// append (its wake-up and a re-poll); what it read, they would have.
+	for reads, deadline := postgres.TailReads(s), time.Now().Add(10*time.Second); postgres.TailReads(s) < reads+2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tail did not read the log after the append")
+		}
+	}
 	if n := len(seen()); n != 0 {
 		t.Fatalf("subscriber received %d events while an older transaction is open", n)
 	}
@@ -420,21 +426,51 @@ func TestOwnNotificationsDoNotWakeAgain(t *testing.T) {
 	a, pool := newStore(t)
 	b := postgres.New(pool) // another process, as far as notifications go
 	t.Cleanup(b.Close)
-	time.Sleep(300 * time.Millisecond) // both listening
-	wa, wb := postgres.Wakes(a), postgres.Wakes(b)
-	if _, err := a.Append(context.Background(), eventstore.StreamAppend{Stream: "s-" + uuid.NewString(), Expected: eventstore.NoStream,
-		Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for postgres.Wakes(b) == wb {
-		if time.Now().After(deadline) {
-			t.Fatal("the other store was not woken by the notification")
+	ctx := context.Background()
+	// Both listeners are in place once two sessions of the test's own
+	// database have run LISTEN.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle' AND query = 'LISTEN ' || $1`, postgres.NotifyChannel).Scan(&n); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions listening, want 2", n)
+		}
 	}
-	time.Sleep(200 * time.Millisecond) // the own notification has arrived too
-	if got := postgres.Wakes(a) - wa; got != 1 {
-		t.Fatalf("the appending store woke %d times, want 1 (its append's)", got)
+	appendOne := func(s *postgres.Store) {
+		t.Helper()
+		if _, err := s.Append(ctx, eventstore.StreamAppend{Stream: "s-" + uuid.NewString(), Expected: eventstore.NoStream,
+			Events: []eventstore.EventData{{ID: uuid.New(), Type: "E", Data: []byte(`{}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitWoken := func(s *postgres.Store, past uint64, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); postgres.Wakes(s) <= past; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	// PostgreSQL delivers a channel's notifications to each listener in
+	// commit order: once b's later notification has woken a, a's listener
+	// has handled a's own (and, were it to wake for its own, the count
+	// shows it now or in a later round).
+	wa := postgres.Wakes(a)
+	for round := uint64(1); round <= 3; round++ {
+		wb := postgres.Wakes(b)
+		appendOne(a)
+		waitWoken(b, wb, "the other store was not woken by the notification")
+		afterOwn := postgres.Wakes(a)
+		appendOne(b)
+		waitWoken(a, afterOwn, "the appending store was not woken by the other's notification")
+		if got := postgres.Wakes(a) - wa; got != 2*round {
+			t.Fatalf("after %d rounds the appending store woke %d times, want %d (its appends' and the other's notifications)", round, got, 2*round)
+		}
 	}
 }

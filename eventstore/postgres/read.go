@@ -94,6 +94,12 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 // that append count, so an open transaction that does not write to the log
 // (in any database of the server) holds no reader back. The caller reads
 // with a later statement, in a transaction of its own.
+//
+// It takes each writer's transaction id from pg_stat_activity, the costly
+// part of it. pg_locks (a transaction's lock on its own id) would be
+// cheaper and is unsound: an id is in other sessions' snapshots before
+// the lock on it is in the lock table, so a writer caught in between would
+// be passed while it may still commit below the horizon.
 func (s *Store) horizon(ctx context.Context) (string, error) {
 	var h string
 	err := s.pool.QueryRow(ctx, `SELECT es_horizon()::text`).Scan(&h)

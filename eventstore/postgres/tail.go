@@ -34,7 +34,9 @@ type tail struct {
 	// hits counts the reads answered from the window (memory, not the
 	// database): how much the tail saves.
 	hits atomic.Int64
-	done chan struct{}
+	// reads counts the tail's own reads of the database, empty ones too.
+	reads atomic.Int64
+	done  chan struct{}
 }
 
 func newTail(s *Store) *tail {
@@ -98,6 +100,7 @@ func (t *tail) run(ctx context.Context) {
 		head := t.head
 		t.mu.Unlock()
 		events, err := t.s.ReadAll(ctx, head, batch)
+		t.reads.Add(1)
 		if err != nil {
 			if ctx.Err() != nil {
 				return

@@ -57,7 +57,11 @@ func (s *Service) DepositAccount(ctx context.Context, a Actor, c customer.State)
 			acct = *d.Account
 			return ErrNothingToDo
 		}
-		linkID := payment.AccountLinkID(a.Environment, acct.AccountNumber)
+		index, err := s.blindIndex(tx.ctx, AccountPurpose, acct.AccountNumber)
+		if err != nil {
+			return err
+		}
+		linkID := payment.AccountLinkID(a.Environment, index)
 		l, err := Read(tx, AccountLinkKind, linkID)
 		if err != nil {
 			return err
@@ -172,7 +176,11 @@ func (s *Service) SettleCharge(ctx context.Context, env domain.Environment, prov
 
 // creditDeposit credits a verified transfer into a dedicated account.
 func (s *Service) creditDeposit(ctx context.Context, env domain.Environment, pc payment.ProviderCharge, agent string, out ChargeResult) (ChargeResult, error) {
-	holder, _, err := Load(ctx, s.Engine, AccountLinkKind, payment.AccountLinkID(env, pc.Account))
+	index, err := s.blindIndex(ctx, AccountPurpose, pc.Account)
+	if err != nil {
+		return out, err
+	}
+	holder, _, err := Load(ctx, s.Engine, AccountLinkKind, payment.AccountLinkID(env, index))
 	if err != nil {
 		return out, err
 	}

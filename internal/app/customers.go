@@ -195,14 +195,25 @@ func (s *Service) RecordErasure(ctx context.Context, a Actor, id string) (events
 // phone: by the value's blind index when the service has one (BlindIndex),
 // so the log's stream names never hold the value itself.
 func (s *Service) emailKey(tx *Tx, a Actor, email string) (string, error) {
-	v, err := s.blindIndex(tx.ctx, "email", email)
+	v, err := s.blindIndex(tx.ctx, EmailPurpose, email)
 	return customer.EmailKey(a.MerchantID, a.Environment, v), err
 }
 
 func (s *Service) phoneKey(tx *Tx, a Actor, phone string) (string, error) {
-	v, err := s.blindIndex(tx.ctx, "phone", phone)
+	v, err := s.blindIndex(tx.ctx, PhonePurpose, phone)
 	return customer.PhoneKey(a.MerchantID, a.Environment, v), err
 }
+
+// The blind index purposes of the values that name streams: a customer's
+// email and phone (their reservations), a payout's bank account (its
+// recipient, as RecipientKey gives it) and a dedicated account's number
+// (its link to the holder).
+const (
+	EmailPurpose     = "email"
+	PhonePurpose     = "phone"
+	RecipientPurpose = "recipient"
+	AccountPurpose   = "account"
+)
 
 func (s *Service) blindIndex(ctx context.Context, purpose, value string) (string, error) {
 	if s.BlindIndex == nil {
@@ -225,12 +236,12 @@ func (s *Service) CustomersByContact(ctx context.Context, merchantID string, env
 		return r.Holder, err
 	}
 	if email != "" {
-		if byEmail, err = holder("email", email, customer.EmailKey); err != nil {
+		if byEmail, err = holder(EmailPurpose, email, customer.EmailKey); err != nil {
 			return "", nil, err
 		}
 	}
 	for _, p := range phones {
-		h, err := holder("phone", p, customer.PhoneKey)
+		h, err := holder(PhonePurpose, p, customer.PhoneKey)
 		if err != nil {
 			return "", nil, err
 		}

@@ -173,7 +173,7 @@ func TestBankPayoutRecipientIsKeptPerAccount(t *testing.T) {
 	if _, sends, transfers, recipients := rail.counts(); sends != 3 || transfers != 3 || recipients[known] != 1 {
 		t.Fatalf("sends %d transfers %d recipients %v; want 3, 3, one registration", sends, transfers, recipients)
 	}
-	types := streamTypes(t, a.Engine.Store(), RecipientKind.StreamName(payment.RecipientID(domain.Test, "058", known)))
+	types := streamTypes(t, a.Engine.Store(), RecipientKind.StreamName(payment.RecipientID(domain.Test, payment.RecipientKey("058", known))))
 	if len(types) != 1 || types[0] != "recipient.registered" {
 		t.Fatalf("recipient stream %v", types)
 	}

@@ -255,7 +255,11 @@ func (s *Service) payoutRecipient(ctx context.Context, a Actor, recipients gatew
 	if recipients == nil || to == nil {
 		return "", nil
 	}
-	id := payment.RecipientID(a.Environment, to.BankCode, to.AccountNumber)
+	index, err := s.blindIndex(ctx, RecipientPurpose, payment.RecipientKey(to.BankCode, to.AccountNumber))
+	if err != nil {
+		return "", err
+	}
+	id := payment.RecipientID(a.Environment, index)
 	kept, err := Peek(ctx, s.Engine, RecipientKind, id)
 	if err != nil || kept.Code != "" {
 		return kept.Code, err

@@ -32,9 +32,10 @@ type Service struct {
 	// still holds, nor one behind keeps recording after its lease ended.
 	// nil: the engine's clock (a single process).
 	LeaseClock func(context.Context) (time.Time, error)
-	// BlindIndex is a keyed hash of a customer's email or phone (purpose
-	// "email" or "phone"), the names of their reservations; nil: the
-	// values themselves (a service without a keyring).
+	// BlindIndex is a keyed hash of a personal value that names a stream
+	// (a customer's email or phone, a payout's bank account, a dedicated
+	// account's number; the purposes are in customers.go); nil: the values
+	// themselves (a service without a keyring).
 	BlindIndex func(ctx context.Context, purpose, value string) (string, error)
 	// accountNames keeps the provider's account resolutions (accounts.go).
 	accountNames accountNames

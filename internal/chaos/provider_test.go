@@ -183,18 +183,22 @@ func (p *op) withdrawAtProvider(a, ref string, amount int64, fails bool) {
 // moved (besides top-ups, which no provider sees): clearing = fees -
 // received - top-ups + paid out (sent, or debited and not sent yet).
 func (k *checker) providerMoney(ctx context.Context, v *verdict) {
-	sim := k.w.sim
-	if sim == nil {
-		return
+	if sim := k.w.sim; sim != nil {
+		k.providerRecords(ctx, v, sim.Transactions(), sim.Transfers())
 	}
+}
+
+// providerRecords is providerMoney's check of the provider's records
+// against the ledger's read models.
+func (k *checker) providerRecords(ctx context.Context, v *verdict, transactions []paystacksim.TransactionRecord, transfers []paystacksim.TransferRecord) {
 	var received, fees, paidOut int64
-	for _, tx := range sim.Transactions() {
+	for _, tx := range transactions {
 		if tx.Status == paystack.TransactionSuccess {
 			received, fees = received+tx.Amount, fees+tx.Fees
 		}
 	}
 	sent := map[string]bool{}
-	for _, tr := range sim.Transfers() {
+	for _, tr := range transfers {
 		sent[tr.Reference] = true
 		if tr.Status != paystack.TransferFailed && tr.Status != paystack.TransferReversed {
 			paidOut += tr.Amount

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -54,6 +55,8 @@ type Keyring struct {
 	mu    sync.Mutex
 	cache map[Subject]cachedKey
 	blind []byte
+	// destroyed counts the keys this process destroyed (Destroys).
+	destroyed atomic.Uint64
 }
 
 // cachedKey is an unwrapped key, or (aead nil) a destroyed one: a
@@ -114,8 +117,18 @@ func (k *Keyring) Destroy(ctx context.Context, s Subject) (bool, error) {
 		return false, err
 	}
 	k.remember(s, cachedKey{})
+	k.destroyed.Add(1)
 	return tag.RowsAffected() > 0, nil
 }
+
+// Destroys counts the data keys this process destroyed: what a cache of
+// opened data compares to drop what it opened before a destruction.
+func (k *Keyring) Destroys() uint64 { return k.destroyed.Load() }
+
+// CacheTTL is how long a process may go on opening a subject's data after
+// another process destroyed its key (a cache of opened data keeps what it
+// opened no longer).
+const CacheTTL = cacheTTL
 
 // Destroyed reports whether s's data key was destroyed.
 func (k *Keyring) Destroyed(ctx context.Context, s Subject) (bool, error) {
@@ -290,11 +303,11 @@ func (k *Keyring) rewrapBatch(ctx context.Context, after string, limit int, unkn
 	return n, last, nil
 }
 
-// BlindIndex is a keyed hash of value for purpose ("email", "phone"): equal
-// values of one purpose have equal indexes, so a read model can look a
-// value up by its index without storing it; without the key the index
-// tells nothing about the value. Callers normalise values first (an
-// email's case).
+// BlindIndex is a keyed hash of value for purpose ("email", "phone",
+// "recipient", "account"): equal values of one purpose have equal indexes,
+// so a read model or a stream name can stand for a value without holding
+// it; without the key the index tells nothing about the value. Callers
+// normalise values first (an email's case).
 func (k *Keyring) BlindIndex(ctx context.Context, purpose, value string) (string, error) {
 	k.mu.Lock()
 	key := k.blind

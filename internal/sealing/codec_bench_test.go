@@ -10,8 +10,9 @@ import (
 )
 
 // BenchmarkSealCustomerCreated is the codec's CPU for one customer's
-// creation: its event sealed once, opened by the two log readers (the
-// read models and the webhook subscriber), and its email's and phone's
+// creation: its event sealed once, opened twice (once for all the
+// process's subscribers, which share what the first opened, and once by a
+// command's load of the customer), and its email's and phone's
 // blind indexes, the customer's key cached (the keyring's database is
 // not in the loop).
 func BenchmarkSealCustomerCreated(b *testing.B) {

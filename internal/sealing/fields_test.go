@@ -7,23 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/domain/category"
-	"github.com/escrowd/escrowd/domain/checkout"
-	"github.com/escrowd/escrowd/domain/customer"
-	"github.com/escrowd/escrowd/domain/escrow"
-	"github.com/escrowd/escrowd/domain/merchant"
-	"github.com/escrowd/escrowd/domain/payment"
-	"github.com/escrowd/escrowd/domain/wallet"
-	"github.com/escrowd/escrowd/domain/webhook"
-	"github.com/escrowd/escrowd/domain/whitelist"
+	"github.com/escrowd/escrowd/internal/app"
 )
 
 // registries are every aggregate's event registry.
-var registries = []domain.Registry{category.Registry, category.OrderRegistry, checkout.Registry, customer.Registry,
-	customer.ReservationRegistry, escrow.Registry, merchant.Registry, payment.Registry, payment.RecipientRegistry,
-	payment.PayoutLinkRegistry, payment.DepositAccountRegistry, payment.AccountLinkRegistry, payment.ChargeRegistry,
-	wallet.Registry, webhook.Registry, whitelist.Registry}
+var registries = app.Registries()
 
 // stringFields lists the dotted JSON paths of t's string values (strings,
 // string slices, the values of string-keyed maps as "name.*").

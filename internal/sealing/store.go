@@ -16,13 +16,16 @@ import (
 type Store struct {
 	inner eventstore.Store
 	keys  Keys
+	// shared opens the events subscribers are handed once for all of
+	// them (opencache.go).
+	shared *openCache
 }
 
 // Wrap is inner behind the codec. The result has the optional interfaces
 // of a PostgreSQL store (horizon, counts, snapshots, tenant reads) when
 // inner has them.
 func Wrap(inner eventstore.Store, keys Keys) eventstore.Store {
-	s := &Store{inner: inner, keys: keys}
+	s := &Store{inner: inner, keys: keys, shared: newOpenCache(keys)}
 	if f, ok := inner.(fullStore); ok {
 		return &Full{Store: s, full: f}
 	}
@@ -94,6 +97,12 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 // several readers (the PostgreSQL store's subscribers share one read of
 // the log).
 func (s *Store) opened(ctx context.Context, events []eventstore.RecordedEvent, err error) ([]eventstore.RecordedEvent, error) {
+	return s.openedVia(ctx, nil, events, err)
+}
+
+// openedVia is opened, taking and keeping the opened data in cache when
+// it is not nil.
+func (s *Store) openedVia(ctx context.Context, cache *openCache, events []eventstore.RecordedEvent, err error) ([]eventstore.RecordedEvent, error) {
 	if err != nil {
 		return events, err
 	}
@@ -102,7 +111,7 @@ func (s *Store) opened(ctx context.Context, events []eventstore.RecordedEvent, e
 		if !Sealed(events[i].Data) {
 			continue
 		}
-		data, err := open(ctx, s.keys, events[i].Type, events[i].Data)
+		data, err := s.openOne(ctx, cache, &events[i])
 		if err != nil {
 			return nil, err
 		}
@@ -115,6 +124,22 @@ func (s *Store) opened(ctx context.Context, events []eventstore.RecordedEvent, e
 		return events, nil
 	}
 	return out, nil
+}
+
+// openOne is e's data opened, from cache when it holds it.
+func (s *Store) openOne(ctx context.Context, cache *openCache, e *eventstore.RecordedEvent) ([]byte, error) {
+	if cache == nil {
+		return open(ctx, s.keys, e.Type, e.Data)
+	}
+	if data, ok := cache.get(e.ID); ok {
+		return data, nil
+	}
+	epoch := cache.epochNow()
+	data, err := open(ctx, s.keys, e.Type, e.Data)
+	if err == nil {
+		cache.put(e.ID, data, epoch)
+	}
+	return data, err
 }
 
 func (s *Store) ReadStream(ctx context.Context, stream string, from uint64, limit int) ([]eventstore.RecordedEvent, error) {
@@ -134,7 +159,7 @@ func (s *Store) Subscribe(ctx context.Context, after eventstore.Position, handle
 	return s.inner.Subscribe(ctx, after, func(ctx context.Context, events []eventstore.RecordedEvent) error {
 		// A subscriber's batch may be shared with the process's other
 		// subscribers (the store's tail): opened never writes into it.
-		events, err := s.opened(ctx, events, nil)
+		events, err := s.openedVia(ctx, s.shared, events, nil)
 		if err != nil {
 			return err
 		}

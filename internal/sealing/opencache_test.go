@@ -1,0 +1,99 @@
+package sealing_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
+	"github.com/escrowd/escrowd/internal/keyring"
+	"github.com/escrowd/escrowd/internal/pgtest"
+	"github.com/escrowd/escrowd/internal/sealing"
+)
+
+// countingKeys counts the values opened.
+type countingKeys struct {
+	*keyring.Keyring
+	opens atomic.Int64
+}
+
+func (k *countingKeys) Open(ctx context.Context, s keyring.Subject, sealed, aad []byte) ([]byte, error) {
+	k.opens.Add(1)
+	return k.Keyring.Open(ctx, s, sealed, aad)
+}
+
+// firstBatch subscribes from `from` and returns the first batch handed to
+// the subscriber.
+func firstBatch(t *testing.T, store eventstore.Store, from eventstore.Position) []eventstore.RecordedEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []eventstore.RecordedEvent
+	err := store.Subscribe(ctx, from, func(_ context.Context, events []eventstore.RecordedEvent) error {
+		got = events
+		return errDone
+	})
+	if err != errDone {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestSubscribersOpenEachEventOnce: the subscribers of one process are
+// handed the same events; the first to get an event opens its sealed
+// values, and the others take what it opened.
+func TestSubscribersOpenEachEventOnce(t *testing.T) {
+	ctx := context.Background()
+	raw := postgres.New(pgtest.NewPool(t))
+	keys := &countingKeys{Keyring: newKeyring(t, raw)}
+	store := sealing.Wrap(raw, keys)
+	t.Cleanup(store.Close)
+	from, err := store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
+	once := keys.opens.Load()
+	if once != 6 { // firstname, lastname, email, phone, bvn, dob
+		t.Fatalf("%d values opened for one customer's creation, want 6", once)
+	}
+	for range 3 {
+		sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
+	}
+	if got := keys.opens.Load(); got != once {
+		t.Fatalf("three more subscribers opened %d values again", got-once)
+	}
+}
+
+// TestDestroyedKeyDropsWhatSubscribersOpened: once this process destroys a
+// customer's key, no subscriber is handed their events as opened before.
+func TestDestroyedKeyDropsWhatSubscribersOpened(t *testing.T) {
+	ctx := context.Background()
+	raw := postgres.New(pgtest.NewPool(t))
+	ring := newKeyring(t, raw)
+	store := sealing.Wrap(raw, ring)
+	t.Cleanup(store.Close)
+	from, err := store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
+	if _, err := ring.Destroy(ctx, keyring.Customer("c_ada")); err != nil {
+		t.Fatal(err)
+	}
+	got := firstBatch(t, store, from)[0].Data
+	if strings.Contains(string(got), "ada@example.com") || !strings.Contains(string(got), "[erased]") {
+		t.Fatalf("after the key's destruction a subscriber was handed %s", got)
+	}
+}
