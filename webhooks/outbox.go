@@ -64,10 +64,10 @@ func sealBodies(ctx context.Context, sealer domain.Sealer, msgs []Message) ([][]
 	return out, nil
 }
 
-// openBody is a kept body as it is sent: a message's JSON as it is, a
+// OpenBody is a kept body as it is sent: a message's JSON as it is, a
 // sealed one opened (an error without a sealer, so that no sealed text is
 // ever sent).
-func openBody(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []byte) ([]byte, error) {
+func OpenBody(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []byte) ([]byte, error) {
 	if len(body) == 0 || body[0] == '{' {
 		return body, nil
 	}

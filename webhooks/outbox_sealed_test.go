@@ -18,11 +18,11 @@ func TestASealedBodyIsNeverSentSealed(t *testing.T) {
 	ctx := context.Background()
 	id := uuid.New()
 	plain := []byte(`{"event":"payment.withdrawal","data":{"accountNumber":"0123456789"}}`)
-	if got, err := openBody(ctx, nil, id, plain); err != nil || string(got) != string(plain) {
+	if got, err := OpenBody(ctx, nil, id, plain); err != nil || string(got) != string(plain) {
 		t.Fatalf("a plain body without a sealer: %q, %v", got, err)
 	}
 	sealed := []byte(domain.SealedPrefix + "merchant:m_1:AAAA")
-	got, err := openBody(ctx, nil, id, sealed)
+	got, err := OpenBody(ctx, nil, id, sealed)
 	if err == nil || !strings.Contains(err.Error(), "no keys") {
 		t.Fatalf("a sealed body without a sealer: %q, %v", got, err)
 	}
@@ -31,10 +31,10 @@ func TestASealedBodyIsNeverSentSealed(t *testing.T) {
 	if err != nil || string(stored[0]) == string(plain) {
 		t.Fatalf("sealed bodies %q, %v", stored, err)
 	}
-	if got, err := openBody(ctx, s, id, stored[0]); err != nil || string(got) != string(plain) {
+	if got, err := OpenBody(ctx, s, id, stored[0]); err != nil || string(got) != string(plain) {
 		t.Fatalf("opened %q, %v", got, err)
 	}
-	if _, err := openBody(ctx, s, uuid.New(), stored[0]); err == nil {
+	if _, err := OpenBody(ctx, s, uuid.New(), stored[0]); err == nil {
 		t.Fatal("a body moved to another delivery opens")
 	}
 }

@@ -156,7 +156,7 @@ func (d *Dispatcher) send(ctx context.Context, c leasedAttempt, ep Endpoint) (in
 		}
 		client = d.LiveClient
 	}
-	body, err := openBody(ctx, d.Sealer, c.ID, c.Body)
+	body, err := OpenBody(ctx, d.Sealer, c.ID, c.Body)
 	if err != nil {
 		return 0, fmt.Errorf("the message could not be opened: %w", err)
 	}
