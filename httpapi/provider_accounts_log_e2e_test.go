@@ -1,12 +1,8 @@
 package httpapi
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/escrowd/escrowd/eventstore"
 )
 
 // TestProviderAccountNumbersStayOutOfTheLog: on Paystack rails a
@@ -41,21 +37,7 @@ func testProviderAccountNumbers(t *testing.T) {
 	}
 	h.caughtUp()
 
-	var log strings.Builder
-	raw := underCodec(h.store)
-	for after := eventstore.Start; ; {
-		events, err := raw.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(events) == 0 {
-			break
-		}
-		for _, e := range events {
-			fmt.Fprintf(&log, "%s\n%s\n%s\n", e.Stream, e.Data, e.Metadata)
-		}
-		after = events[len(events)-1].Position
-	}
+	log, _ := storedLog(t, h)
 	for _, kind := range []string{"accountlink-", "recipient-"} {
 		if !strings.Contains(log.String(), kind) {
 			t.Fatalf("no %s stream in the log", kind)

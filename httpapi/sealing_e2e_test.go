@@ -46,23 +46,7 @@ func testLogHoldsNoSecrets(t *testing.T) {
 	}
 	h.caughtUp()
 
-	var log strings.Builder
-	n := 0
-	raw := underCodec(h.store)
-	for after := eventstore.Start; ; {
-		events, err := raw.ReadAll(context.Background(), after, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(events) == 0 {
-			break
-		}
-		for _, e := range events {
-			fmt.Fprintf(&log, "%s\n%s\n%s\n", e.Stream, e.Data, e.Metadata)
-			n++
-		}
-		after = events[len(events)-1].Position
-	}
+	log, n := storedLog(t, h)
 	if !usesKurrent(t) {
 		// PostgreSQL's own bytes, beside what the adapter reads.
 		var rows string
@@ -106,4 +90,27 @@ func TestCustomerLookupsGoThroughTheBlindIndex(t *testing.T) {
 	h.do(req{path: "/v1/customers?email=other@example.com", key: h.std()}).expect(t, 400, "No customer found with the provided email")
 	h.do(req{path: "/v1/payment/verify-phone/08036660009", key: h.std()}).expect(t, 400, "No customer found with the provided phone")
 	h.do(req{path: "/v1/customers?email=lookup.me@example.com&phone=08036660009", key: h.std()}).expect(t, 400, "No customer found with the provided email and phone")
+}
+
+// storedLog is the whole log as the store under the codec keeps it (each
+// event's stream, data and metadata), and how many events it holds.
+func storedLog(t *testing.T, h *harness) (*strings.Builder, int) {
+	t.Helper()
+	var log strings.Builder
+	n := 0
+	raw := underCodec(h.store)
+	for after := eventstore.Start; ; {
+		events, err := raw.ReadAll(context.Background(), after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(events) == 0 {
+			return &log, n
+		}
+		for _, e := range events {
+			fmt.Fprintf(&log, "%s\n%s\n%s\n", e.Stream, e.Data, e.Metadata)
+			n++
+		}
+		after = events[len(events)-1].Position
+	}
 }
