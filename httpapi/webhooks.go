@@ -114,15 +114,18 @@ func (s *Server) retryDelivery(c echo.Context) error {
 	return respond(c, http.StatusOK, "Webhook delivery queued for retry", d)
 }
 
-// redeliver queues delivery id of a's merchant and environment for another
-// attempt through the application's command, which records a as the one
-// who asked (on the escrow's timeline when the delivery is an escrow's).
+// redeliver asks for another delivery of delivery id of a's merchant and
+// environment through the application's command, which records a as the
+// one who asked (on the escrow's timeline too when the delivery is an
+// escrow's); the webhook subscriber queues it from that record. It returns
+// the delivery as queued.
 func (s *Server) redeliver(ctx context.Context, box *webhooks.Outbox, a app.Actor, id string) (webhooks.Delivery, error) {
 	var d webhooks.Delivery
-	_, err := s.app.RequestRedelivery(ctx, a, func(ctx context.Context) (app.QueuedDelivery, error) {
+	_, err := s.app.RequestRedelivery(ctx, a, func(ctx context.Context) (app.Redeliverable, error) {
+		var n int
 		var err error
-		d, err = box.Retry(ctx, a.MerchantID, a.Environment, id)
-		return app.QueuedDelivery{ID: d.ID, Event: d.Event, EscrowID: d.EscrowID}, err
+		d, n, err = box.Redeliverable(ctx, a.MerchantID, a.Environment, id)
+		return app.Redeliverable{ID: d.ID, Event: d.Event, EscrowID: d.EscrowID, Redelivered: n}, err
 	})
-	return d, err
+	return d.Queued(time.Now()), err
 }

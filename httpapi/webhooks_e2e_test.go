@@ -20,6 +20,7 @@ import (
 	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/merchant"
 	"github.com/escrowd/escrowd/domain/payment"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/gateway"
 	"github.com/escrowd/escrowd/projections"
@@ -304,7 +305,7 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	}
 	// Manual retries are bounded: ten per delivery, each delivered, then
 	// 400 and nothing more is sent.
-	for n := 2; n <= webhooks.MaxManualRetries; n++ {
+	for n := 2; n <= webhook.MaxRedeliveries; n++ {
 		h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
 			expect(t, 200, "Webhook delivery queued for retry")
 		rc.waitFor(t, h, n+1)
@@ -312,7 +313,7 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
 		expect(t, 400, "A delivery may be retried by hand at most 10 times")
 	after := h.do(req{path: "/v1/merchant/webhook/deliveries", key: h.sa()}).expect(t, 200, "").obj()["data"].([]any)[0].(map[string]any)
-	if after["attempts"] != float64(3+webhooks.MaxManualRetries) || after["status"] != "delivered" {
+	if after["attempts"] != float64(3+webhook.MaxRedeliveries) || after["status"] != "delivered" {
 		t.Fatalf("after the refused retry: %v", after)
 	}
 

@@ -269,12 +269,6 @@ var ErrDeliveryNotFound = domain.Errorf(domain.NotFound, "Delivery not found")
 // ErrDeliveryInProgress refuses a manual retry while an attempt runs.
 var ErrDeliveryInProgress = domain.Errorf(domain.Conflict, "Delivery is in progress")
 
-// MaxManualRetries bounds the manual retries of one delivery.
-const MaxManualRetries = 10
-
-// ErrManualRetriesExhausted refuses a manual retry past MaxManualRetries.
-var ErrManualRetriesExhausted = domain.Invalidf("A delivery may be retried by hand at most %d times", MaxManualRetries)
-
 // Get returns one of the merchant's deliveries.
 func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, error) {
 	if _, err := uuid.Parse(id); err != nil {
@@ -300,52 +294,53 @@ func (o *Outbox) Get(ctx context.Context, merchantID string, env domain.Environm
 	return ds[0], nil
 }
 
-// Retry queues one of the merchant's deliveries for an attempt now, whatever
-// its status, unless an attempt is in flight (a delivering row whose lease
-// ran out is abandoned, so it may be retried) or it was retried by hand
-// MaxManualRetries times already. The attempt count keeps
-// growing: a message that had failed gets one more attempt, not a new
-// schedule.
-func (o *Outbox) Retry(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, error) {
-	if _, err := uuid.Parse(id); err != nil {
-		return Delivery{}, ErrDeliveryNotFound
-	}
-	var n int64
-	exhausted := false
-	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE webhook_deliveries
-			SET status = 'pending', next_attempt_at = now(), lease_until = NULL, finished_at = NULL,
-			    manual_retries = manual_retries + 1
-			WHERE id = $1 AND merchant_id = $2 AND environment = $3
-			  AND (status <> 'delivering' OR lease_until < now()) AND manual_retries < $4`,
-			id, merchantID, string(env), MaxManualRetries)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			err := tx.QueryRow(ctx, `SELECT manual_retries >= $4 FROM webhook_deliveries
-				WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env), MaxManualRetries).Scan(&exhausted)
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		if n = tag.RowsAffected(); n > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, notifyChannel)
-		}
-		return err
-	})
-	if err != nil {
-		return Delivery{}, err
-	}
+// inFlight is true of a row while an attempt of it runs: a delivering row
+// whose lease ran out is abandoned, so it may be redelivered.
+const inFlight = `(status = 'delivering' AND lease_until >= now())`
+
+// Redeliverable looks up one of the merchant's deliveries to be delivered
+// again by hand, with how many times it was redelivered by hand so far:
+// ErrDeliveryNotFound unless it is one of merchantID's deliveries of env,
+// ErrDeliveryInProgress while an attempt of it is in flight. The
+// redelivery itself is an event (webhook.RedeliveryRequested), which the
+// Subscriber acts on.
+func (o *Outbox) Redeliverable(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, int, error) {
 	d, err := o.Get(ctx, merchantID, env, id)
 	if err != nil {
-		return d, err
+		return d, 0, err
 	}
-	if exhausted {
-		return d, ErrManualRetriesExhausted
+	var n int
+	var busy bool
+	err = o.pool.QueryRow(ctx, `SELECT manual_retries, `+inFlight+` FROM webhook_deliveries
+		WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env)).Scan(&n, &busy)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return d, 0, ErrDeliveryNotFound // swept away meanwhile
+	case err != nil:
+		return d, 0, err
+	case busy:
+		return d, n, ErrDeliveryInProgress
 	}
-	if n == 0 {
-		return d, ErrDeliveryInProgress
-	}
-	return d, nil
+	return d, n, nil
 }
+
+// Queued is d as a redelivery asked at at queues it: waiting for an
+// attempt due at once.
+func (d Delivery) Queued(at time.Time) Delivery {
+	at = at.UTC()
+	d.Status, d.NextAttemptAt = StatusPending, &at
+	return d
+}
+
+// redeliverQuery queues delivery $1 for an attempt now, as a redelivery by
+// hand: its attempts go on counting (a message that had failed gets one
+// more attempt, not a new schedule). An attempt in flight began after the
+// request was checked (Redeliverable refuses one in flight), so it is the
+// delivery asked for, and the row is left to it. Either way the redelivery
+// counts.
+const redeliverQuery = `UPDATE webhook_deliveries SET manual_retries = manual_retries + 1,
+	next_attempt_at = CASE WHEN ` + inFlight + ` THEN next_attempt_at ELSE now() END,
+	finished_at = CASE WHEN ` + inFlight + ` THEN finished_at END,
+	lease_until = CASE WHEN ` + inFlight + ` THEN lease_until END,
+	status = CASE WHEN ` + inFlight + ` THEN status ELSE 'pending' END
+	WHERE id = $1`

@@ -166,19 +166,18 @@ func TestExhaustedScheduleFailsThenManualRetryDelivers(t *testing.T) {
 		t.Fatalf("failed delivery %+v", d)
 	}
 	// Another merchant (or environment) cannot see or retry it.
-	if _, err := e.box.Retry(context.Background(), other.MerchantID, domain.Test, id); err != ErrDeliveryNotFound {
+	if _, err := e.redeliver(other.MerchantID, domain.Test, id); err != ErrDeliveryNotFound {
 		t.Fatalf("other merchant: %v", err)
 	}
-	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Live, id); err != ErrDeliveryNotFound {
+	if _, err := e.redeliver(m.MerchantID, domain.Live, id); err != ErrDeliveryNotFound {
 		t.Fatalf("other environment: %v", err)
 	}
-	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Test, "not-a-uuid"); err != ErrDeliveryNotFound {
+	if _, err := e.redeliver(m.MerchantID, domain.Test, "not-a-uuid"); err != ErrDeliveryNotFound {
 		t.Fatalf("bad id: %v", err)
 	}
 	healthy.Store(true)
-	d, err = e.box.Retry(context.Background(), m.MerchantID, domain.Test, id)
-	if err != nil || (d.Status != StatusPending && d.Status != StatusDelivering && d.Status != StatusDelivered) {
-		t.Fatalf("retry: %+v %v", d, err)
+	if _, err = e.redeliver(m.MerchantID, domain.Test, id); err != nil {
+		t.Fatalf("retry: %v", err)
 	}
 	eventually(t, 10*time.Second, "delivered after manual retry", func() bool { return e.statuses()[StatusDelivered] == 1 })
 	d, _ = e.box.Get(context.Background(), m.MerchantID, domain.Test, id)
@@ -210,7 +209,7 @@ func TestNoEndpointThenRetry(t *testing.T) {
 	}
 	rc := newReceiver(t, secretOf(m), nil)
 	e.setURL(m.MerchantID, domain.Test, rc.srv.URL)
-	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Test, id); err != nil {
+	if _, err := e.redeliver(m.MerchantID, domain.Test, id); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "delivered", func() bool { return rc.delivered()[id] == 1 })
@@ -230,7 +229,7 @@ func TestRetryRefusedWhileInFlight(t *testing.T) {
 	e.runDispatcher(e.pool)
 	id := e.deposits(m.MerchantID, 1)[0].String()
 	eventually(t, 10*time.Second, "in flight", func() bool { return len(rc.all()) == 1 && e.statuses()[StatusDelivering] == 1 })
-	if _, err := e.box.Retry(context.Background(), m.MerchantID, domain.Test, id); err != ErrDeliveryInProgress {
+	if _, err := e.redeliver(m.MerchantID, domain.Test, id); err != ErrDeliveryInProgress {
 		t.Fatalf("retry in flight: %v", err)
 	}
 }

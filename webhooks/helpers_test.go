@@ -319,3 +319,18 @@ func newSubscriberRunner(ctx context.Context, store eventstore.Store, pool *pgxp
 	}
 	return projections.NewRunner(store, pool, zap.NewNop(), sub), nil
 }
+
+// redeliver asks for another delivery of id as the API does: the
+// application's command records the request, which the running subscriber
+// acts on.
+func (e *testEnv) redeliver(merchantID string, env domain.Environment, id string) (Delivery, error) {
+	var d Delivery
+	_, err := e.svc.RequestRedelivery(context.Background(), app.Actor{MerchantID: merchantID, Environment: env},
+		func(ctx context.Context) (app.Redeliverable, error) {
+			var n int
+			var err error
+			d, n, err = e.box.Redeliverable(ctx, merchantID, env, id)
+			return app.Redeliverable{ID: d.ID, Event: d.Event, EscrowID: d.EscrowID, Redelivered: n}, err
+		})
+	return d, err
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/domain/ledger"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/internal/projector"
 	"github.com/escrowd/escrowd/view"
@@ -76,9 +77,10 @@ func (*Subscriber) Schema() string   { return "" } // the outbox is a migration
 func (*Subscriber) Tables() []string { return nil }
 
 // StreamPrefixes are the streams messages come from (escrows and every
-// ledger entry); the runner only moves the checkpoint past other batches.
+// ledger entry) and the deliveries' own, which ask for redeliveries; the
+// runner only moves the checkpoint past other batches.
 func (s *Subscriber) StreamPrefixes() []string {
-	return append([]string{"escrow-"}, projector.EntryStreamPrefixes()...)
+	return append([]string{"escrow-", webhook.StreamKind + "-"}, projector.EntryStreamPrefixes()...)
 }
 
 // Apply enqueues the messages of events within the runner's transaction.
@@ -97,12 +99,16 @@ func (s *Subscriber) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.R
 	return projector.ApplyPlan(ctx, s, tx, events)
 }
 
-// Plan queues the batch's enqueue on b (projector.Planner), so that the
-// runner sends it with the checkpoint move in one round trip. What the
-// enqueue leased is learnt from the batch's results and handed over, or
-// its room given back, when the runner reports the commit (Committed).
+// Plan queues the batch's enqueue and redeliveries on b (projector.Planner),
+// so that the runner sends them with the checkpoint move in one round trip.
+// What the enqueue leased is learnt from the batch's results and handed
+// over, or its room given back, when the runner reports the commit
+// (Committed).
 func (s *Subscriber) Plan(ctx context.Context, _ projector.Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
 	s.finishHandoff(false) // a batch whose commit was never reported
+	if err := queueRedeliveries(b, events); err != nil {
+		return nil, err
+	}
 	msgs, err := s.Messages(ctx, events)
 	if err != nil || len(msgs) == 0 {
 		return nil, err
@@ -159,6 +165,34 @@ func (s *Subscriber) finishHandoff(committed bool) {
 	if len(leased) > 0 {
 		s.Handoff.handOver(leased)
 	}
+}
+
+// queueRedeliveries queues on b the redeliveries asked in the deliveries'
+// own streams (an escrow's stream holds the same requests for its
+// timeline), and a wake-up for the dispatchers when there are any.
+func queueRedeliveries(b *pgx.Batch, events []eventstore.RecordedEvent) error {
+	n := 0
+	for _, re := range events {
+		if prefix, _, _ := strings.Cut(re.Stream, "-"); prefix != webhook.StreamKind {
+			continue
+		}
+		ev, err := webhook.Registry.Decode(re.Type, re.Data)
+		if err != nil {
+			return fmt.Errorf("%s@%d: %w", re.Stream, re.Revision, err)
+		}
+		if r, ok := ev.(webhook.RedeliveryRequested); ok {
+			id, err := uuid.Parse(r.DeliveryID)
+			if err != nil {
+				continue // no delivery has that id: nothing to deliver again
+			}
+			b.Queue(redeliverQuery, id)
+			n++
+		}
+	}
+	if n > 0 {
+		b.Queue(`SELECT pg_notify($1, '')`, notifyChannel)
+	}
+	return nil
 }
 
 // Messages maps events, in order, to their messages.

@@ -9,11 +9,21 @@ import (
 	"github.com/escrowd/escrowd/domain"
 )
 
-// RedeliveryRequested records that a delivery was queued for another
-// attempt at the request of the event's actor (a dashboard user or an API
-// key). It is recorded in the stream of the escrow whose event the
-// delivery announces, so the escrow's timeline shows it, and otherwise in
-// the delivery's own stream.
+// StreamKind names a delivery's own stream: StreamKind + "-" + its id.
+const StreamKind = "webhookdelivery"
+
+// MaxRedeliveries bounds how many times one delivery may be redelivered
+// by hand.
+const MaxRedeliveries = 10
+
+// ErrRedeliveriesExhausted refuses a redelivery past MaxRedeliveries.
+var ErrRedeliveriesExhausted = domain.Invalidf("A delivery may be retried by hand at most %d times", MaxRedeliveries)
+
+// RedeliveryRequested records that a delivery was asked to be delivered
+// again, by the event's actor (a dashboard user or an API key). It is
+// recorded in the delivery's own stream, where the webhook outbox acts on
+// it, and, when the delivery announces an escrow's event, in the same
+// append in the escrow's stream too, so the escrow's timeline shows it.
 type RedeliveryRequested struct {
 	DeliveryID string `json:"deliveryId"`
 	// Event is the webhook event the delivery carries ("escrow.completed").
@@ -44,4 +54,16 @@ func Apply(s Delivery, ev domain.Event) Delivery {
 		s.Redelivered++
 	}
 	return s
+}
+
+// Redeliver decides the redelivery ev of d, which the outbox counts as
+// redelivered outboxCount times. Either count may be behind the other: the
+// outbox acts on a request after it is recorded, and it counts every
+// redelivery it made, whatever stream asked for it. The larger is the
+// count.
+func Redeliver(d Delivery, outboxCount int, ev RedeliveryRequested) (RedeliveryRequested, error) {
+	if max(d.Redelivered, outboxCount) >= MaxRedeliveries {
+		return RedeliveryRequested{}, ErrRedeliveriesExhausted
+	}
+	return ev, nil
 }

@@ -32,3 +32,30 @@ func TestDeliveryFoldsItsRedeliveries(t *testing.T) {
 		}
 	}
 }
+
+// TestRedeliverIsBounded: a delivery is redelivered by hand at most
+// MaxRedeliveries times, counted by its stream or by the outbox, whichever
+// has counted more.
+func TestRedeliverIsBounded(t *testing.T) {
+	ev := RedeliveryRequested{DeliveryID: "d1", Event: "payment.deposit.success", RequestedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	for _, tc := range []struct {
+		name           string
+		stream, outbox int
+		err            error
+	}{
+		{"never redelivered", 0, 0, nil},
+		{"one left by both counts", MaxRedeliveries - 1, MaxRedeliveries - 1, nil},
+		{"the stream has counted them all", MaxRedeliveries, 0, ErrRedeliveriesExhausted},
+		{"the outbox has counted them all", 2, MaxRedeliveries, ErrRedeliveriesExhausted},
+		{"past the bound", MaxRedeliveries + 1, MaxRedeliveries + 1, ErrRedeliveriesExhausted},
+	} {
+		want := ev
+		if tc.err != nil {
+			want = RedeliveryRequested{}
+		}
+		got, err := Redeliver(Delivery{ID: "d1", Redelivered: tc.stream}, tc.outbox, ev)
+		if err != tc.err || got != want {
+			t.Errorf("%s: decided %+v, %v; want %+v, %v", tc.name, got, err, want, tc.err)
+		}
+	}
+}

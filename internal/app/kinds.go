@@ -46,10 +46,9 @@ var (
 	// (category.OrderKey).
 	CategoryOrderKind = kind(Kind[category.Order]{Name: "categoryorder", Registry: category.OrderRegistry, Apply: category.ApplyOrder, Snapshot: "categoryorder/1"})
 	CheckoutKind      = kind(Kind[checkout.State]{Name: "checkout", Registry: checkout.Registry, Apply: checkout.Apply})
-	// WebhookDeliveryKind is one stream per webhook delivery that announces
-	// no escrow's event (a payment's): the redeliveries asked of it. An
-	// escrow's deliveries are asked in the escrow's own stream.
-	WebhookDeliveryKind = kind(Kind[webhook.Delivery]{Name: "webhookdelivery", Registry: webhook.Registry, Apply: webhook.Apply})
+	// WebhookDeliveryKind is one stream per webhook delivery redelivered
+	// by hand: the redeliveries asked of it.
+	WebhookDeliveryKind = kind(Kind[webhook.Delivery]{Name: webhook.StreamKind, Registry: webhook.Registry, Apply: webhook.Apply})
 )
 
 // registries is every kind's event registry, in declaration order.

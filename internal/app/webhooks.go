@@ -34,30 +34,31 @@ func (s *Service) SetWebhookURL(ctx context.Context, a Actor, url string) (event
 	return res.Position, err
 }
 
-// QueuedDelivery is a webhook delivery the outbox has queued for another
-// attempt.
-type QueuedDelivery struct {
+// Redeliverable is a webhook delivery the outbox may deliver again: not in
+// flight, and redelivered by hand Redelivered times so far.
+type Redeliverable struct {
 	ID string
 	// Event is the webhook event it carries.
 	Event string
 	// EscrowID is the escrow whose event it announces ("" for a payment's).
-	EscrowID string
+	EscrowID    string
+	Redelivered int
 }
 
-// RequestRedelivery has queue (the webhook outbox's retry of one of a's
-// merchant's deliveries of a's environment, which refuses a delivery in
-// flight or retried by hand too often) queue the delivery for another
-// attempt, and records who asked (webhook.RedeliveryRequested): in the
-// escrow's stream when the delivery announces an escrow's event, so the
-// escrow's timeline shows it, else in the delivery's own. The delivery
-// log is not in the event store, so the two are separate writes: the
-// event follows the queueing, so the log never names a redelivery that
-// was refused; a failed append is this call's error.
-func (s *Service) RequestRedelivery(ctx context.Context, a Actor, queue func(context.Context) (QueuedDelivery, error)) (eventstore.Position, error) {
+// RequestRedelivery records that a asked for another delivery of the
+// delivery check finds (the webhook outbox's look-up of one of a's
+// merchant's deliveries of a's environment, which refuses one unknown or
+// in flight). The request is one append: webhook.RedeliveryRequested in
+// the delivery's own stream, where the webhook subscriber queues the
+// delivery again in the transaction that moves its checkpoint past it, and
+// in the escrow's stream too when the delivery announces an escrow's
+// event, for the escrow's timeline. So every request recorded is
+// delivered again exactly once, and none is delivered unrecorded.
+func (s *Service) RequestRedelivery(ctx context.Context, a Actor, check func(context.Context) (Redeliverable, error)) (eventstore.Position, error) {
 	if !a.Environment.Valid() {
 		return eventstore.Position{}, domain.Invalidf("environment must be test or live")
 	}
-	d, err := queue(ctx)
+	d, err := check(ctx)
 	if err != nil {
 		return eventstore.Position{}, err
 	}
@@ -68,16 +69,21 @@ func (s *Service) RequestRedelivery(ctx context.Context, a Actor, queue func(con
 			if err != nil {
 				return err
 			}
-			if e.Exists() && e.MerchantID == a.MerchantID && e.Environment == a.Environment {
-				Record(tx, EscrowKind, d.EscrowID, ev)
-				return nil
+			if !e.Exists() || e.MerchantID != a.MerchantID || e.Environment != a.Environment {
+				ev.EscrowID = ""
 			}
-			ev.EscrowID = ""
 		}
-		if _, err := Read(tx, WebhookDeliveryKind, d.ID); err != nil {
+		del, err := Read(tx, WebhookDeliveryKind, d.ID)
+		if err != nil {
+			return err
+		}
+		if ev, err = webhook.Redeliver(del, d.Redelivered, ev); err != nil {
 			return err
 		}
 		Record(tx, WebhookDeliveryKind, d.ID, ev)
+		if ev.EscrowID != "" {
+			Record(tx, EscrowKind, ev.EscrowID, ev)
+		}
 		return nil
 	})
 	return res.Position, err

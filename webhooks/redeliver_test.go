@@ -1,0 +1,79 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/webhook"
+	"github.com/escrowd/escrowd/internal/app"
+)
+
+// TestRedeliveryIsQueuedFromItsRecord: a redelivery is queued by the
+// subscriber from the request recorded in the log, never beside it. While
+// the subscriber is stopped a request changes no outbox row; the requests
+// that concurrently pass the outbox's check are bounded by the delivery's
+// stream, so past the bound they are refused and record nothing; once the
+// subscriber runs, each recorded request is counted exactly once and the
+// delivery is delivered again.
+func TestRedeliveryIsQueuedFromItsRecord(t *testing.T) {
+	e := newTestEnv(t)
+	m := e.merchant("")
+	stopSub := e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool)
+	id := e.deposits(m.MerchantID, 1)[0]
+	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
+	stopSub()
+
+	const asks = webhook.MaxRedeliveries + 3
+	errs := make(chan error, asks)
+	var wg sync.WaitGroup
+	for range asks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.redeliver(m.MerchantID, domain.Test, id.String())
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	ok, refused := 0, 0
+	for err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case errors.Is(err, webhook.ErrRedeliveriesExhausted):
+			refused++
+		default:
+			t.Fatalf("a request failed: %v", err)
+		}
+	}
+	if ok != webhook.MaxRedeliveries || refused != asks-webhook.MaxRedeliveries {
+		t.Fatalf("%d requests recorded and %d refused, want %d and %d", ok, refused, webhook.MaxRedeliveries, asks-webhook.MaxRedeliveries)
+	}
+	recorded, err := e.store.ReadStream(context.Background(), app.WebhookDeliveryKind.StreamName(id.String()), 0, 100)
+	if err != nil || len(recorded) != webhook.MaxRedeliveries {
+		t.Fatalf("the delivery's stream holds %d requests (%v), want %d", len(recorded), err, webhook.MaxRedeliveries)
+	}
+	manual := func() int { return e.count(`SELECT manual_retries FROM webhook_deliveries WHERE id = $1`, id) }
+	if n, s := manual(), e.statuses(); n != 0 || s[StatusNoEndpoint] != 1 {
+		t.Fatalf("with the subscriber stopped the outbox row changed: %d manual retries, statuses %v", n, s)
+	}
+
+	rc := newReceiver(t, secretOf(m), nil)
+	e.setURL(m.MerchantID, domain.Test, rc.srv.URL)
+	e.runSubscriber(e.pool)
+	eventually(t, 10*time.Second, "the recorded requests counted and the delivery delivered", func() bool {
+		return manual() == webhook.MaxRedeliveries && rc.delivered()[id.String()] >= 1
+	})
+	if _, err := e.redeliver(m.MerchantID, domain.Test, id.String()); !errors.Is(err, webhook.ErrRedeliveriesExhausted) {
+		t.Fatalf("a request past the bound: %v", err)
+	}
+	if n := manual(); n != webhook.MaxRedeliveries {
+		t.Fatalf("%d manual retries counted, want %d", n, webhook.MaxRedeliveries)
+	}
+}
