@@ -68,7 +68,7 @@ func TestRedeliveryIsQueuedFromItsRecord(t *testing.T) {
 	e.setURL(m.MerchantID, domain.Test, rc.srv.URL)
 	e.runSubscriber(e.pool)
 	eventually(t, 10*time.Second, "the recorded requests counted and the delivery delivered", func() bool {
-		return manual() == webhook.MaxRedeliveries && rc.delivered()[id.String()] >= 1
+		return manual() == webhook.MaxRedeliveries && rc.delivered()[id.String()] >= 1 && e.statuses()[StatusDelivered] == 1
 	})
 	if _, err := e.redeliver(m.MerchantID, domain.Test, id.String()); !errors.Is(err, webhook.ErrRedeliveriesExhausted) {
 		t.Fatalf("a request past the bound: %v", err)
