@@ -148,13 +148,24 @@ func mayHold(data []byte, keys [][]byte) bool {
 }
 
 // transform rewrites the strings of raw that n marks as leaves (seal), or
-// every string starting with Prefix (open, n nil), path being the dotted
-// member names from the event's root (array indexes left out).
+// every string starting with Prefix (open), path being the dotted member
+// names from the event's root (array indexes left out).
+//
+// Any text may start with Prefix, so a value that does is not taken for a
+// sealed one: sealing seals every declared leaf, whatever it holds (but
+// when resealing, see there), and opening fails only on a declared leaf.
+// Elsewhere a value that does not open is plain text that looks sealed,
+// and is left as it is; a value that opens elsewhere can only have been
+// sealed for this very event type and path.
 type transform struct {
 	ctx  context.Context
 	keys Keys
 	typ  string
 	seal bool
+	// resealing seals what a version without sealing wrote, where a
+	// value that opens is sealed already: events seal runs again after an
+	// interruption.
+	resealing bool
 }
 
 func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, path string) (jsontext.Value, error) {
@@ -172,7 +183,9 @@ func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, 
 		}
 		var out string
 		switch {
-		case t.seal && (len(plain) == 0 || bytes.HasPrefix(plain, []byte(Prefix))):
+		case t.seal && len(plain) == 0:
+			return raw, nil
+		case t.seal && t.resealing && bytes.HasPrefix(plain, []byte(Prefix)) && t.opens(path, string(plain)):
 			return raw, nil
 		case t.seal:
 			if subject == "" {
@@ -186,6 +199,9 @@ func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, 
 			}
 		default:
 			out, err = openValue(t.ctx, t.keys, t.typ, path, string(plain))
+			if err != nil && (n == nil || !n.leaf) {
+				return raw, nil // plain text that looks sealed
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -299,11 +315,21 @@ func newDecoder(raw []byte) *jsontext.Decoder {
 	return jsontext.NewDecoder(bytes.NewBuffer(raw), jsontext.AllowDuplicateNames(true))
 }
 
+// opens reports whether v is a value sealed at path of t's event type.
+func (t *transform) opens(path, v string) bool {
+	_, err := openValue(t.ctx, t.keys, t.typ, path, v)
+	return err == nil
+}
+
 // open returns data with every sealed value of it opened.
 func open(ctx context.Context, keys Keys, typ string, data []byte) ([]byte, error) {
 	if !Sealed(data) {
 		return data, nil
 	}
 	t := &transform{ctx: ctx, keys: keys, typ: typ}
-	return t.value(jsontext.Value(data), nil, "", "")
+	var root *node
+	if r, ok := rules[typ]; ok {
+		root = r.root
+	}
+	return t.value(jsontext.Value(data), root, "", "")
 }

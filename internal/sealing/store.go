@@ -41,20 +41,23 @@ func (s *Store) BlindIndex(ctx context.Context, purpose, value string) (string, 
 // Unwrap is the store under the codec (whose events are sealed).
 func (s *Store) Unwrap() eventstore.Store { return s.inner }
 
-// SealEvent returns data with the fields typ declares sealed, for an event
-// of stream with metadata; data unchanged when typ declares none.
+// SealEvent returns data of an event stored already (of stream, with
+// metadata) with the fields typ declares sealed that are still plain;
+// data unchanged when there are none.
 func SealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte) ([]byte, error) {
-	out, _, err := sealEvent(ctx, keys, stream, typ, data, metadata)
+	out, _, err := sealEvent(ctx, keys, stream, typ, data, metadata, true)
 	return out, err
 }
 
-// sealEvent is SealEvent, reporting whether it rewrote data.
-func sealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte) ([]byte, bool, error) {
+// sealEvent seals the fields typ declares sealed of a new event's data
+// (resealing: of a stored event's, sealing only those still plain),
+// reporting whether it rewrote data.
+func sealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte, resealing bool) ([]byte, bool, error) {
 	r, ok := rules[typ]
 	if !ok || !mayHold(data, r.keys) {
 		return data, false, nil
 	}
-	t := &transform{ctx: ctx, keys: keys, typ: typ, seal: true}
+	t := &transform{ctx: ctx, keys: keys, typ: typ, seal: true, resealing: resealing}
 	out, err := t.value(jsontext.Value(data), r.root, r.subject(stream, metadata), "")
 	if err != nil {
 		return nil, false, fmt.Errorf("sealing: %s in %s: %w", typ, stream, err)
@@ -69,7 +72,7 @@ func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) 
 	for i, a := range appends {
 		copied := false
 		for j, e := range a.Events {
-			data, changed, err := sealEvent(ctx, s.keys, a.Stream, e.Type, e.Data, e.Metadata)
+			data, changed, err := sealEvent(ctx, s.keys, a.Stream, e.Type, e.Data, e.Metadata, false)
 			if err != nil {
 				return eventstore.AppendResult{}, err
 			}

@@ -181,6 +181,54 @@ func TestSealedValueOpensOnlyInItsField(t *testing.T) {
 	}
 }
 
+// TestTextThatLooksSealedIsKeptAsWritten: any text may start as a sealed
+// value does. In a sealed field it is sealed like any other value (also by
+// events seal, which leaves alone only what opens); in a plain field it is
+// left as it is. Either way it reads back as written, and the stream stays
+// readable.
+func TestTextThatLooksSealedIsKeptAsWritten(t *testing.T) {
+	ctx := context.Background()
+	raw := postgres.New(pgtest.NewPool(t))
+	t.Cleanup(raw.Close)
+	ring := newKeyring(t, raw)
+	store := sealing.Wrap(raw, ring)
+	looks := strings.NewReplacer(`"firstname":"Ada"`, `"firstname":"`+sealing.Prefix+`Ada"`,
+		`"countryId":"NG"`, `"countryId":"`+sealing.Prefix+`customer:c_ada:AAAA"`).Replace(customerCreated)
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("customer.created", looks)}}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := raw.ReadStream(ctx, "customer-c_ada", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(stored[0].Data, []byte(sealing.Prefix+"Ada")) {
+		t.Fatalf("a sealed field that looked sealed was stored as written: %s", stored[0].Data)
+	}
+	back, err := store.ReadStream(ctx, "customer-c_ada", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, back[0].Data, looks)
+
+	// events seal over a plain event that holds such text.
+	resealed, err := sealing.SealEvent(ctx, ring, "customer-c_ada", "customer.created", []byte(looks), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(resealed, []byte(sealing.Prefix+"Ada")) || bytes.Contains(resealed, []byte("ada@example.com")) {
+		t.Fatalf("events seal left text that looked sealed plain: %s", resealed)
+	}
+	if again, err := sealing.SealEvent(ctx, ring, "customer-c_ada", "customer.created", resealed, nil); err != nil || !bytes.Equal(again, resealed) {
+		t.Fatalf("events seal rewrote what it had sealed (%v):\n%s\n%s", err, again, resealed)
+	}
+	opened, err := sealing.OpenEvent(ctx, ring, "customer.created", resealed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, opened, looks)
+}
+
 // TestSnapshotsAreSealed: a snapshot written through the codec is sealed in
 // the store, reads back as written, and a customer's no longer reads once
 // their key is destroyed (the stream is replayed instead).
