@@ -221,6 +221,9 @@ func (q *Queries) pageEscrowStates(ctx context.Context, l listing, p view.Page) 
 		if err := domain.Unmarshal(doc, &s); err != nil {
 			return err
 		}
+		if err := q.openDisputes(ctx, &s); err != nil {
+			return err
+		}
 		out = append(out, s)
 		return nil
 	})

@@ -20,10 +20,19 @@ import (
 // read model cannot disagree with the aggregate) with the columns listings
 // filter on. It remembers the states it wrote last (see escrowStates), so
 // following an escrow's events needs no read of its row.
-type Escrows struct{ states *escrowStates }
+//
+// With a Sealer, the dispute entries' names and messages are kept sealed
+// (see sealed_escrows.go); the states it remembers are the kept ones.
+type Escrows struct {
+	states *escrowStates
+	Sealer domain.Sealer
+}
 
-// NewEscrows returns the escrows projector.
-func NewEscrows() Escrows { return Escrows{states: &escrowStates{m: map[string]cachedEscrow{}}} }
+// NewEscrows returns the escrows projector, keeping dispute entries plain
+// (see Sealer).
+func NewEscrows() Escrows { return Escrows{states: newEscrowStates()} }
+
+func newEscrowStates() *escrowStates { return &escrowStates{m: map[string]cachedEscrow{}} }
 
 // escrowStates maps an escrow id to its state after a known stream
 // revision. An entry is only used to apply the event with the next
@@ -123,6 +132,9 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 	type folded struct {
 		state escrow.State
 		rev   uint64
+		// kept is how many dispute entries of state are sealed already:
+		// all of those it started from.
+		kept int
 	}
 	pending := map[string]folded{}
 	var order []string
@@ -139,7 +151,7 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		f := folded{rev: re.Revision}
 		if re.Revision > 0 { // not the stream's first event: start from its state
 			if s, ok := p.states.get(id, re.Revision-1); ok {
-				f.state = s
+				f.state, f.kept = s, len(s.Disputes)
 			} else {
 				missing = append(missing, id)
 			}
@@ -169,7 +181,7 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 				return nil, err
 			}
 			f := pending[id]
-			f.state = s
+			f.state, f.kept = s, len(s.Disputes)
 			pending[id] = f
 		}
 		rows.Close()
@@ -195,7 +207,7 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		if f.state.DisputedAt().IsZero() && !next.DisputedAt().IsZero() {
 			opened[id] = int64(i)
 		}
-		pending[id] = folded{state: next, rev: re.Revision}
+		pending[id] = folded{state: next, rev: re.Revision, kept: f.kept}
 	}
 	n := len(order)
 	var (
@@ -209,7 +221,13 @@ func (p Escrows) Plan(ctx context.Context, r Querier, events []eventstore.Record
 		openings = make([]int64, n)
 	)
 	for i, id := range order {
-		s := pending[id].state
+		f := pending[id]
+		s, err := sealDisputes(ctx, p.Sealer, f.state, f.kept)
+		if err != nil {
+			return nil, err
+		}
+		f.state, f.kept = s, len(s.Disputes)
+		pending[id] = f
 		doc, err := json.Marshal(s)
 		if err != nil {
 			return nil, err
@@ -268,7 +286,10 @@ func (q *Queries) escrowWhere(ctx context.Context, col, v string) (escrow.State,
 	if err != nil {
 		return s, false, err
 	}
-	return s, true, domain.Unmarshal(doc, &s)
+	if err := domain.Unmarshal(doc, &s); err != nil {
+		return s, true, err
+	}
+	return s, true, q.openDisputes(ctx, &s)
 }
 
 // EscrowFilter selects escrows of a merchant and environment.

@@ -18,19 +18,22 @@ import (
 // NewFill folds the escrows of a rebuild (Filler). An escrow takes its
 // position when its stream begins and its dispute position when its
 // dispute opens, in the log's order, as escrowUpsertSQL gives them.
-func (Escrows) NewFill() Fill {
-	return &escrowFill{held: hold.New[filledEscrow](fillHold), pos: positions{}, disputes: positions{}}
+func (p Escrows) NewFill() Fill {
+	return &escrowFill{held: hold.New[filledEscrow](fillHold), pos: positions{}, disputes: positions{}, sealer: p.Sealer}
 }
 
 type escrowFill struct {
 	held          *hold.Rows[filledEscrow]
 	pos, disputes positions
+	sealer        domain.Sealer
 }
 
-// filledEscrow is an escrow folded so far; a position of 0 is none.
+// filledEscrow is an escrow folded so far; a position of 0 is none. kept
+// is how many of its dispute entries are sealed already (Escrows.Plan).
 type filledEscrow struct {
 	state           escrow.State
 	pos, disputePos int64
+	kept            int
 }
 
 func (f *escrowFill) Take(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
@@ -88,6 +91,7 @@ func (f *escrowFill) readBack(ctx context.Context, tx pgx.Tx, ids []string) erro
 		if err := domain.Unmarshal(doc, &v.state); err != nil {
 			return err
 		}
+		v.kept = len(v.state.Disputes)
 		f.held.Add(id, v, true)
 	}
 	if err := rows.Err(); err != nil {
@@ -121,6 +125,13 @@ var escrowFillColumns = []string{"id", "payment_token", "merchant_id", "environm
 func (f *escrowFill) write(ctx context.Context, tx pgx.Tx, all bool) error {
 	fresh, stored := f.held.Due(all)
 	rows := make([][]any, 0, len(fresh))
+	for _, rs := range [][]*hold.Row[filledEscrow]{fresh, stored} {
+		for _, r := range rs {
+			if err := f.seal(ctx, &r.V); err != nil {
+				return err
+			}
+		}
+	}
 	for _, r := range fresh {
 		row, err := escrowRow(r.V)
 		if err != nil {
@@ -156,6 +167,16 @@ func (f *escrowFill) write(ctx context.Context, tx pgx.Tx, all bool) error {
 			AS x(id, buyer, status, category, deleted, state, disputed, payment, dispute_pos)
 		WHERE o.id = x.id`, ids, buyers, statuses, categories, deleted, docs, disputed, payments, disputePos)
 	return err
+}
+
+// seal seals the dispute entries of v not sealed yet.
+func (f *escrowFill) seal(ctx context.Context, v *filledEscrow) error {
+	s, err := sealDisputes(ctx, f.sealer, v.state, v.kept)
+	if err != nil {
+		return err
+	}
+	v.state, v.kept = s, len(s.Disputes)
+	return nil
 }
 
 // escrowRow is an escrow's row, in escrowFillColumns but its seq.

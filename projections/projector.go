@@ -55,5 +55,5 @@ const (
 
 // All lists every read model the service builds: add new projectors here.
 func All(sealer domain.Sealer) []Projector {
-	return []Projector{Merchants{}, Customers{Sealer: sealer}, Whitelist{Sealer: sealer}, Ledger{Sealer: sealer}, Categories{}, NewEscrows(), AuditTrail{}, Deadlines{}}
+	return []Projector{Merchants{}, Customers{Sealer: sealer}, Whitelist{Sealer: sealer}, Ledger{Sealer: sealer}, Categories{}, Escrows{states: newEscrowStates(), Sealer: sealer}, AuditTrail{}, Deadlines{}}
 }

@@ -36,7 +36,7 @@ removing the user (an owner does, on the Users page) and creating them again.`,
 			if !m.Exists() {
 				return fmt.Errorf("merchant %s not found", *id)
 			}
-			u, token, err := dashauth.NewStore(inv.env.Pool, nil).CreateUser(ctx, *id, *email, role, "operator", svc.Now())
+			u, token, err := dashauth.NewStore(inv.env.Pool, inv.env.Keyring).CreateUser(ctx, *id, *email, role, "operator", svc.Now())
 			if err != nil {
 				return err
 			}

@@ -21,7 +21,7 @@ func TestServeSealsPlainTOTPSecrets(t *testing.T) {
 	db := pgtest.NewURL(t)
 	env := testEnv(t, db)
 	ctx := context.Background()
-	u, _, err := dashauth.NewStore(env.Pool, nil).CreateUser(ctx, "m1", "ada@example.com", dashauth.Owner, "operator", time.Now())
+	u, _, err := dashauth.NewStore(env.Pool, env.Keyring).CreateUser(ctx, "m1", "ada@example.com", dashauth.Owner, "operator", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package dashauth_test
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,56 @@ func TestPlainSecretsAreSealedOnUpgrade(t *testing.T) {
 	f.expectNoSecret(t, bola.ID, bolaKey.Secret())
 	if _, err := f.logIn(t, "bola@example.com", bolaKey.Secret(), now.Add(time.Minute)); err != nil {
 		t.Fatalf("Bola after it was sealed: %v", err)
+	}
+}
+
+// TestLoginEmailIsSealedAtRest: a user's row holds no email, only its
+// copy sealed for this field and user and its blind index; the login form
+// finds the user whatever the case and surrounding space of the address,
+// and one address is one login across merchants. An email an earlier
+// version kept in plain text is sealed on upgrade and still logs in.
+func TestLoginEmailIsSealedAtRest(t *testing.T) {
+	ctx := context.Background()
+	now := time.Now()
+	f := newFixture(t)
+	u, _ := f.newUser(t, "Ngozi.Staff@Example.com", now)
+	if raw := f.rawUser(t, u.ID); strings.Contains(strings.ToLower(raw), "ngozi.staff") {
+		t.Fatalf("the row holds the email: %s", raw)
+	}
+	if got, ok, err := f.st.UserByID(ctx, "m1", u.ID); err != nil || !ok || got.Email != "Ngozi.Staff@Example.com" {
+		t.Fatalf("the user reads %+v, %v, %v", got, ok, err)
+	}
+	if _, err := f.st.CheckPassword(ctx, "  ngozi.staff@EXAMPLE.com ", password, now); err != nil {
+		t.Fatalf("login with another case: %v", err)
+	}
+	if _, _, err := f.st.CreateUser(ctx, "m2", "ngozi.staff@example.com", dashauth.Viewer, "operator", now); !errors.Is(err, dashauth.ErrEmailTaken) {
+		t.Fatalf("the address again, for another merchant: %v", err)
+	}
+	// A sealed email moved to another user's row does not open there.
+	other, _ := f.newUser(t, "bola@example.com", now)
+	if _, err := f.pool.Exec(ctx, `UPDATE dashboard_users SET email_sealed = (SELECT email_sealed FROM dashboard_users WHERE user_id = $1)
+		WHERE user_id = $2`, u.ID, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := f.st.UserByID(ctx, "m1", other.ID); err == nil {
+		t.Fatalf("a moved sealed email opened as %q", got.Email)
+	}
+
+	// As an earlier version wrote it.
+	if _, err := f.pool.Exec(ctx, `UPDATE dashboard_users SET email = 'Chidi@Example.com', email_sealed = NULL, email_index = NULL
+		WHERE user_id = $1`, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.st.SealPlainSecrets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if raw := f.rawUser(t, other.ID); strings.Contains(strings.ToLower(raw), "chidi") {
+		t.Fatalf("the upgraded row holds the email: %s", raw)
+	}
+	if got, _, err := f.st.UserByID(ctx, "m1", other.ID); err != nil || got.Email != "Chidi@Example.com" {
+		t.Fatalf("the upgraded user reads %+v (%v)", got, err)
+	}
+	if _, err := f.st.CheckPassword(ctx, "chidi@example.com", password, now); err != nil {
+		t.Fatalf("login after the upgrade: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -38,41 +39,64 @@ type Session struct {
 }
 
 // Store keeps users and sessions in PostgreSQL (dashboard_users,
-// dashboard_sessions). TOTP secrets are sealed with the merchant's data
-// key (keys), so a read of the table, or a backup of it, logs nobody in.
+// dashboard_sessions). Login emails and TOTP secrets are sealed with the
+// merchant's data key (keys), and emails are found by their blind index,
+// so a read of the table, or a backup of it, names nobody and logs nobody
+// in.
 type Store struct {
 	pool *pgxpool.Pool
 	keys *keyring.Keyring
 }
 
-// NewStore returns the store over pool, sealing TOTP secrets with keys.
-// Without keys (nil) it creates users but seals and opens no TOTP
-// secret, so nobody gets past the code step (the operator's dashboard-user
-// command needs none).
+// NewStore returns the store over pool, sealing with keys; every call
+// that writes or reads a user needs them (ErrNoKeyring without).
 func NewStore(pool *pgxpool.Pool, keys *keyring.Keyring) *Store {
 	return &Store{pool: pool, keys: keys}
 }
 
-// ErrNoKeyring answers a TOTP step of a store made without a keyring.
-var ErrNoKeyring = errors.New("dashauth: TOTP secrets need the master key (ESCROW_MASTER_KEY_FILE)")
+// ErrNoKeyring answers a store made without a keyring.
+var ErrNoKeyring = errors.New("dashauth: dashboard users need the master key (ESCROW_MASTER_KEY_FILE)")
 
-// totpAAD binds a sealed TOTP secret to its field and its user: a sealed
-// secret copied to another user's row does not open.
-func totpAAD(userID string) []byte { return []byte("dashboard_users.totp_secret\x00" + userID) }
+// fieldAAD binds a sealed value to its column and its user: a sealed
+// value copied to another user's row, or to another column, does not open.
+func fieldAAD(column, userID string) []byte {
+	return []byte("dashboard_users." + column + "\x00" + userID)
+}
 
-func (s *Store) sealTOTP(ctx context.Context, merchantID, userID, secret string) ([]byte, error) {
+func (s *Store) sealField(ctx context.Context, column, merchantID, userID, plain string) ([]byte, error) {
 	if s.keys == nil {
 		return nil, ErrNoKeyring
 	}
-	return s.keys.Seal(ctx, keyring.Merchant(merchantID), []byte(secret), totpAAD(userID))
+	return s.keys.Seal(ctx, keyring.Merchant(merchantID), []byte(plain), fieldAAD(column, userID))
 }
 
-func (s *Store) openTOTP(ctx context.Context, merchantID, userID string, sealed []byte) (string, error) {
+func (s *Store) openField(ctx context.Context, column, merchantID, userID string, sealed []byte) (string, error) {
 	if s.keys == nil {
 		return "", ErrNoKeyring
 	}
-	plain, err := s.keys.Open(ctx, keyring.Merchant(merchantID), sealed, totpAAD(userID))
+	plain, err := s.keys.Open(ctx, keyring.Merchant(merchantID), sealed, fieldAAD(column, userID))
 	return string(plain), err
+}
+
+func (s *Store) sealTOTP(ctx context.Context, merchantID, userID, secret string) ([]byte, error) {
+	return s.sealField(ctx, "totp_secret", merchantID, userID, secret)
+}
+
+func (s *Store) openTOTP(ctx context.Context, merchantID, userID string, sealed []byte) (string, error) {
+	return s.openField(ctx, "totp_secret", merchantID, userID, sealed)
+}
+
+// EmailPurpose is the blind index purpose of dashboard users' login
+// emails.
+const EmailPurpose = "dashboard-email"
+
+// emailIndex is the blind index of a login email: case and surrounding
+// space do not make another login.
+func (s *Store) emailIndex(ctx context.Context, email string) (string, error) {
+	if s.keys == nil {
+		return "", ErrNoKeyring
+	}
+	return s.keys.BlindIndex(ctx, EmailPurpose, strings.ToLower(strings.TrimSpace(email)))
 }
 
 // sealPlain seals the TOTP secret a user has in plain text (stored before
@@ -103,12 +127,16 @@ func (s *Store) sealPlain(ctx context.Context, userID string) (string, error) {
 	return *plain, nil
 }
 
-// SealPlainSecrets seals every TOTP secret kept in plain text (by a
-// version that did not seal them) and clears it: run at start, so that
-// none stays readable after an upgrade. It returns how many it sealed.
+// SealPlainSecrets seals every TOTP secret and login email kept in plain
+// text (by a version that did not seal them) and clears it: run at start,
+// so that none stays readable after an upgrade. It returns how many users
+// it sealed a secret of.
 func (s *Store) SealPlainSecrets(ctx context.Context) (int, error) {
 	if s.keys == nil {
 		return 0, ErrNoKeyring
+	}
+	if err := s.sealPlainEmails(ctx); err != nil {
+		return 0, err
 	}
 	rows, err := s.pool.Query(ctx, `SELECT user_id FROM dashboard_users WHERE totp_secret IS NOT NULL ORDER BY user_id`)
 	if err != nil {
@@ -131,17 +159,63 @@ func (s *Store) SealPlainSecrets(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// sealPlainEmails seals the login emails kept in plain text into
+// email_sealed and email_index, and clears them.
+func (s *Store) sealPlainEmails(ctx context.Context) error {
+	type plainEmail struct{ id, merchantID, email string }
+	rows, err := s.pool.Query(ctx, `SELECT user_id, merchant_id, email FROM dashboard_users WHERE email IS NOT NULL ORDER BY user_id`)
+	if err != nil {
+		return err
+	}
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (plainEmail, error) {
+		var p plainEmail
+		return p, r.Scan(&p.id, &p.merchantID, &p.email)
+	})
+	if err != nil {
+		return err
+	}
+	for _, p := range found {
+		sealed, err := s.sealField(ctx, "email", p.merchantID, p.id, p.email)
+		if err != nil {
+			return err
+		}
+		index, err := s.emailIndex(ctx, p.email)
+		if err != nil {
+			return err
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE dashboard_users SET email_sealed = $2, email_index = $3, email = NULL
+			WHERE user_id = $1 AND email = $4`, p.id, sealed, index, p.email); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ErrEmailTaken answers a user created with an email another user has.
 var ErrEmailTaken = errors.New("a dashboard user with this email exists")
 
-const userColumns = `user_id, merchant_id, email, role, password_hash IS NOT NULL, totp_confirmed, locked_until, created_at, created_by`
+const userColumns = `user_id, merchant_id, email_sealed, role, password_hash IS NOT NULL, totp_confirmed, locked_until, created_at, created_by`
 
-func scanUser(row pgx.Row) (User, error) {
+// scanUser reads a row of userColumns, its email opened.
+func (s *Store) scanUser(ctx context.Context, row pgx.Row) (User, error) {
 	var u User
 	var role string
-	err := row.Scan(&u.ID, &u.MerchantID, &u.Email, &role, &u.Active, &u.TOTPConfirmed, &u.LockedUntil, &u.CreatedAt, &u.CreatedBy)
+	var email []byte
+	if err := row.Scan(&u.ID, &u.MerchantID, &email, &role, &u.Active, &u.TOTPConfirmed, &u.LockedUntil, &u.CreatedAt, &u.CreatedBy); err != nil {
+		return u, err
+	}
 	u.Role = Role(role)
-	return u, err
+	return u, s.openEmail(ctx, &u, email)
+}
+
+// openEmail sets u's email from its sealed copy.
+func (s *Store) openEmail(ctx context.Context, u *User, sealed []byte) error {
+	if sealed == nil {
+		return fmt.Errorf("dashauth: user %s has no sealed email (SealPlainSecrets has not run)", u.ID)
+	}
+	var err error
+	u.Email, err = s.openField(ctx, "email", u.MerchantID, u.ID, sealed)
+	return err
 }
 
 // CreateUser adds a user of merchantID and returns them with the token
@@ -157,10 +231,23 @@ func (s *Store) CreateUser(ctx context.Context, merchantID, email string, role R
 	}
 	token := rand.Text() + rand.Text()
 	id := "usr_" + strings.ToLower(rand.Text())
-	u, err := scanUser(s.pool.QueryRow(ctx, `INSERT INTO dashboard_users
-		(user_id, merchant_id, email, role, setup_digest, setup_expires_at, created_at, created_by)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+userColumns,
-		id, merchantID, email, string(role), digest(token), now.Add(SetupValidFor), now, createdBy))
+	// Users an earlier version wrote are sealed first, so that the index
+	// finds every address taken.
+	if err := s.sealPlainEmails(ctx); err != nil {
+		return User{}, "", err
+	}
+	sealed, err := s.sealField(ctx, "email", merchantID, id, email)
+	if err != nil {
+		return User{}, "", err
+	}
+	index, err := s.emailIndex(ctx, email)
+	if err != nil {
+		return User{}, "", err
+	}
+	u, err := s.scanUser(ctx, s.pool.QueryRow(ctx, `INSERT INTO dashboard_users
+		(user_id, merchant_id, email_sealed, email_index, role, setup_digest, setup_expires_at, created_at, created_by)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+userColumns,
+		id, merchantID, sealed, index, string(role), digest(token), now.Add(SetupValidFor), now, createdBy))
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23505" {
 		return User{}, "", ErrEmailTaken
@@ -174,12 +261,12 @@ func (s *Store) Users(ctx context.Context, merchantID string) ([]User, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return scanUser(r) })
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) { return s.scanUser(ctx, r) })
 }
 
 // SetupUser is the user whose setup link token is, while it is valid.
 func (s *Store) SetupUser(ctx context.Context, token string, now time.Time) (User, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM dashboard_users
+	u, err := s.scanUser(ctx, s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM dashboard_users
 		WHERE setup_digest = $1 AND setup_expires_at > $2`, digest(token), now))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return User{}, ErrSetupUsed
@@ -214,8 +301,12 @@ func (s *Store) CheckPassword(ctx context.Context, email, password string, now t
 		hash   *string
 		locked *time.Time
 	)
-	err := s.pool.QueryRow(ctx, `SELECT user_id, password_hash, locked_until FROM dashboard_users WHERE lower(email) = lower($1)`,
-		strings.TrimSpace(email)).Scan(&id, &hash, &locked)
+	index, err := s.emailIndex(ctx, email)
+	if err != nil {
+		return "", err
+	}
+	err = s.pool.QueryRow(ctx, `SELECT user_id, password_hash, locked_until FROM dashboard_users WHERE email_index = $1`,
+		index).Scan(&id, &hash, &locked)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && hash == nil) {
 		PasswordMatches(dummyHash, password)
 		return "", ErrBadCredentials
@@ -291,20 +382,24 @@ func (s *Store) Session(ctx context.Context, cookie string, now time.Time) (Sess
 		ses   Session
 		stage string
 		role  string
+		email []byte
 	)
 	u := &ses.User
 	err := s.pool.QueryRow(ctx, `UPDATE dashboard_sessions se SET last_seen_at = $2
 		FROM dashboard_users u
 		WHERE se.digest = $1 AND u.user_id = se.user_id AND se.last_seen_at > $3
-		RETURNING se.stage, se.form_token, u.user_id, u.merchant_id, u.email, u.role, u.password_hash IS NOT NULL,
+		RETURNING se.stage, se.form_token, u.user_id, u.merchant_id, u.email_sealed, u.role, u.password_hash IS NOT NULL,
 		  u.totp_confirmed, u.locked_until, u.created_at, u.created_by`,
-		digest(cookie), now, now.Add(-IdleTimeout)).Scan(&stage, &ses.FormToken, &u.ID, &u.MerchantID, &u.Email, &role, &u.Active,
+		digest(cookie), now, now.Add(-IdleTimeout)).Scan(&stage, &ses.FormToken, &u.ID, &u.MerchantID, &email, &role, &u.Active,
 		&u.TOTPConfirmed, &u.LockedUntil, &u.CreatedAt, &u.CreatedBy)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, ErrNoSession
 	}
+	if err != nil {
+		return Session{}, err
+	}
 	u.Role, ses.Active = Role(role), stage == "active"
-	return ses, err
+	return ses, s.openEmail(ctx, u, email)
 }
 
 // End deletes the session of cookie (logging out).
@@ -418,7 +513,7 @@ func (s *Store) CheckCode(ctx context.Context, cookie, code string, now time.Tim
 
 // UserByID reads one user of merchantID (ok false when there is none).
 func (s *Store) UserByID(ctx context.Context, merchantID, id string) (User, bool, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM dashboard_users WHERE merchant_id = $1 AND user_id = $2`, merchantID, id))
+	u, err := s.scanUser(ctx, s.pool.QueryRow(ctx, `SELECT `+userColumns+` FROM dashboard_users WHERE merchant_id = $1 AND user_id = $2`, merchantID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return User{}, false, nil
 	}
