@@ -195,11 +195,19 @@ func TestForgottenCustomerReadsErasedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	body := map[string]any{"firstname": "Ngozika", "lastname": "Adeyemiola", "email": "forget.me@example.com", "phone": "08037770011",
 		"bvn": "22212345679", "dob": "1991-02-09"}
-	cid := h.do(req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: body}).expect(t, 201, "Customer created successfully").obj()["customerId"].(string)
+	create := req{method: "POST", path: "/v1/customer/create", key: h.sa(), body: body, headers: map[string]string{"Idempotency-Key": "create-forget"}}
+	cid := h.do(create).expect(t, 201, "Customer created successfully").obj()["customerId"].(string)
 	other := h.createCustomer(h.sa(), "keep.me@example.com", "08037770012")
 	h.topUp(cid, 5000).expect(t, 200, "Wallet topped up successfully")
 	account := nuban(t, "058", "79", false)
-	h.intent(cid, bankWithdrawal("wd-forget", 1500, account)).expect(t, 201, "Payment intent created successfully")
+	withdraw := req{method: "POST", path: "/v1/payment/create-intent", key: h.std(), cid: cid,
+		body: bankWithdrawal("wd-forget", 1500, account), headers: map[string]string{"Idempotency-Key": "wd-forget"}}
+	h.do(withdraw).expect(t, 201, "Payment intent created successfully")
+	keep := req{method: "PUT", path: "/v1/customer/update/" + other, key: h.sa(), body: map[string]any{"lastname": "Obieze"},
+		headers: map[string]string{"Idempotency-Key": "update-kept"}}
+	h.do(keep).expect(t, 200, "")
+	h.do(create).expect(t, 201, "Customer created successfully")
+	h.do(withdraw).expect(t, 201, "Payment intent created successfully")
 	h.verify(cid, "wd-forget").expect(t, 200, "")
 	h.caughtUp()
 	history := func() string {
@@ -249,6 +257,15 @@ func TestForgottenCustomerReadsErasedAtOnce(t *testing.T) {
 		}
 	}
 	expectErased("with the key destroyed")
+	// The answers kept for the forgotten customer's requests were sealed
+	// with their key: a retry is told so, and the other customer's still
+	// replays.
+	for _, r := range []req{create, withdraw} {
+		h.do(r).expect(t, 410, "The response kept for this idempotency key was erased with the customer's personal data; read the resource to see the outcome")
+	}
+	if again := h.do(keep).expect(t, 200, ""); again.Header.Get("Idempotency-Replayed") != "true" {
+		t.Fatalf("the other customer's request was not replayed: %v", again.Header)
+	}
 
 	h.projecting.stop()
 	if err := projections.RebuildAll(ctx, h.pool, h.store, projections.All(wired.Sealer(h.store)), nil, nil); err != nil {

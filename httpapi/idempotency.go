@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -57,6 +58,7 @@ const (
 	msgIdempotencyKeyMismatch = "Idempotency key reused with a different request"
 	msgIdempotencyInProgress  = "A request with this idempotency key is in progress"
 	msgIdempotencyOutcomeLost = "A request with this idempotency key was executed but its response was lost; read the resource to see the outcome"
+	msgIdempotencyErased      = "The response kept for this idempotency key was erased with the customer's personal data; read the resource to see the outcome"
 )
 
 // IdempotencyStore keeps Idempotency-Key records in PostgreSQL, so every
@@ -218,6 +220,8 @@ func (s *IdempotencyStore) serve(c echo.Context, next echo.HandlerFunc, p Princi
 			return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyKeyMismatch)
 		case !rec.complete:
 			return writeIdempotencyError(c, http.StatusConflict, msgIdempotencyInProgress)
+		case rec.erased:
+			return writeIdempotencyError(c, http.StatusGone, msgIdempotencyErased)
 		}
 		return replayStored(c, rec)
 	}
@@ -349,7 +353,7 @@ func (s *IdempotencyStore) execute(c echo.Context, next echo.HandlerFunc, mercha
 	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	body, err := s.sealBody(sctx, merchantID, scope, key, capture.body.Bytes())
+	body, err := s.sealBody(sctx, answerOwner(c, merchantID, status, capture.body.Bytes()), scope, key, capture.body.Bytes())
 	if err != nil {
 		s.log.Error("idempotency: sealing response", zap.Error(err), reqField(c))
 		return nil
@@ -365,6 +369,33 @@ WHERE key_id = $1 AND idempotency_key = $2 AND owner = $3`,
 		s.log.Error("idempotency: storing response", zap.Error(err), reqField(c))
 	}
 	return nil
+}
+
+// answerOwner is whose data key seals the answer a request of merchantID
+// was given: a successful answer about one customer (the customer-id the
+// request named, or the customer the answer is about: the one it created)
+// is theirs, so that forgetting them erases it; any other is the
+// merchant's. A refusal's customer-id may name no customer at all, so it
+// makes no key.
+func answerOwner(c echo.Context, merchantID string, status int, body []byte) domain.DataOwner {
+	if status < 200 || status >= 300 {
+		return domain.MerchantData(merchantID)
+	}
+	cid := strings.TrimSpace(c.Request().Header.Get("customer-id"))
+	if cid == "" {
+		var answer struct {
+			Data struct {
+				CustomerID string `json:"customerId"`
+			} `json:"data"`
+		}
+		if json.Unmarshal(body, &answer) == nil {
+			cid = answer.Data.CustomerID
+		}
+	}
+	if cid == "" {
+		return domain.MerchantData(merchantID)
+	}
+	return domain.CustomerData(cid)
 }
 
 // idempotencyErrorBody is the error envelope; written directly so these

@@ -27,6 +27,9 @@ type storedResponse struct {
 	status      int
 	headers     http.Header
 	body        []byte
+	// erased: the answer was sealed with a customer's key, since
+	// destroyed (customer forget); body is empty.
+	erased bool
 }
 
 // reserve inserts an in-flight row; it reports whether this request now owns
@@ -65,7 +68,7 @@ FROM http_idempotency_keys WHERE key_id = $1 AND idempotency_key = $2`, scope, k
 	if status != nil {
 		rec.status = int(*status)
 	}
-	if rec.body, err = s.openBody(ctx, scope, key, rec.body); err != nil {
+	if rec.body, rec.erased, err = s.openBody(ctx, scope, key, rec.body); err != nil {
 		return rec, false, err
 	}
 	return rec, true, nil
@@ -77,34 +80,35 @@ func bodyPlace(scope, key string) string {
 	return "http_idempotency_keys.body\x00" + scope + "\x00" + key
 }
 
-// sealBody is the answer to keep for a record of merchantID's.
-func (s *IdempotencyStore) sealBody(ctx context.Context, merchantID, scope, key string, body []byte) ([]byte, error) {
+// sealBody is the answer to keep, sealed with owner's data key.
+func (s *IdempotencyStore) sealBody(ctx context.Context, owner domain.DataOwner, scope, key string, body []byte) ([]byte, error) {
 	if s.sealer == nil || len(body) == 0 {
 		return body, nil
 	}
-	sealed, err := s.sealer.Seal(ctx, domain.MerchantData(merchantID), bodyPlace(scope, key), string(body))
+	sealed, err := s.sealer.Seal(ctx, owner, bodyPlace(scope, key), string(body))
 	if err != nil {
 		return nil, err
 	}
 	if sealed == domain.Erased {
-		return nil, errors.New("the merchant's data key was destroyed")
+		return nil, errors.New("the answer's data key was destroyed")
 	}
 	return []byte(sealed), nil
 }
 
-// openBody is a kept answer as it was sent.
-func (s *IdempotencyStore) openBody(ctx context.Context, scope, key string, body []byte) ([]byte, error) {
+// openBody is a kept answer as it was sent; erased when its key was
+// destroyed.
+func (s *IdempotencyStore) openBody(ctx context.Context, scope, key string, body []byte) ([]byte, bool, error) {
 	if s.sealer == nil || len(body) == 0 {
-		return body, nil
+		return body, false, nil
 	}
 	plain, err := s.sealer.Open(ctx, bodyPlace(scope, key), string(body))
 	if err != nil {
-		return nil, fmt.Errorf("idempotency: opening the kept answer: %w", err)
+		return nil, false, fmt.Errorf("idempotency: opening the kept answer: %w", err)
 	}
 	if plain == domain.Erased && string(body) != domain.Erased {
-		return nil, errors.New("idempotency: the kept answer's key was destroyed")
+		return nil, true, nil
 	}
-	return []byte(plain), nil
+	return []byte(plain), false, nil
 }
 
 // keepReserved renews this request's reservation every heartbeat until
