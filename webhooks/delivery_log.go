@@ -303,7 +303,9 @@ const inFlight = `(status = 'delivering' AND lease_until >= now())`
 // ErrDeliveryNotFound unless it is one of merchantID's deliveries of env,
 // ErrDeliveryInProgress while an attempt of it is in flight. The
 // redelivery itself is an event (webhook.RedeliveryRequested), which the
-// Subscriber acts on.
+// Subscriber acts on; meanwhile the retention must not delete the row, so
+// the look-up restarts a finished delivery's retention clock (the sweep
+// re-checks a row's finished_at once it holds its lock).
 func (o *Outbox) Redeliverable(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, int, error) {
 	d, err := o.Get(ctx, merchantID, env, id)
 	if err != nil {
@@ -311,8 +313,9 @@ func (o *Outbox) Redeliverable(ctx context.Context, merchantID string, env domai
 	}
 	var n int
 	var busy bool
-	err = o.pool.QueryRow(ctx, `SELECT manual_retries, `+inFlight+` FROM webhook_deliveries
-		WHERE id = $1 AND merchant_id = $2 AND environment = $3`, id, merchantID, string(env)).Scan(&n, &busy)
+	err = o.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET finished_at = CASE WHEN finished_at IS NULL THEN NULL ELSE now() END
+		WHERE id = $1 AND merchant_id = $2 AND environment = $3
+		RETURNING manual_retries, `+inFlight, id, merchantID, string(env)).Scan(&n, &busy)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return d, 0, ErrDeliveryNotFound // swept away meanwhile

@@ -77,3 +77,36 @@ func TestRedeliveryIsQueuedFromItsRecord(t *testing.T) {
 		t.Fatalf("%d manual retries counted, want %d", n, webhook.MaxRedeliveries)
 	}
 }
+
+// TestRequestedRedeliveryOutlivesTheRetention: between the request's
+// check and the subscriber's reading of it, the retention does not delete
+// a finished delivery past its age: the check restarts its clock, so the
+// request recorded is the redelivery made.
+func TestRequestedRedeliveryOutlivesTheRetention(t *testing.T) {
+	e := newTestEnv(t)
+	m := e.merchant("")
+	stopSub := e.runSubscriber(e.pool)
+	_, stopDisp := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
+	id := e.deposits(m.MerchantID, 1)[0]
+	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
+	stopSub()
+	stopDisp()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET finished_at = now() - interval '100 days' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.redeliver(m.MerchantID, domain.Test, id.String()); err != nil {
+		t.Fatal(err)
+	}
+	sw := &Sweeper{Pool: e.pool, Retention: 720 * time.Hour, Interval: time.Minute, Batch: 10}
+	if res := e.sweep(sw); !res.Ran {
+		t.Fatalf("the sweep did not run: %+v", res)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE id = $1`, id); n != 1 {
+		t.Fatal("the retention deleted a delivery whose redelivery was recorded")
+	}
+	rc := newReceiver(t, secretOf(m), nil)
+	e.setURL(m.MerchantID, domain.Test, rc.srv.URL)
+	e.runSubscriber(e.pool)
+	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
+	eventually(t, 10*time.Second, "the recorded redelivery delivered", func() bool { return rc.delivered()[id.String()] == 1 })
+}
