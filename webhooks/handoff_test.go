@@ -562,12 +562,23 @@ func TestHandedOverAttemptsNotStartedAtShutdownGoBack(t *testing.T) {
 		return d.adm.running
 	})
 	w.wake(t) // Run has acted on everything and waits for work (PollInterval: an hour)
+	listening := func() int {
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle' AND query = 'LISTEN '||$1`, notifyChannel).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	eventually(t, 10*time.Second, "the dispatcher listening", func() bool { return listening() == 1 })
 	// Hold the dispatcher while it stops: its loop ends (on the context),
 	// and its handing back waits for the lock, behind the attempts handed
-	// over meanwhile.
+	// over once the context is cancelled (its LISTEN ends with it).
 	d.mu.Lock()
 	go func() {
-		time.Sleep(100 * time.Millisecond)
+		for deadline := time.Now().Add(10 * time.Second); listening() != 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 		d.handed = append(d.handed, leased...)
 		d.adm.busy[msg.MerchantID]++
 		d.mu.Unlock()
