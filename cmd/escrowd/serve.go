@@ -92,16 +92,16 @@ func newAPI(ctx context.Context, cfg Config, env *cliEnv, runner *projections.Ru
 	return api, nil
 }
 
-// dashboardUsers is the dashboard's users and sessions, their TOTP
-// secrets sealed with the merchants' data keys, through the same keyring
+// dashboardUsers is the dashboard's users and sessions, their login
+// emails and TOTP secrets sealed with the merchants' data keys, through the same keyring
 // as the events' sealed fields (one cache, so an erased key is erased for
-// both). Secrets an earlier version kept in plain text are sealed first,
+// both). Values an earlier version kept in plain text are sealed first,
 // so none stays readable once this version has started.
 func dashboardUsers(ctx context.Context, env *cliEnv) (*dashauth.Store, error) {
 	users := dashauth.NewStore(env.Pool, env.Keyring)
 	n, err := users.SealPlainSecrets(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("dashboard: seal the TOTP secrets kept in plain text: %w", err)
+		return nil, fmt.Errorf("dashboard: seal the emails and TOTP secrets kept in plain text: %w", err)
 	}
 	if n > 0 {
 		env.Log.Info("dashboard: sealed TOTP secrets kept in plain text", zap.Int("users", n))
