@@ -352,6 +352,15 @@ func TestDashboardRedeliverIsAnEventOfTheUser(t *testing.T) {
 			}
 		}
 	}
+	// Each request was queued once: from the delivery's stream, not again
+	// from the escrow's copy of it.
+	h.webhooksCaughtUp()
+	for d, asked := range map[string]int{escrowHit.ID: 2, paymentHit.ID: 1} {
+		var n int
+		if err := h.pool.QueryRow(context.Background(), `SELECT manual_retries FROM webhook_deliveries WHERE id = $1`, d).Scan(&n); err != nil || n != asked {
+			t.Errorf("delivery %s counts %d redeliveries (%v), want %d", d, n, err, asked)
+		}
+	}
 }
 
 // TestDashboardUserChangesAreEventsOfTheOwner: an owner adding and

@@ -296,8 +296,8 @@ func TestWebhookRetriesVisibleAndManualRetry(t *testing.T) {
 	// Manual redelivery: attempt 4 reaches the receiver.
 	r := h.do(req{method: "POST", path: "/v1/merchant/webhook/deliveries/" + id + "/retry", key: h.sa()}).
 		expect(t, 200, "Webhook delivery queued for retry").obj()
-	if r["id"] != id {
-		t.Fatalf("retry %v", r)
+	if r["id"] != id || r["status"] != "pending" || r["nextAttemptAt"] == nil {
+		t.Fatalf("retry %v, want the delivery as queued", r)
 	}
 	hits = rc.waitFor(t, h, 2)
 	if hits[1].ID != id || hits[1].Attempt != "4" {
