@@ -36,7 +36,12 @@ removing the user (an owner does, on the Users page) and creating them again.`,
 			if !m.Exists() {
 				return fmt.Errorf("merchant %s not found", *id)
 			}
-			u, token, err := dashauth.NewStore(inv.env.Pool, inv.env.Keyring).CreateUser(ctx, *id, *email, role, "operator", svc.Now())
+			users := dashauth.NewStore(inv.env.Pool, inv.env.Keyring)
+			// The database may not have met a server of this version yet.
+			if _, err := users.SealPlainSecrets(ctx); err != nil {
+				return err
+			}
+			u, token, err := users.CreateUser(ctx, *id, *email, role, "operator", svc.Now())
 			if err != nil {
 				return err
 			}

@@ -64,3 +64,28 @@ func TestDashboardUserCreateIsRecorded(t *testing.T) {
 		t.Fatalf("recorded %s %+v %+v; the command said %s", last.Type, meta, added, out)
 	}
 }
+
+// TestDashboardUserCreateSealsPlainEmailsFirst: on a database where an
+// earlier version kept a user's email in plain text, the operator's
+// dashboard-user create seals it before it looks the address up, so the
+// address is still taken.
+func TestDashboardUserCreateSealsPlainEmailsFirst(t *testing.T) {
+	db := pgtest.NewURL(t)
+	merchantID := cliMerchant(t, db, "Acme")
+	if _, err := cli(t, db, "dashboard-user", "create", "--merchant", merchantID, "--email", "ada@shop.example", "--role", "owner"); err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t, db)
+	ctx := context.Background()
+	if _, err := env.Pool.Exec(ctx, `UPDATE dashboard_users SET email = 'Ada@Shop.example', email_sealed = NULL, email_index = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli(t, db, "dashboard-user", "create", "--merchant", merchantID, "--email", "ada@shop.example", "--role", "viewer"); err == nil ||
+		!strings.Contains(err.Error(), dashauth.ErrEmailTaken.Error()) {
+		t.Fatalf("the address an earlier version kept was given again: %v", err)
+	}
+	var plain int
+	if err := env.Pool.QueryRow(ctx, `SELECT count(*) FROM dashboard_users WHERE email IS NOT NULL OR email_sealed IS NULL`).Scan(&plain); err != nil || plain != 0 {
+		t.Fatalf("%d users' emails left unsealed (%v)", plain, err)
+	}
+}
