@@ -266,6 +266,12 @@ func TestForgottenCustomerReadsErasedAtOnce(t *testing.T) {
 	if again := h.do(keep).expect(t, 200, ""); again.Header.Get("Idempotency-Replayed") != "true" {
 		t.Fatalf("the other customer's request was not replayed: %v", again.Header)
 	}
+	// Their money still moves after the erasure; its answer cannot be
+	// kept, and a retry is told so at once.
+	later := req{method: "POST", path: "/v1/payment/create-intent", key: h.std(), cid: cid,
+		body: bankWithdrawal("wd-after-forget", 100, account), headers: map[string]string{"Idempotency-Key": "wd-after-forget"}}
+	h.do(later).expect(t, 201, "Payment intent created successfully")
+	h.do(later).expect(t, 410, "The response kept for this idempotency key was erased with the customer's personal data; read the resource to see the outcome")
 
 	h.projecting.stop()
 	if err := projections.RebuildAll(ctx, h.pool, h.store, projections.All(wired.Sealer(h.store)), nil, nil); err != nil {

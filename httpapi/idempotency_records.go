@@ -85,18 +85,18 @@ func (s *IdempotencyStore) sealBody(ctx context.Context, owner domain.DataOwner,
 	if s.sealer == nil || len(body) == 0 {
 		return body, nil
 	}
+	// A destroyed key seals nothing: the answer is kept as domain.Erased,
+	// which a retry is told of.
 	sealed, err := s.sealer.Seal(ctx, owner, bodyPlace(scope, key), string(body))
 	if err != nil {
 		return nil, err
-	}
-	if sealed == domain.Erased {
-		return nil, errors.New("the answer's data key was destroyed")
 	}
 	return []byte(sealed), nil
 }
 
 // openBody is a kept answer as it was sent; erased when its key was
-// destroyed.
+// destroyed, before or after the answer was kept (an answer is a JSON
+// envelope, never domain.Erased itself).
 func (s *IdempotencyStore) openBody(ctx context.Context, scope, key string, body []byte) ([]byte, bool, error) {
 	if s.sealer == nil || len(body) == 0 {
 		return body, false, nil
@@ -105,7 +105,7 @@ func (s *IdempotencyStore) openBody(ctx context.Context, scope, key string, body
 	if err != nil {
 		return nil, false, fmt.Errorf("idempotency: opening the kept answer: %w", err)
 	}
-	if plain == domain.Erased && string(body) != domain.Erased {
+	if plain == domain.Erased {
 		return nil, true, nil
 	}
 	return []byte(plain), false, nil
