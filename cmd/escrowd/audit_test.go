@@ -93,7 +93,7 @@ func newShop(t *testing.T, env *cliEnv, db, name, phone string, last *eventstore
 	svc := service(env) // the wiring commands use: emails and phones reserved by blind index
 	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
 	perms := customer.Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}
-	cid, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi", Email: phone + "@x.co", Phone: phone})
+	cid, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Adaeze", Lastname: "Obiageli", Email: phone + "@x.co", Phone: phone})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 		t.Fatalf("%d erasure events after forgetting twice", n)
 	}
 
-	personal := []string{"08031110001", "Ada", "Obi"}
+	personal := []string{"08031110001", "Adaeze", "Obiageli"}
 	after := get("/v1/customer/get/" + a.customerID)
 	for _, p := range personal {
 		if strings.Contains(after, p) {

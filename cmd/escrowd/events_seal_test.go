@@ -31,7 +31,7 @@ func TestEventsSealRewritesPlainHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test, KeyID: "k"}
-	cid, _, err := plain.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Chidi", Lastname: "Eze", Email: "chidi@old.example",
+	cid, _, err := plain.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Chidinma", Lastname: "Ezeugwu", Email: "chidi@old.example",
 		Phone: "08035550001", BVN: "22298765432"})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestEventsSealRewritesPlainHistory(t *testing.T) {
 	if err := projections.CatchUpTo(ctx, env.Store, env.Pool, nil, pos, env.Projectors...); err != nil {
 		t.Fatal(err)
 	}
-	secrets := []string{"chidi@old.example", "08035550001", "22298765432", "Chidi", "Eze", account, m.SigningSecrets[domain.Test], m.SigningSecrets[domain.Live]}
+	secrets := []string{"chidi@old.example", "08035550001", "22298765432", "Chidinma", "Ezeugwu", account, m.SigningSecrets[domain.Test], m.SigningSecrets[domain.Live]}
 	inLog := func() []string {
 		t.Helper()
 		var found []string
@@ -97,7 +97,7 @@ func TestEventsSealRewritesPlainHistory(t *testing.T) {
 	// Through the codec the history reads as written.
 	svc := service(env)
 	c, _, err := app.Load(ctx, svc.Engine, app.CustomerKind, cid)
-	if err != nil || c.Email != "chidi@old.example" || c.BVN != "22298765432" || c.Firstname != "Chidi" {
+	if err != nil || c.Email != "chidi@old.example" || c.BVN != "22298765432" || c.Firstname != "Chidinma" {
 		t.Fatalf("customer after sealing: %+v %v", c, err)
 	}
 	if _, _, err := svc.CreateCustomer(ctx, a, customer.NewCustomer{Firstname: "Other", Lastname: "Person", Email: "chidi@old.example", Phone: "08035550002"}); err == nil {
