@@ -158,6 +158,25 @@ func (h *harness) processed(id string) string {
 	}
 }
 
+// failedAttempt waits until an attempt at event id has failed: a claim
+// counts the attempt when it starts, its error is recorded when it ends.
+func (h *harness) failedAttempt(id string) {
+	h.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var failed bool
+		if err := h.pool.QueryRow(context.Background(), `SELECT last_error IS NOT NULL FROM provider_inbox
+			WHERE provider = 'paystack' AND event_id = $1`, id).Scan(&failed); err != nil {
+			h.t.Fatalf("inbox row %s: %v", id, err)
+		}
+		if failed {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("no attempt at event %s has failed", id)
+		}
+	}
+}
+
 // pendingWithdrawal stages and verifies a withdrawal of 1,000 (fee 50)
 // for cid; the rail accepts it, so it stays pending with the debit
 // standing. It returns the provider's reference.
@@ -291,6 +310,7 @@ func TestPaystackEventRetriedWithoutBlockingOthers(t *testing.T) {
 	h.processed("transfer.failed:202")
 	h.caughtUp()
 	h.expectWallet(cid, 8950, 0)
+	h.failedAttempt("transfer.failed:201")
 	state, _, attempts, _ := h.inboxRow("transfer.failed:201")
 	if state != "pending" || attempts < 1 || rail.pollsOf(stuck) < 1 {
 		t.Fatalf("stuck event %s after %d attempts (%d polls)", state, attempts, rail.pollsOf(stuck))
