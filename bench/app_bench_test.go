@@ -130,7 +130,9 @@ func benchCustomerCreate(b *testing.B, keyed bool) {
 		lat  []time.Duration
 		wg   sync.WaitGroup
 	)
+	database := pool.Config().ConnConfig.Database
 	b.ResetTimer()
+	cpu0 := sampleCPU(database)
 	start := time.Now()
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -168,11 +170,19 @@ func benchCustomerCreate(b *testing.B, keyed bool) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuSince(cpu0, database, len(lat))
 	b.StopTimer()
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	if len(lat) > 0 {
 		b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+		// CPU per customer created: this process (server, projections and
+		// the HTTP clients) and the benchmark's database backends.
+		b.ReportMetric(ledgerMS(cpu.selfPerOp), "go-cpu-ms/op")
+		if cpu.pgOK {
+			b.ReportMetric(ledgerMS(cpu.dbPerOp), "pg-db-cpu-ms/op")
+		}
+		b.ReportMetric(cpu.stealPct, "steal-%")
 	}
 }

@@ -14,6 +14,7 @@ import (
 	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/eventstore"
 	"github.com/escrowd/escrowd/eventstore/postgres"
 )
 
@@ -199,7 +200,11 @@ func benchEscrowLifecycleOn(b *testing.B, clients int, bs *benchServer) {
 	}
 	database := bs.pool.Config().ConnConfig.Database
 	cpuBefore := sampleCPU(database)
-	pgStore, _ := bs.store.(*postgres.Store)
+	under := bs.store
+	if u, ok := under.(interface{ Unwrap() eventstore.Store }); ok {
+		under = u.Unwrap() // the sealing codec
+	}
+	pgStore, _ := under.(*postgres.Store)
 	var stats0, stats postgres.AppendStats
 	if pgStore != nil {
 		stats0 = pgStore.AppendStats()

@@ -83,9 +83,18 @@ func newBenchServerWith(b *testing.B, configure func(cfg *httpapi.Config, pool *
 
 // sealedBenchStore is store behind the codec that seals personal fields,
 // as every process has it (wiring.Sealed), with a master key of its own,
-// and the keyring it seals with.
+// and the keyring it seals with. With BENCH_SEALING=off it is store as it
+// is and no keyring: the same build without sealing, so that what sealing
+// costs can be measured against it alternately in one sitting.
 func sealedBenchStore(b *testing.B, store eventstore.Store, pool *pgxpool.Pool) (eventstore.Store, *keyring.Keyring) {
 	b.Helper()
+	switch v := os.Getenv("BENCH_SEALING"); v {
+	case "off":
+		return store, nil
+	case "", "on":
+	default:
+		b.Fatalf("BENCH_SEALING=%q: want on or off", v)
+	}
 	master, err := keyring.GenerateMaster()
 	if err != nil {
 		b.Fatal(err)
