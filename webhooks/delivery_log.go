@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/view"
 )
 
@@ -305,7 +306,9 @@ const inFlight = `(status = 'delivering' AND lease_until >= now())`
 // redelivery itself is an event (webhook.RedeliveryRequested), which the
 // Subscriber acts on; meanwhile the retention must not delete the row, so
 // the look-up restarts a finished delivery's retention clock (the sweep
-// re-checks a row's finished_at once it holds its lock).
+// re-checks a row's finished_at once it holds its lock), unless it was
+// redelivered as often as it may be: a request the bound refuses keeps
+// nothing longer than the retention.
 func (o *Outbox) Redeliverable(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, int, error) {
 	d, err := o.Get(ctx, merchantID, env, id)
 	if err != nil {
@@ -313,9 +316,10 @@ func (o *Outbox) Redeliverable(ctx context.Context, merchantID string, env domai
 	}
 	var n int
 	var busy bool
-	err = o.pool.QueryRow(ctx, `UPDATE webhook_deliveries SET finished_at = CASE WHEN finished_at IS NULL THEN NULL ELSE now() END
+	err = o.pool.QueryRow(ctx, `UPDATE webhook_deliveries
+		SET finished_at = CASE WHEN finished_at IS NULL OR manual_retries >= $4 THEN finished_at ELSE now() END
 		WHERE id = $1 AND merchant_id = $2 AND environment = $3
-		RETURNING manual_retries, `+inFlight, id, merchantID, string(env)).Scan(&n, &busy)
+		RETURNING manual_retries, `+inFlight, id, merchantID, string(env), webhook.MaxRedeliveries).Scan(&n, &busy)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return d, 0, ErrDeliveryNotFound // swept away meanwhile

@@ -110,3 +110,34 @@ func TestRequestedRedeliveryOutlivesTheRetention(t *testing.T) {
 	e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
 	eventually(t, 10*time.Second, "the recorded redelivery delivered", func() bool { return rc.delivered()[id.String()] == 1 })
 }
+
+// TestRefusedRedeliveryKeepsTheRetention: a request for a delivery already
+// redelivered as often as it may be is refused, and does not restart its
+// retention clock, so asking again and again keeps nothing longer.
+func TestRefusedRedeliveryKeepsTheRetention(t *testing.T) {
+	e := newTestEnv(t)
+	m := e.merchant("")
+	stopSub := e.runSubscriber(e.pool)
+	_, stopDisp := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
+	id := e.deposits(m.MerchantID, 1)[0]
+	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
+	stopSub()
+	stopDisp()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET finished_at = now() - interval '100 days',
+		manual_retries = $2 WHERE id = $1`, id, webhook.MaxRedeliveries); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.redeliver(m.MerchantID, domain.Test, id.String()); !errors.Is(err, webhook.ErrRedeliveriesExhausted) {
+		t.Fatalf("redelivery past the bound: %v", err)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE id = $1 AND finished_at < now() - interval '99 days'`, id); n != 1 {
+		t.Fatal("a refused redelivery restarted the retention clock")
+	}
+	sw := &Sweeper{Pool: e.pool, Retention: 720 * time.Hour, Interval: time.Minute, Batch: 10}
+	if res := e.sweep(sw); !res.Ran {
+		t.Fatalf("the sweep did not run: %+v", res)
+	}
+	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE id = $1`, id); n != 0 {
+		t.Fatal("the retention kept a delivery past its time")
+	}
+}
