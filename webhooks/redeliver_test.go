@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/webhook"
 	"github.com/escrowd/escrowd/internal/app"
@@ -83,17 +85,7 @@ func TestRedeliveryIsQueuedFromItsRecord(t *testing.T) {
 // a finished delivery past its age: the check restarts its clock, so the
 // request recorded is the redelivery made.
 func TestRequestedRedeliveryOutlivesTheRetention(t *testing.T) {
-	e := newTestEnv(t)
-	m := e.merchant("")
-	stopSub := e.runSubscriber(e.pool)
-	_, stopDisp := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
-	id := e.deposits(m.MerchantID, 1)[0]
-	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
-	stopSub()
-	stopDisp()
-	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET finished_at = now() - interval '100 days' WHERE id = $1`, id); err != nil {
-		t.Fatal(err)
-	}
+	e, m, id := oldFinishedDelivery(t)
 	if _, err := e.redeliver(m.MerchantID, domain.Test, id.String()); err != nil {
 		t.Fatal(err)
 	}
@@ -115,16 +107,8 @@ func TestRequestedRedeliveryOutlivesTheRetention(t *testing.T) {
 // redelivered as often as it may be is refused, and does not restart its
 // retention clock, so asking again and again keeps nothing longer.
 func TestRefusedRedeliveryKeepsTheRetention(t *testing.T) {
-	e := newTestEnv(t)
-	m := e.merchant("")
-	stopSub := e.runSubscriber(e.pool)
-	_, stopDisp := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
-	id := e.deposits(m.MerchantID, 1)[0]
-	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
-	stopSub()
-	stopDisp()
-	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET finished_at = now() - interval '100 days',
-		manual_retries = $2 WHERE id = $1`, id, webhook.MaxRedeliveries); err != nil {
+	e, m, id := oldFinishedDelivery(t)
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET manual_retries = $2 WHERE id = $1`, id, webhook.MaxRedeliveries); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.redeliver(m.MerchantID, domain.Test, id.String()); !errors.Is(err, webhook.ErrRedeliveriesExhausted) {
@@ -140,4 +124,23 @@ func TestRefusedRedeliveryKeepsTheRetention(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM webhook_deliveries WHERE id = $1`, id); n != 0 {
 		t.Fatal("the retention kept a delivery past its time")
 	}
+}
+
+// oldFinishedDelivery is a merchant's deposit delivery that finished (no
+// endpoint) 100 days ago, past a 30-day retention, with the subscriber and
+// dispatcher stopped.
+func oldFinishedDelivery(t *testing.T) (*testEnv, app.CreatedMerchant, uuid.UUID) {
+	t.Helper()
+	e := newTestEnv(t)
+	m := e.merchant("")
+	stopSub := e.runSubscriber(e.pool)
+	_, stopDisp := e.runDispatcher(e.pool, func(d *Dispatcher) { d.Retention = -1 })
+	id := e.deposits(m.MerchantID, 1)[0]
+	eventually(t, 10*time.Second, "no_endpoint", func() bool { return e.statuses()[StatusNoEndpoint] == 1 })
+	stopSub()
+	stopDisp()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE webhook_deliveries SET finished_at = now() - interval '100 days' WHERE id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	return e, m, id
 }
