@@ -306,9 +306,9 @@ const inFlight = `(status = 'delivering' AND lease_until >= now())`
 // redelivery itself is an event (webhook.RedeliveryRequested), which the
 // Subscriber acts on; meanwhile the retention must not delete the row, so
 // the look-up restarts a finished delivery's retention clock (the sweep
-// re-checks a row's finished_at once it holds its lock), unless it was
-// redelivered as often as it may be: a request the bound refuses keeps
-// nothing longer than the retention.
+// re-checks a row's finished_at once it holds its lock), unless the
+// outbox has queued as many redeliveries of it as the bound allows, so
+// requests past the bound do not keep it beyond its retention.
 func (o *Outbox) Redeliverable(ctx context.Context, merchantID string, env domain.Environment, id string) (Delivery, int, error) {
 	d, err := o.Get(ctx, merchantID, env, id)
 	if err != nil {
