@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/cipher"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -57,6 +56,7 @@ type Keyring struct {
 	blind []byte
 	// destroyed counts the keys this process destroyed (Destroys).
 	destroyed atomic.Uint64
+	makes     makeGroup
 }
 
 // cachedKey is an unwrapped key, or (aead nil) a destroyed one: a
@@ -211,23 +211,6 @@ func (k *Keyring) load(ctx context.Context, s Subject, create bool) ([]byte, err
 		// Another process made it first: read theirs.
 	}
 	return nil, fmt.Errorf("keyring: the data key of %s could not be read or made", s)
-}
-
-// make stores a new data key for s unless s has one (made reports which).
-func (k *Keyring) make(ctx context.Context, s Subject) (raw []byte, made bool, err error) {
-	raw = make([]byte, keySize)
-	if _, err := rand.Read(raw); err != nil {
-		return nil, false, err
-	}
-	tag, err := k.pool.Exec(ctx, `INSERT INTO data_keys (subject, wrapped, master_id) VALUES ($1, $2, $3) ON CONFLICT (subject) DO NOTHING`,
-		string(s), k.current.wrap(string(s), raw), k.current.id)
-	if err != nil {
-		return nil, false, err
-	}
-	if tag.RowsAffected() == 1 {
-		return raw, true, nil
-	}
-	return nil, false, nil
 }
 
 func (k *Keyring) unwrap(s Subject, wrapped []byte, masterID string) ([]byte, error) {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/escrowd/escrowd/internal/pgtest"
 )
@@ -250,4 +251,71 @@ func TestMasterFile(t *testing.T) {
 	if _, err := LoadMaster(junk); err == nil || !strings.Contains(err.Error(), "base64") {
 		t.Fatalf("junk key: %v", err)
 	}
+}
+
+// TestKeysMadeTogetherOpen: keys asked for while an insert runs go
+// together in the next one, two asks for one subject among them included,
+// and every value sealed then opens in another process.
+func TestKeysMadeTogetherOpen(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	m := newMaster(t)
+	k := New(pool, m)
+	if _, err := k.Seal(ctx, Customer("c_warm"), []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Hold inserts back until the others have queued behind the first.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `LOCK TABLE data_keys IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	subjects := []Subject{Customer("c_first"), Customer("c_a"), Customer("c_b"), Customer("c_a"), Customer("c_b"), Customer("c_c")}
+	sealed := make([][]byte, len(subjects))
+	errs := make([]error, len(subjects))
+	var wg sync.WaitGroup
+	seal := func(i int) {
+		wg.Go(func() { sealed[i], errs[i] = k.Seal(ctx, subjects[i], []byte("value"), nil) })
+	}
+	seal(0)
+	waitFor(t, func() bool { k.makes.mu.Lock(); defer k.makes.mu.Unlock(); return k.makes.running })
+	for i := 1; i < len(subjects); i++ {
+		seal(i)
+	}
+	waitFor(t, func() bool {
+		k.makes.mu.Lock()
+		defer k.makes.mu.Unlock()
+		return len(k.makes.queue) == len(subjects)-1
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	reader := New(pool, m)
+	for i, b := range sealed {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if got, err := reader.Open(ctx, subjects[i], b, nil); err != nil || string(got) != "value" {
+			t.Fatalf("seal %d (%s) does not open in another process: %v", i, subjects[i], err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM data_keys WHERE subject LIKE 'customer:c\_%'`).Scan(&n); err != nil || n != 5 {
+		t.Fatalf("%d data keys stored (%v), want 5", n, err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 1000 {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("condition not reached in 5 s")
 }
