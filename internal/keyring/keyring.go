@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,7 +54,7 @@ type Keyring struct {
 
 	mu    sync.Mutex
 	cache map[Subject]cachedKey
-	blind []byte
+	blind *sync.Pool // of HMACs keyed with the blind-index key
 	// destroyed counts the keys this process destroyed (Destroys).
 	destroyed atomic.Uint64
 	makes     makeGroup
@@ -293,18 +294,26 @@ func (k *Keyring) rewrapBatch(ctx context.Context, after string, limit int, unkn
 // normalise values first (an email's case).
 func (k *Keyring) BlindIndex(ctx context.Context, purpose, value string) (string, error) {
 	k.mu.Lock()
-	key := k.blind
+	macs := k.blind
 	k.mu.Unlock()
-	if key == nil {
+	if macs == nil {
 		raw, err := k.load(ctx, blindIndexSubject, true)
 		if err != nil {
 			return "", err
 		}
+		// Keying an HMAC costs more than hashing a short value: keyed
+		// ones are kept for reuse (Reset returns one to its keyed state).
+		macs = &sync.Pool{New: func() any { return hmac.New(sha256.New, raw) }}
 		k.mu.Lock()
-		k.blind, key = raw, raw
+		if k.blind == nil {
+			k.blind = macs
+		}
+		macs = k.blind
 		k.mu.Unlock()
 	}
-	mac := hmac.New(sha256.New, key)
+	mac := macs.Get().(hash.Hash)
+	defer macs.Put(mac)
+	mac.Reset()
 	mac.Write([]byte(purpose))
 	mac.Write([]byte{0})
 	mac.Write([]byte(value))

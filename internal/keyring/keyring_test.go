@@ -196,6 +196,24 @@ func TestBlindIndex(t *testing.T) {
 	if a == "" || a != b || a == c || a == d || strings.Contains(a, "ada@example.com") || len(a) != 64 {
 		t.Fatalf("indexes %s %s %s %s", a, b, c, d)
 	}
+	// One keyring, asked again and again, at once too, answers the same.
+	k := New(pool, m)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				value, want := "ada@example.com", a
+				if i%2 == 1 {
+					value, want = "bola@example.com", d
+				}
+				if got, err := k.BlindIndex(ctx, "email", value); err != nil || got != want {
+					t.Errorf("index of %s %s (%v), want %s", value, got, err, want)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // TestFirstSealsRaceToOneKey: processes sealing a subject's first values at

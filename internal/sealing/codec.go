@@ -166,6 +166,10 @@ type transform struct {
 	// value that opens is sealed already: events seal runs again after an
 	// interruption.
 	resealing bool
+	// erased is set when a value was written Erased instead of sealed
+	// (its subject's key was destroyed): the data then no longer opens to
+	// what was given.
+	erased bool
 }
 
 func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, path string) (jsontext.Value, error) {
@@ -195,7 +199,7 @@ func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, 
 			if errors.Is(err, keyring.ErrErased) {
 				// A forgotten subject's data is not kept: their money
 				// still moves (an escrow they sell settles), named so.
-				out, err = Erased, nil
+				out, err, t.erased = Erased, nil, true
 			}
 		default:
 			out, err = openValue(t.ctx, t.keys, t.typ, path, string(plain))

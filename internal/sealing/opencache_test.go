@@ -43,8 +43,8 @@ func firstBatch(t *testing.T, store eventstore.Store, from eventstore.Position) 
 }
 
 // TestSubscribersOpenEachEventOnce: the subscribers of one process are
-// handed the same events; the first to get an event opens its sealed
-// values, and the others take what it opened.
+// handed the same events; the first to get an event another process
+// appended opens its sealed values, and the others take what it opened.
 func TestSubscribersOpenEachEventOnce(t *testing.T) {
 	ctx := context.Background()
 	raw := postgres.New(pgtest.NewPool(t))
@@ -55,7 +55,8 @@ func TestSubscribersOpenEachEventOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
+	other := sealing.Wrap(raw, keys)
+	if _, err := other.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
 		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +72,51 @@ func TestSubscribersOpenEachEventOnce(t *testing.T) {
 		t.Fatalf("three more subscribers opened %d values again", got-once)
 	}
 }
+
+// TestOwnAppendsAreNotOpenedAgain: the subscribers of the process that
+// appended an event are handed the data it was given, with nothing opened;
+// but not when a value of it was written erased (its subject forgotten),
+// which the log's copy no longer holds.
+func TestOwnAppendsAreNotOpenedAgain(t *testing.T) {
+	ctx := context.Background()
+	raw := postgres.New(pgtest.NewPool(t))
+	keys := &countingKeys{Keyring: newKeyring(t, raw)}
+	store := sealing.Wrap(raw, keys)
+	t.Cleanup(store.Close)
+	from, err := store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
+		t.Fatal(err)
+	}
+	sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
+	if got := keys.opens.Load(); got != 0 {
+		t.Fatalf("%d values of the process's own append opened again", got)
+	}
+
+	if _, err := keys.Destroy(ctx, keyring.Customer("c_ada")); err != nil {
+		t.Fatal(err)
+	}
+	from, err = store.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "charge-ch_1", Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event("charge.applied", twoCustomersCharged)}}); err != nil {
+		t.Fatal(err)
+	}
+	got := string(firstBatch(t, store, from)[0].Data)
+	if strings.Contains(got, "Adaeze") || !strings.Contains(got, "[erased]") || !strings.Contains(got, "Bolanle") {
+		t.Fatalf("a forgotten customer's values reached a subscriber: %s", got)
+	}
+}
+
+// twoCustomersCharged names two customers, each in a record of their own.
+const twoCustomersCharged = `{"merchantId":"m_1","customerId":"c_bola","records":[` +
+	`{"id":"r_1","customerId":"c_ada","merchantId":"m_1","walletDetails":{"customerName":"Adaeze Obiageli","phone":"08031234567"}},` +
+	`{"id":"r_2","customerId":"c_bola","merchantId":"m_1","walletDetails":{"customerName":"Bolanle Adeyemi","phone":"08037654321"}}]}`
 
 // TestDestroyedKeyDropsWhatSubscribersOpened: once this process destroys a
 // customer's key, no subscriber is handed their events as opened before.

@@ -49,49 +49,78 @@ func SealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadat
 	return out, err
 }
 
+// sealing is what sealEvent did to an event's data.
+type sealing int
+
+const (
+	nothingSealed sealing = iota // nothing to seal: data as given
+	allSealed                    // sealed: opens to data as given
+	someErased                   // a value written Erased: opens to less
+)
+
 // sealEvent seals the fields typ declares sealed of a new event's data
 // (resealing: of a stored event's, sealing only those still plain),
-// reporting whether it rewrote data.
-func sealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte, resealing bool) ([]byte, bool, error) {
+// reporting what it did.
+func sealEvent(ctx context.Context, keys Keys, stream, typ string, data, metadata []byte, resealing bool) ([]byte, sealing, error) {
 	r, ok := rules[typ]
 	if !ok || !mayHold(data, r.keys) {
-		return data, false, nil
+		return data, nothingSealed, nil
 	}
 	t := &transform{ctx: ctx, keys: keys, typ: typ, seal: true, resealing: resealing}
 	out, err := t.value(jsontext.Value(data), r.root, r.subject(stream, metadata), "")
 	if err != nil {
-		return nil, false, fmt.Errorf("sealing: %s in %s: %w", typ, stream, err)
+		return nil, nothingSealed, fmt.Errorf("sealing: %s in %s: %w", typ, stream, err)
 	}
-	return out, true, nil
+	if t.erased {
+		return out, someErased, nil
+	}
+	return out, allSealed, nil
 }
 
+// Append seals the events' fields and appends them. Once they are stored,
+// the data as given is what this process's subscribers are handed for
+// them (the shared cache of opened data): they need not open what was
+// just sealed.
 func (s *Store) Append(ctx context.Context, appends ...eventstore.StreamAppend) (eventstore.AppendResult, error) {
 	// Copies are made on the first change: the caller's slices stay as
 	// given (the engine appends them again after a conflict).
-	var sealed []eventstore.StreamAppend
+	var (
+		out   []eventstore.StreamAppend
+		plain []eventstore.EventData
+		epoch = s.shared.epochNow()
+	)
 	for i, a := range appends {
 		copied := false
 		for j, e := range a.Events {
-			data, changed, err := sealEvent(ctx, s.keys, a.Stream, e.Type, e.Data, e.Metadata, false)
+			data, did, err := sealEvent(ctx, s.keys, a.Stream, e.Type, e.Data, e.Metadata, false)
 			if err != nil {
 				return eventstore.AppendResult{}, err
 			}
-			if !changed {
+			if did == nothingSealed {
 				continue
 			}
-			if sealed == nil {
-				sealed = append([]eventstore.StreamAppend(nil), appends...)
+			if did == allSealed {
+				plain = append(plain, e)
+			}
+			if out == nil {
+				out = append([]eventstore.StreamAppend(nil), appends...)
 			}
 			if !copied {
-				sealed[i].Events, copied = append([]eventstore.EventData(nil), a.Events...), true
+				out[i].Events, copied = append([]eventstore.EventData(nil), a.Events...), true
 			}
-			sealed[i].Events[j].Data = data
+			out[i].Events[j].Data = data
 		}
 	}
-	if sealed == nil {
-		sealed = appends
+	if out == nil {
+		return s.inner.Append(ctx, appends...)
 	}
-	return s.inner.Append(ctx, sealed...)
+	res, err := s.inner.Append(ctx, out...)
+	if err == nil {
+		for _, e := range plain {
+			s.shared.put(e.ID, e.Data, epoch)
+		}
+	}
+	return res, err
 }
 
 // opened returns events with their sealed fields opened. Events holding
