@@ -102,7 +102,7 @@ var rules = []rule{
 	// The wiring assembles the process; only cmd and test harnesses
 	// import it.
 	{pkg: "internal/wiring", may: []string{"domain/...", "view", "eventstore/...", "internal/app", "internal/dashauth", "internal/files", "internal/gateway/...", "internal/inbox", "internal/projector",
-		"internal/keyring", "internal/sealing", "projections", "webhooks", "httpapi"}},
+		"internal/keyring", "internal/sealing", "projections", "webhooks", "httpapi"}, testsMay: testFixtures},
 	// The binary, and the packages that are tests only.
 	{pkg: "cmd/...", may: []string{"..."}, testsMay: []string{"..."}},
 	{pkg: "internal/chaos", may: []string{"..."}, testsMay: []string{"..."}},

@@ -58,6 +58,9 @@ type Keyring struct {
 	// destroyed counts the keys this process destroyed (Destroys).
 	destroyed atomic.Uint64
 	makes     makeGroup
+	// logHere: the event log is kept in the keyring's database (see
+	// SetLogInDatabase).
+	logHere atomic.Bool
 }
 
 // cachedKey is an unwrapped key, or (aead nil) a destroyed one: a
@@ -78,6 +81,21 @@ func New(pool *pgxpool.Pool, current Master, previous ...Master) *Keyring {
 	}
 	return k
 }
+
+// SetLogInDatabase tells the keyring whether the event log is kept in its
+// own database. Then every value sealed with a data key that must outlive
+// a crash (an event, a read model's row, an outbox body, a kept answer)
+// commits in that database after the key was stored, and PostgreSQL makes
+// a commit durable only with everything its write-ahead log holds before
+// it; so a new key's insert does not wait for its own flush: the first
+// commit that keeps something sealed with it flushes it too, and a crash
+// before that loses the key with everything that used it. With the log
+// elsewhere (KurrentDB), an event could outlive its key: each insert
+// waits for its flush.
+func (k *Keyring) SetLogInDatabase(here bool) { k.logHere.Store(here) }
+
+// LogInDatabase is what SetLogInDatabase set.
+func (k *Keyring) LogInDatabase() bool { return k.logHere.Load() }
 
 // Seal encrypts plaintext under s's data key, made on first use, bound to
 // aad (what the value is: a field's name, say), so a sealed value moved to

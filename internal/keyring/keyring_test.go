@@ -275,10 +275,16 @@ func TestMasterFile(t *testing.T) {
 // together in the next one, two asks for one subject among them included,
 // and every value sealed then opens in another process.
 func TestKeysMadeTogetherOpen(t *testing.T) {
+	t.Run("flushed", func(t *testing.T) { testKeysMadeTogetherOpen(t, false) })
+	t.Run("log in the database", func(t *testing.T) { testKeysMadeTogetherOpen(t, true) })
+}
+
+func testKeysMadeTogetherOpen(t *testing.T, logHere bool) {
 	pool := pgtest.NewPool(t)
 	ctx := context.Background()
 	m := newMaster(t)
 	k := New(pool, m)
+	k.SetLogInDatabase(logHere)
 	if _, err := k.Seal(ctx, Customer("c_warm"), []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}

@@ -107,6 +107,19 @@ func (k *Keyring) nextMakes() {
 	}()
 }
 
+const (
+	insertKeysSQL = `INSERT INTO data_keys (subject, wrapped, master_id)
+		SELECT s, w, $3 FROM unnest($1::text[], $2::bytea[]) AS t(s, w)
+		ON CONFLICT (subject) DO NOTHING RETURNING subject`
+	// insertKeysUnflushedSQL commits without waiting for the WAL flush
+	// (synchronous_commit off for its own transaction only), when the
+	// log's commits flush the keys (SetLogInDatabase).
+	insertKeysUnflushedSQL = `WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
+		INSERT INTO data_keys (subject, wrapped, master_id)
+		SELECT s, w, $3 FROM unnest($1::text[], $2::bytea[]) AS t(s, w), unflushed
+		ON CONFLICT (subject) DO NOTHING RETURNING subject`
+)
+
 // insertKeys stores the keys of reqs in one statement, each unless its
 // subject has one: made is set on the requests whose key was stored. Of
 // two requests for one subject, only the first is tried; the other reads
@@ -123,9 +136,11 @@ func (k *Keyring) insertKeys(ctx context.Context, reqs []*makeReq) {
 		subjects = append(subjects, string(r.subject))
 		wrapped = append(wrapped, r.wrapped)
 	}
-	rows, err := k.pool.Query(ctx, `INSERT INTO data_keys (subject, wrapped, master_id)
-		SELECT s, w, $3 FROM unnest($1::text[], $2::bytea[]) AS t(s, w)
-		ON CONFLICT (subject) DO NOTHING RETURNING subject`, subjects, wrapped, k.current.id)
+	insert := insertKeysSQL
+	if k.logHere.Load() {
+		insert = insertKeysUnflushedSQL
+	}
+	rows, err := k.pool.Query(ctx, insert, subjects, wrapped, k.current.id)
 	if err == nil {
 		for rows.Next() {
 			var s string

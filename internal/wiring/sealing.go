@@ -5,6 +5,7 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/sealing"
 )
@@ -13,9 +14,13 @@ import (
 // fields with the data keys of pool's keyring (table data_keys), wrapped by
 // master; previous are earlier master keys still wrapping some. Every
 // process builds its store through it, so nothing it appends reaches the
-// log with those fields in plain text.
+// log with those fields in plain text. The keyring is told the log is in
+// its database only when store is the PostgreSQL store over pool itself.
 func Sealed(store eventstore.Store, pool *pgxpool.Pool, master keyring.Master, previous ...keyring.Master) (eventstore.Store, *keyring.Keyring) {
 	ring := keyring.New(pool, master, previous...)
+	if pg, ok := store.(*postgres.Store); ok && pg.Pool() == pool {
+		ring.SetLogInDatabase(true)
+	}
 	return sealing.Wrap(store, ring), ring
 }
 
