@@ -25,6 +25,30 @@ func (k *countingKeys) Open(ctx context.Context, s keyring.Subject, sealed, aad 
 	return k.Keyring.Open(ctx, s, sealed, aad)
 }
 
+// countedStore is a sealing store over a new database, counting the values
+// its keys open, with the log's head before anything was appended.
+func countedStore(t *testing.T) (*postgres.Store, eventstore.Store, *countingKeys, eventstore.Position) {
+	t.Helper()
+	raw := postgres.New(pgtest.NewPool(t))
+	keys := &countingKeys{Keyring: newKeyring(t, raw)}
+	store := sealing.Wrap(raw, keys)
+	t.Cleanup(store.Close)
+	from, err := store.Head(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, store, keys, from
+}
+
+// appendEvent appends one event of typ to a new stream.
+func appendEvent(t *testing.T, store eventstore.Store, stream, typ, data string) {
+	t.Helper()
+	if _, err := store.Append(context.Background(), eventstore.StreamAppend{Stream: stream, Expected: eventstore.NoStream,
+		Events: []eventstore.EventData{event(typ, data)}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // firstBatch subscribes from `from` and returns the first batch handed to
 // the subscriber.
 func firstBatch(t *testing.T, store eventstore.Store, from eventstore.Position) []eventstore.RecordedEvent {
@@ -46,20 +70,8 @@ func firstBatch(t *testing.T, store eventstore.Store, from eventstore.Position) 
 // handed the same events; the first to get an event another process
 // appended opens its sealed values, and the others take what it opened.
 func TestSubscribersOpenEachEventOnce(t *testing.T) {
-	ctx := context.Background()
-	raw := postgres.New(pgtest.NewPool(t))
-	keys := &countingKeys{Keyring: newKeyring(t, raw)}
-	store := sealing.Wrap(raw, keys)
-	t.Cleanup(store.Close)
-	from, err := store.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := sealing.Wrap(raw, keys)
-	if _, err := other.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
-		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
-		t.Fatal(err)
-	}
+	raw, store, keys, from := countedStore(t)
+	appendEvent(t, sealing.Wrap(raw, keys), "customer-c_ada", "customer.created", customerCreated)
 	sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
 	once := keys.opens.Load()
 	if once != 6 { // firstname, lastname, email, phone, bvn, dob
@@ -79,18 +91,8 @@ func TestSubscribersOpenEachEventOnce(t *testing.T) {
 // which the log's copy no longer holds.
 func TestOwnAppendsAreNotOpenedAgain(t *testing.T) {
 	ctx := context.Background()
-	raw := postgres.New(pgtest.NewPool(t))
-	keys := &countingKeys{Keyring: newKeyring(t, raw)}
-	store := sealing.Wrap(raw, keys)
-	t.Cleanup(store.Close)
-	from, err := store.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
-		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
-		t.Fatal(err)
-	}
+	_, store, keys, from := countedStore(t)
+	appendEvent(t, store, "customer-c_ada", "customer.created", customerCreated)
 	sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
 	if got := keys.opens.Load(); got != 0 {
 		t.Fatalf("%d values of the process's own append opened again", got)
@@ -99,14 +101,11 @@ func TestOwnAppendsAreNotOpenedAgain(t *testing.T) {
 	if _, err := keys.Destroy(ctx, keyring.Customer("c_ada")); err != nil {
 		t.Fatal(err)
 	}
-	from, err = store.Head(ctx)
+	from, err := store.Head(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "charge-ch_1", Expected: eventstore.NoStream,
-		Events: []eventstore.EventData{event("charge.applied", twoCustomersCharged)}}); err != nil {
-		t.Fatal(err)
-	}
+	appendEvent(t, store, "charge-ch_1", "charge.applied", twoCustomersCharged)
 	got := string(firstBatch(t, store, from)[0].Data)
 	if strings.Contains(got, "Adaeze") || !strings.Contains(got, "[erased]") || !strings.Contains(got, "Bolanle") {
 		t.Fatalf("a forgotten customer's values reached a subscriber: %s", got)
@@ -122,18 +121,8 @@ const twoCustomersCharged = `{"merchantId":"m_1","customerId":"c_bola","records"
 // customer's key, no subscriber is handed their events as opened before.
 func TestDestroyedKeyDropsWhatSubscribersOpened(t *testing.T) {
 	ctx := context.Background()
-	raw := postgres.New(pgtest.NewPool(t))
-	ring := newKeyring(t, raw)
-	store := sealing.Wrap(raw, ring)
-	t.Cleanup(store.Close)
-	from, err := store.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Append(ctx, eventstore.StreamAppend{Stream: "customer-c_ada", Expected: eventstore.NoStream,
-		Events: []eventstore.EventData{event("customer.created", customerCreated)}}); err != nil {
-		t.Fatal(err)
-	}
+	_, store, ring, from := countedStore(t)
+	appendEvent(t, store, "customer-c_ada", "customer.created", customerCreated)
 	sameJSON(t, firstBatch(t, store, from)[0].Data, customerCreated)
 	if _, err := ring.Destroy(ctx, keyring.Customer("c_ada")); err != nil {
 		t.Fatal(err)
