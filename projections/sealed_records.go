@@ -18,60 +18,14 @@ import (
 
 const recordPlace = "rm_transactions.record."
 
-// personalFields are r's personal fields by their place; r's details are
-// copied first, so the fields can be changed without touching the record
-// r was copied from.
+// personalFields are r's personal fields by their place (see
+// ledger.Record.PersonalFields).
 func personalFields(r *ledger.Record) (places []string, fields []*string) {
-	add := func(path string, f *string) {
-		places, fields = append(places, recordPlace+path), append(fields, f)
-	}
-	if d := r.WithdrawalDetails; d != nil {
-		c := *d
-		r.WithdrawalDetails = &c
-		add("withdrawalDetails.accountName", &c.AccountName)
-		add("withdrawalDetails.accountNumber", &c.AccountNumber)
-	}
-	if d := r.WalletDetails; d != nil {
-		c := *d
-		r.WalletDetails = &c
-		add("walletDetails.phone", &c.Phone)
-		add("walletDetails.customerName", &c.CustomerName)
-	}
-	if d := r.BlockchainDetails; d != nil {
-		c := *d
-		r.BlockchainDetails = &c
-		add("blockchainDetails.toAddress", &c.ToAddress)
-	}
-	if d := r.EscrowDetails; d != nil {
-		c := *d
-		r.EscrowDetails = &c
-		if b := c.Beneficiary; b != nil {
-			cb := *b
-			c.Beneficiary = &cb
-			add("escrowDetails.beneficiary.name", &cb.Name)
-			add("escrowDetails.beneficiary.phone", &cb.Phone)
-		}
-		if len(c.Escrows) > 0 {
-			c.Escrows = append([]ledger.EscrowSummary(nil), c.Escrows...)
-			for i := range c.Escrows {
-				if b := c.Escrows[i].Beneficiary; b != nil {
-					cb := *b
-					c.Escrows[i].Beneficiary = &cb
-					add("escrowDetails.escrows.beneficiary.name", &cb.Name)
-					add("escrowDetails.escrows.beneficiary.phone", &cb.Phone)
-				}
-			}
-		}
+	paths, fields := r.PersonalFields()
+	for _, p := range paths {
+		places = append(places, recordPlace+p)
 	}
 	return places, fields
-}
-
-// recordOwner is whose key seals r's personal fields.
-func recordOwner(r ledger.Record) domain.DataOwner {
-	if r.CustomerID != "" {
-		return domain.CustomerData(r.CustomerID)
-	}
-	return domain.MerchantData(r.MerchantID)
 }
 
 // keptRecord is r as rm_transactions keeps it: its JSON, the personal
@@ -79,7 +33,7 @@ func recordOwner(r ledger.Record) domain.DataOwner {
 func keptRecord(ctx context.Context, sealer domain.Sealer, r ledger.Record) ([]byte, error) {
 	if sealer != nil {
 		places, fields := personalFields(&r)
-		owner := recordOwner(r)
+		owner := r.DataOwner()
 		for i, f := range fields {
 			sealed, err := sealFor(ctx, sealer, owner, places[i], *f)
 			if err != nil {

@@ -30,6 +30,8 @@ type Message struct {
 	// escrow's events); "" for messages without an order (payments).
 	OrderKey string
 	Body     []byte
+	// envelope is what Body was made from (see sealBodies).
+	envelope Envelope
 }
 
 // Envelope is the body of every webhook.
@@ -69,15 +71,18 @@ func EscrowStatusEvent(s escrow.Status) string { return "escrow." + strings.ToLo
 
 // PaymentEvent is the event of a settled transaction record.
 func PaymentEvent(r ledger.Record) string {
-	return "payment." + string(r.Type) + "." + string(r.Status)
+	return paymentEventPrefix + string(r.Type) + "." + string(r.Status)
 }
 
+const paymentEventPrefix = "payment."
+
 func newMessage(id uuid.UUID, merchantID string, env domain.Environment, event, orderKey string, data any, at time.Time) (Message, error) {
-	body, err := marshalBody(Envelope{ID: id.String(), Event: event, Data: data, Timestamp: at.UTC().Format(TimestampFormat)})
+	envelope := Envelope{ID: id.String(), Event: event, Data: data, Timestamp: at.UTC().Format(TimestampFormat)}
+	body, err := marshalBody(envelope)
 	if err != nil {
 		return Message{}, err
 	}
-	return Message{ID: id, MerchantID: merchantID, Environment: env, Event: event, OrderKey: orderKey, Body: body}, nil
+	return Message{ID: id, MerchantID: merchantID, Environment: env, Event: event, OrderKey: orderKey, Body: body, envelope: envelope}, nil
 }
 
 // marshalBody is the JSON of a webhook body with &, < and > as

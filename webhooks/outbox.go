@@ -1,9 +1,12 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -11,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/escrowd/escrowd/domain"
+	"github.com/escrowd/escrowd/domain/ledger"
 )
 
 // The outbox is webhook_deliveries (migrations/0001_baseline.sql); this file
@@ -44,15 +48,28 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
 // bound to.
 func bodyPlace(id uuid.UUID) string { return "webhook_deliveries.body\x00" + id.String() }
 
+// personalPlace is where a customer's personal field of a message's
+// transaction record is kept, inside the body.
+func personalPlace(id uuid.UUID, path string) string { return bodyPlace(id) + "\x00data." + path }
+
 // sealBodies are the bodies of msgs sealed with their merchants' data keys
-// (nil without a sealer: kept as they are).
+// (nil without a sealer: kept as they are). The personal fields of a
+// customer's transaction record (a payment message's data) are sealed
+// first with that customer's key, as the record's row keeps them, so
+// forgetting the customer erases them from the deliveries kept too: a
+// delivery sent after that carries them erased, and the money fields as
+// they were.
 func sealBodies(ctx context.Context, sealer domain.Sealer, msgs []Message) ([][]byte, error) {
 	if sealer == nil {
 		return nil, nil
 	}
 	out := make([][]byte, len(msgs))
 	for i, m := range msgs {
-		sealed, err := sealer.Seal(ctx, domain.MerchantData(m.MerchantID), bodyPlace(m.ID), string(m.Body))
+		body, err := sealPersonal(ctx, sealer, m)
+		if err != nil {
+			return nil, fmt.Errorf("webhooks: sealing message %s: %w", m.ID, err)
+		}
+		sealed, err := sealer.Seal(ctx, domain.MerchantData(m.MerchantID), bodyPlace(m.ID), string(body))
 		if err != nil {
 			return nil, fmt.Errorf("webhooks: sealing message %s: %w", m.ID, err)
 		}
@@ -64,9 +81,31 @@ func sealBodies(ctx context.Context, sealer domain.Sealer, msgs []Message) ([][]
 	return out, nil
 }
 
+// sealPersonal is m's body with the personal fields of its customer's
+// transaction record sealed with the customer's key (erased when it was
+// destroyed); m's body as it is for other messages.
+func sealPersonal(ctx context.Context, sealer domain.Sealer, m Message) ([]byte, error) {
+	r, ok := m.envelope.Data.(ledger.Record)
+	if !ok || r.CustomerID == "" {
+		return m.Body, nil
+	}
+	paths, fields := r.PersonalFields()
+	for i, f := range fields {
+		sealed, err := sealer.Seal(ctx, r.DataOwner(), personalPlace(m.ID, paths[i]), *f)
+		if err != nil {
+			return nil, err
+		}
+		*f = sealed
+	}
+	env := m.envelope
+	env.Data = r
+	return marshalBody(env)
+}
+
 // OpenBody is a kept body as it is sent: a message's JSON as it is, a
 // sealed one opened (an error without a sealer, so that no sealed text is
-// ever sent).
+// ever sent), with its record's personal fields opened (domain.Erased once
+// their customer was forgotten).
 func OpenBody(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []byte) ([]byte, error) {
 	if len(body) == 0 || body[0] == '{' {
 		return body, nil
@@ -81,7 +120,44 @@ func OpenBody(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []by
 	if plain == domain.Erased {
 		return nil, errors.New("the merchant's data key was destroyed")
 	}
-	return []byte(plain), nil
+	return openPersonal(ctx, sealer, id, []byte(plain))
+}
+
+var quotedSealed = []byte(`"` + domain.SealedPrefix)
+
+// openPersonal is body with the personal fields sealPersonal sealed
+// opened: encoding/json writes a record one way, so the bytes are those
+// of the body before sealing. A value that does not open is left as the
+// text it is (a body kept before its fields were sealed).
+func openPersonal(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []byte) ([]byte, error) {
+	if !bytes.Contains(body, quotedSealed) {
+		return body, nil
+	}
+	var head struct {
+		Event string `json:"event"`
+	}
+	if err := json.Unmarshal(body, &head); err != nil || !strings.HasPrefix(head.Event, paymentEventPrefix) {
+		return body, nil
+	}
+	var env struct {
+		ID        string        `json:"id"`
+		Event     string        `json:"event"`
+		Data      ledger.Record `json:"data"`
+		Timestamp string        `json:"timestamp"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("the message's record does not read: %w", err)
+	}
+	paths, fields := env.Data.PersonalFields()
+	for i, f := range fields {
+		if !domain.IsSealed(*f) {
+			continue
+		}
+		if plain, err := sealer.Open(ctx, personalPlace(id, paths[i]), *f); err == nil {
+			*f = plain
+		}
+	}
+	return marshalBody(Envelope{ID: env.ID, Event: env.Event, Data: env.Data, Timestamp: env.Timestamp})
 }
 
 // distinctMessages is msgs without repeats of an id (the first is kept).
