@@ -45,8 +45,13 @@ func Enqueue(ctx context.Context, tx pgx.Tx, msgs []Message) (int64, error) {
 }
 
 // bodyPlace is where a message's body is kept, which its sealed form is
-// bound to.
-func bodyPlace(id uuid.UUID) string { return "webhook_deliveries.body\x00" + id.String() }
+// bound to; a body sealed there holds its customer's record fields sealed
+// inside (sealPersonal).
+func bodyPlace(id uuid.UUID) string { return earlierBodyPlace(id) + "\x00record fields sealed inside" }
+
+// earlierBodyPlace is where an earlier version kept a body, sealing
+// nothing inside it.
+func earlierBodyPlace(id uuid.UUID) string { return "webhook_deliveries.body\x00" + id.String() }
 
 // personalPlace is where a customer's personal field of a message's
 // transaction record is kept, inside the body.
@@ -114,50 +119,65 @@ func OpenBody(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []by
 		return nil, errors.New("the message is sealed and this dispatcher has no keys to open it")
 	}
 	plain, err := sealer.Open(ctx, bodyPlace(id), string(body))
-	if err != nil {
-		return nil, err
+	inside := err == nil
+	if !inside {
+		earlier, err2 := sealer.Open(ctx, earlierBodyPlace(id), string(body))
+		if err2 != nil {
+			return nil, err
+		}
+		plain = earlier
 	}
 	if plain == domain.Erased {
 		return nil, errors.New("the merchant's data key was destroyed")
+	}
+	if !inside {
+		return []byte(plain), nil
 	}
 	return openPersonal(ctx, sealer, id, []byte(plain))
 }
 
 var quotedSealed = []byte(`"` + domain.SealedPrefix)
 
-// openPersonal is body with the personal fields sealPersonal sealed
-// opened: encoding/json writes a record one way, so the bytes are those
-// of the body before sealing. A value that does not open is left as the
-// text it is (a body kept before its fields were sealed).
+// openPersonal is body with the record fields sealPersonal sealed opened:
+// encoding/json writes a record one way, so the bytes are those of the
+// body before sealing. sealPersonal sealed every such field whatever it
+// held, so one that does not open is an error (the attempt fails and is
+// tried again), never text to send.
 func openPersonal(ctx context.Context, sealer domain.Sealer, id uuid.UUID, body []byte) ([]byte, error) {
 	if !bytes.Contains(body, quotedSealed) {
 		return body, nil
 	}
-	var head struct {
-		Event string `json:"event"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil || !strings.HasPrefix(head.Event, paymentEventPrefix) {
-		return body, nil
-	}
 	var env struct {
-		ID        string        `json:"id"`
-		Event     string        `json:"event"`
-		Data      ledger.Record `json:"data"`
-		Timestamp string        `json:"timestamp"`
+		ID        string          `json:"id"`
+		Event     string          `json:"event"`
+		Data      json.RawMessage `json:"data"`
+		Timestamp string          `json:"timestamp"`
 	}
 	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("the message does not read: %w", err)
+	}
+	if !strings.HasPrefix(env.Event, paymentEventPrefix) {
+		return body, nil
+	}
+	var r ledger.Record
+	if err := json.Unmarshal(env.Data, &r); err != nil {
 		return nil, fmt.Errorf("the message's record does not read: %w", err)
 	}
-	paths, fields := env.Data.PersonalFields()
+	if r.CustomerID == "" {
+		return body, nil
+	}
+	paths, fields := r.PersonalFields()
 	for i, f := range fields {
 		if !domain.IsSealed(*f) {
-			continue
+			continue // empty, or erased when the message was made
 		}
-		if plain, err := sealer.Open(ctx, personalPlace(id, paths[i]), *f); err == nil {
-			*f = plain
+		plain, err := sealer.Open(ctx, personalPlace(id, paths[i]), *f)
+		if err != nil {
+			return nil, fmt.Errorf("the record's %s does not open: %w", paths[i], err)
 		}
+		*f = plain
 	}
-	return marshalBody(Envelope{ID: env.ID, Event: env.Event, Data: env.Data, Timestamp: env.Timestamp})
+	return marshalBody(Envelope{ID: env.ID, Event: env.Event, Data: r, Timestamp: env.Timestamp})
 }
 
 // distinctMessages is msgs without repeats of an id (the first is kept).

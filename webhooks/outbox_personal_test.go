@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ func TestForgottenCustomersFieldsLeaveKeptDeliveries(t *testing.T) {
 		return ledger.Record{ID: "tx_" + customer, Reference: "ref-" + customer, Amount: amount, Currency: "NGN",
 			Status: ledger.Success, Type: ledger.Withdrawal, CustomerID: customer, MerchantID: "m_1", Environment: domain.Test,
 			WithdrawalDetails: &ledger.WithdrawalDetails{AccountName: accountName, AccountNumber: "0123456789", BankCode: "058", BankName: "GTBank"},
-			CreatedAt: at, UpdatedAt: at}
+			CreatedAt:         at, UpdatedAt: at}
 	}
 	looksSealed := domain.SealedPrefix + "customer:c_bola:AAAA"
 	msgs, err := PaymentMessages(ledger.Effect{Records: []ledger.Record{
@@ -55,6 +56,10 @@ func TestForgottenCustomersFieldsLeaveKeptDeliveries(t *testing.T) {
 	}
 	if strings.Contains(outer, "ADAEZE") || strings.Contains(outer, "0123456789") || !strings.Contains(outer, `"bankCode":"058"`) {
 		t.Fatalf("the merchant's key alone opens the customer's fields: %s", outer)
+	}
+	// The field that only looks sealed is sealed like any other.
+	if outer, err := sealer.Open(ctx, bodyPlace(msgs[1].ID), string(stored[1])); err != nil || strings.Contains(outer, looksSealed) {
+		t.Fatalf("a text that looks sealed was kept as it is (%v): %s", err, outer)
 	}
 	for i, m := range msgs {
 		if got, err := OpenBody(ctx, sealer, m.ID, stored[i]); err != nil || string(got) != string(m.Body) {
@@ -82,4 +87,33 @@ func TestForgottenCustomersFieldsLeaveKeptDeliveries(t *testing.T) {
 	if got, err := OpenBody(ctx, sealer, msgs[0].ID, again[0]); err != nil || string(got) != erased {
 		t.Fatalf("a message made after the customer was forgotten sent as %s (%v)", got, err)
 	}
+
+	// A body an earlier version kept (sealed whole, nothing inside) is
+	// sent as it is, a field that looks sealed included.
+	earlier, err := sealer.Seal(ctx, domain.MerchantData("m_1"), earlierBodyPlace(msgs[1].ID), string(msgs[1].Body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := OpenBody(ctx, sealer, msgs[1].ID, []byte(earlier)); err != nil || string(got) != string(msgs[1].Body) {
+		t.Fatalf("an earlier version's body sent as %s (%v)", got, err)
+	}
+	// A field sealed inside that cannot be opened now (the keys' database
+	// away, say) fails the attempt: its sealed text is never sent.
+	failing := failingInside{Sealer: sealer, place: personalPlace(msgs[1].ID, "withdrawalDetails.accountName")}
+	if got, err := OpenBody(ctx, failing, msgs[1].ID, stored[1]); err == nil {
+		t.Fatalf("a field that did not open was sent: %s", got)
+	}
+}
+
+// failingInside fails to open the value kept at place.
+type failingInside struct {
+	domain.Sealer
+	place string
+}
+
+func (f failingInside) Open(ctx context.Context, where, sealed string) (string, error) {
+	if where == f.place {
+		return "", errors.New("the keys could not be read")
+	}
+	return f.Sealer.Open(ctx, where, sealed)
 }
