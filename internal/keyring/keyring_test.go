@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -342,4 +343,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Fatal("condition not reached in 5 s")
+}
+
+// TestKeysWaitForTheirFlushUnlessTheLogIsHere: a keyring not told the log
+// is in its database (the log in KurrentDB) stores each new key durably
+// before using it: once the seal returns, the WAL is flushed past where it
+// ended before the key was made.
+func TestKeysWaitForTheirFlushUnlessTheLogIsHere(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	var fsync string
+	if err := pool.QueryRow(ctx, `SELECT current_setting('fsync')`).Scan(&fsync); err != nil {
+		t.Fatal(err)
+	}
+	if fsync != "on" {
+		t.Skip("the server does not flush its WAL (fsync off)")
+	}
+	k := New(pool, newMaster(t))
+	for i := range 5 {
+		var before, flushed string
+		if err := pool.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := k.Seal(ctx, Customer(fmt.Sprintf("c_flushed_%d", i)), []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+		var past bool
+		if err := pool.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn() > $1::pg_lsn, pg_current_wal_flush_lsn()::text`, before).Scan(&past, &flushed); err != nil {
+			t.Fatal(err)
+		}
+		if !past {
+			t.Fatalf("key %d: the WAL is flushed to %s, not past %s where it ended before the key was made", i, flushed, before)
+		}
+	}
 }
