@@ -188,3 +188,25 @@ func TestAppendMustBeTheFirstWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestHorizonPassesAWriterWithoutAnID: a transaction that announced itself
+// as a log writer and has no transaction id yet will commit its events at
+// or above any horizon taken now, so it holds nothing back, even while
+// another transaction of the database holds an older id. (The horizon
+// asks the sessions about such a writer; taking it for one it may not see
+// would hold the log at that older id.)
+func TestHorizonPassesAWriterWithoutAnID(t *testing.T) {
+	s, pool := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	defer pgtest.OpenTransactionHere(t, poolURL(pool))()
+	defer pgtest.OpenAnnouncedWriter(t, poolURL(pool))()
+	pos := appendNew(t, s, "announced-"+uuid.NewString()[:8], nil)
+	head, err := s.Head(ctx)
+	if err != nil || head.Less(pos) {
+		t.Fatalf("head %v (%v) is behind the committed event %v", head, err, pos)
+	}
+	if h, err := s.Horizon(ctx, 0, 0); err != nil || h.Held != 0 {
+		t.Fatalf("Horizon: %+v %v", h, err)
+	}
+}

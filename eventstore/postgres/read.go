@@ -89,17 +89,17 @@ func (s *Store) Head(ctx context.Context) (eventstore.Position, error) {
 }
 
 // horizon is the transaction id below which every event of the log is
-// final (es_horizon, migration 0006): events of transactions below it that
-// are not visible to a later statement never will be. Only transactions
-// that append count, so an open transaction that does not write to the log
-// (in any database of the server) holds no reader back. The caller reads
-// with a later statement, in a transaction of its own.
+// final (es_horizon, migrations 0006 and 0022): events of transactions
+// below it that are not visible to a later statement never will be. Only
+// transactions that append count, so an open transaction that does not
+// write to the log (in any database of the server) holds no reader back.
+// The caller reads with a later statement, in a transaction of its own.
 //
-// It takes each writer's transaction id from pg_stat_activity, the costly
-// part of it. pg_locks (a transaction's lock on its own id) would be
-// cheaper and is unsound: an id is in other sessions' snapshots before
-// the lock on it is in the lock table, so a writer caught in between would
-// be passed while it may still commit below the horizon.
+// It finds the writers and their transaction ids in one look at pg_locks
+// (each writer's lock and the lock on its own id). A writer's id is in
+// other sessions' snapshots a moment before the lock on it is in the lock
+// table, so for a writer found without one it asks pg_stat_activity, the
+// costly part, which under load is most of a call when every call needs it.
 func (s *Store) horizon(ctx context.Context) (string, error) {
 	var h string
 	err := s.pool.QueryRow(ctx, `SELECT es_horizon()::text`).Scan(&h)

@@ -189,6 +189,15 @@ func OpenLogWriter(tb testing.TB, url string) (stream string, end func()) {
 	return stream, end
 }
 
+// OpenAnnouncedWriter opens, in the database of url, a transaction that
+// has announced itself as a log writer (es_writer_begin, as an append does
+// first) and has not written anything yet, so it has no transaction id,
+// until end is called or the test ends.
+func OpenAnnouncedWriter(tb testing.TB, url string) (end func()) {
+	tb.Helper()
+	return openSession(tb, url, "pgtest-announced-writer", `SELECT es_writer_begin()`)
+}
+
 // withoutQuery is the database name of url.
 func withoutQuery(raw string) string {
 	u, err := url.Parse(raw)
