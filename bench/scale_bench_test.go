@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/audit"
+	"github.com/escrowd/escrowd/internal/keyring"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/internal/wiring"
 	"github.com/escrowd/escrowd/projections"
@@ -85,9 +88,11 @@ func BenchmarkScale(b *testing.B) {
 	full := scaleEvents(b)
 	url := pgtest.NewURL(b)
 	pool := pgtest.OpenPool(b, url)
-	store := postgres.New(pool)
-	defer store.Close()
+	master := newScaleMaster(b)
+	raw, store := scaleStores(b, pool, master)
+	defer raw.Close()
 	escrowd := buildEscrowd(b)
+	masterFile := master.file(b)
 
 	gen := newScaleGen(b, store)
 	var small auditRun
@@ -112,7 +117,7 @@ func BenchmarkScale(b *testing.B) {
 		if _, err := pool.Exec(context.Background(), `VACUUM`); err != nil {
 			b.Fatal(err)
 		}
-		run := runAudit(b, escrowd, url, gen.actor.MerchantID)
+		run := runAudit(b, escrowd, url, masterFile, gen.actor.MerchantID)
 		b.Logf("at %d events: rebuild %.0f events/s; audit of %d events %.0f events/s, peak %.1f MB",
 			gen.written(), rate, run.events, run.rate(), run.peakMB)
 		if i == 0 {
@@ -133,7 +138,7 @@ func BenchmarkScale(b *testing.B) {
 		}
 	}
 
-	without, with := benchColdLoad(b, store)
+	without, with := benchColdLoad(b, raw)
 	b.ReportMetric(without, "cold-load-ms")
 	b.ReportMetric(with, "cold-load-snapshot-ms")
 	b.Logf("cold load of %d events: %.1f ms from the first event, %.1f ms from a snapshot", scaleLongStream, without, with)
@@ -143,6 +148,47 @@ func BenchmarkScale(b *testing.B) {
 	for _, measure := range scaleMeasures {
 		measure(b, s)
 	}
+}
+
+// scaleMaster is the master key of a scale store, as the base64 text of a
+// master key file: the kept store keeps it beside its merchant.
+type scaleMaster string
+
+func newScaleMaster(b *testing.B) scaleMaster {
+	b.Helper()
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		b.Fatal(err)
+	}
+	return scaleMaster(base64.StdEncoding.EncodeToString(key))
+}
+
+// file writes the master key file the audit process reads.
+func (m scaleMaster) file(b *testing.B) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "master.key")
+	if err := os.WriteFile(path, []byte(string(m)+"\n"), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return path
+}
+
+// scaleStores are the PostgreSQL store over pool and the sealing store
+// over it, as every process has it (wiring.Sealed): a scale store is
+// written, rebuilt and audited sealed, as one in service is.
+func scaleStores(b *testing.B, pool *pgxpool.Pool, m scaleMaster) (*postgres.Store, eventstore.Store) {
+	b.Helper()
+	key, err := base64.StdEncoding.DecodeString(string(m))
+	if err != nil {
+		b.Fatal(err)
+	}
+	master, err := keyring.NewMaster(key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw := postgres.New(pool)
+	sealed, _ := wiring.Sealed(raw, pool, master)
+	return raw, sealed
 }
 
 // benchRebuild rebuilds every read model from the log and returns the
@@ -178,11 +224,11 @@ type auditRun struct {
 func (r auditRun) rate() float64 { return float64(r.events) / r.took.Seconds() }
 
 // runAudit runs `escrowd audit --merchant id --json` against the database
-// at url; the store must be clean.
-func runAudit(b *testing.B, escrowd, url, id string) auditRun {
+// at url, with the master key in masterFile; the store must be clean.
+func runAudit(b *testing.B, escrowd, url, masterFile, id string) auditRun {
 	b.Helper()
 	cmd := exec.Command(escrowd, "audit", "--merchant", id, "--json")
-	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "ESCROW_DATA_DIR="+b.TempDir())
+	cmd.Env = append(os.Environ(), "DATABASE_URL="+url, "ESCROW_DATA_DIR="+b.TempDir(), "ESCROW_MASTER_KEY_FILE="+masterFile)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	began := time.Now()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/escrowd/escrowd/eventstore/postgres"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/migrations"
 )
@@ -39,11 +38,12 @@ func BenchmarkScaleKept(b *testing.B) {
 		b.Fatalf("SCALE_KEPT=%q: want a lower-case database name", name)
 	}
 	ctx := context.Background()
-	dbURL, merchantID, events := keptStore(b, name)
+	dbURL, merchantID, events, master := keptStore(b, name)
 	pool := pgtest.OpenPool(b, dbURL)
-	store := postgres.New(pool)
-	defer store.Close()
+	raw, store := scaleStores(b, pool, master)
+	defer raw.Close()
 	escrowd := buildEscrowd(b)
+	masterFile := master.file(b)
 	b.Logf("kept store %s: %d events of merchant %s", name, events, merchantID)
 
 	before := sampleCPU(name)
@@ -54,7 +54,7 @@ func BenchmarkScaleKept(b *testing.B) {
 		b.Fatal(err)
 	}
 	before = sampleCPU(name)
-	run := runAudit(b, escrowd, dbURL, merchantID)
+	run := runAudit(b, escrowd, dbURL, masterFile, merchantID)
 	audited := cpuSince(before, name, 1)
 	auditMachine := machineBusy(before, sampleCPU(name))
 
@@ -70,9 +70,11 @@ func BenchmarkScaleKept(b *testing.B) {
 		rate, rebuildMachine.Seconds(), run.rate(), auditMachine.Seconds(), run.peakMB, max(rebuilt.stealPct, audited.stealPct))
 }
 
-// keptStore returns the kept store's URL, its merchant and its events,
-// creating and filling the database first if it has no finished store.
-func keptStore(b *testing.B, name string) (dbURL, merchantID string, events int64) {
+// keptStore returns the kept store's URL, its merchant, its events and
+// its master key, creating and filling the database first if it has no
+// finished store (a store kept without its master key was written plain,
+// by a build that did not seal, and is written again).
+func keptStore(b *testing.B, name string) (dbURL, merchantID string, events int64, master scaleMaster) {
 	b.Helper()
 	ctx := context.Background()
 	server := pgtest.ServerURL(b)
@@ -85,13 +87,13 @@ func keptStore(b *testing.B, name string) (dbURL, merchantID string, events int6
 	// A finished store records its merchant last (scaleKeptTable). It is
 	// brought up to this build's migrations, as a deployment would be.
 	if conn, err := pgx.Connect(ctx, dbURL); err == nil {
-		err = conn.QueryRow(ctx, `SELECT merchant_id, events FROM bench_scale_kept`).Scan(&merchantID, &events)
+		err = conn.QueryRow(ctx, `SELECT merchant_id, events, master_key FROM bench_scale_kept`).Scan(&merchantID, &events, &master)
 		_ = conn.Close(ctx)
 		if err == nil {
 			if err := migrations.Up(ctx, pgtest.OpenPool(b, dbURL)); err != nil {
 				b.Fatal(err)
 			}
-			return dbURL, merchantID, events
+			return dbURL, merchantID, events, master
 		}
 	}
 	admin, err := pgx.Connect(ctx, server)
@@ -110,8 +112,9 @@ func keptStore(b *testing.B, name string) (dbURL, merchantID string, events int6
 	if err := migrations.Up(ctx, pool); err != nil {
 		b.Fatal(err)
 	}
-	store := postgres.New(pool)
-	defer store.Close()
+	master = newScaleMaster(b)
+	raw, store := scaleStores(b, pool, master)
+	defer raw.Close()
 	gen := newScaleGen(b, store)
 	began := time.Now()
 	gen.fill(b, scaleEvents(b))
@@ -123,16 +126,17 @@ func keptStore(b *testing.B, name string) (dbURL, merchantID string, events int6
 	if _, err := pool.Exec(ctx, scaleKeptTable); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO bench_scale_kept VALUES ($1, $2)`, gen.actor.MerchantID, events); err != nil {
+	if _, err := pool.Exec(ctx, `INSERT INTO bench_scale_kept VALUES ($1, $2, $3)`, gen.actor.MerchantID, events, string(master)); err != nil {
 		b.Fatal(err)
 	}
 	b.Logf("kept store %s written: %d events (%s)", name, events, time.Since(began).Round(time.Second))
-	return dbURL, gen.actor.MerchantID, events
+	return dbURL, gen.actor.MerchantID, events, master
 }
 
-// scaleKeptTable holds the kept store's merchant, written once the store
-// is whole.
-const scaleKeptTable = `CREATE TABLE bench_scale_kept (merchant_id text NOT NULL, events bigint NOT NULL)`
+// scaleKeptTable holds the kept store's merchant and master key, written
+// once the store is whole. (A benchmark's store only: a master key is
+// never kept in the database it protects.)
+const scaleKeptTable = `CREATE TABLE bench_scale_kept (merchant_id text NOT NULL, events bigint NOT NULL, master_key text NOT NULL)`
 
 // machineBusy is the CPU time the whole machine spent between two samples
 // (every core, neither idle nor stolen).
