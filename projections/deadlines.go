@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/escrow"
 	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/projector"
 )
 
 // DeadlinesName is the deadlines read model's stored name.
@@ -55,99 +57,208 @@ const upsertDeadline = `INSERT INTO rm_escrow_deadlines (escrow_id, kind, mercha
 	ON CONFLICT (escrow_id, kind) DO UPDATE SET merchant_id = excluded.merchant_id, environment = excluded.environment,
 	due_at = excluded.due_at, leased_until = NULL, attempts = 0`
 
-func (Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
-	for _, re := range events {
-		if !strings.HasPrefix(re.Stream, "escrow-") {
-			continue
-		}
-		id := strings.TrimPrefix(re.Stream, "escrow-")
-		var err error
-		switch re.Type {
-		case escrow.Created{}.EventType():
-			var ev domain.Event
-			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
-				return err
-			}
-			if c := ev.(escrow.Created); !c.ExpiresAt.IsZero() {
-				_, err = tx.Exec(ctx, upsertDeadline, id, string(escrow.ExpiryDeadline), c.MerchantID, string(c.Environment), c.ExpiresAt)
-			}
-		case escrow.Funded{}.EventType():
-			var ev domain.Event
-			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
-				return err
-			}
-			if _, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
-				id, string(escrow.ExpiryDeadline)); err != nil {
-				return err
-			}
-			// The escrow's merchant and environment come with the
-			// metadata every escrow event carries.
-			f := ev.(escrow.Funded)
-			if !f.ReleaseAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, f.ReleaseAt)
-			}
-			if err == nil && !f.RemindAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, f.RemindAt)
-			}
-			if err == nil && !f.MilestoneDueAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.MilestoneDueDeadline, f.MilestoneDueAt)
-			}
-		case escrow.WindowExtended{}.EventType():
-			var ev domain.Event
-			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
-				return err
-			}
-			w := ev.(escrow.WindowExtended)
-			if !w.ReleaseAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.AutoReleaseDeadline, w.ReleaseAt)
-			}
-			if err == nil && !w.RemindAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.WindowEndingDeadline, w.RemindAt)
-			}
-		case escrow.Reminded{}.EventType():
-			var ev domain.Event
-			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
-				return err
-			}
-			r := ev.(escrow.Reminded)
-			if _, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1 AND kind = $2`,
-				id, string(r.Reminder)); err != nil {
-				return err
-			}
-			if r.Reminder == escrow.MilestoneDueDeadline && !r.NextDueAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.MilestoneDueDeadline, r.NextDueAt)
-			}
-		case escrow.MilestoneConfirmed{}.EventType():
-			var ev domain.Event
-			if ev, err = escrow.Registry.Decode(re.Type, re.Data); err != nil {
-				return err
-			}
-			if _, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1`, id); err != nil {
-				return err
-			}
-			if m := ev.(escrow.MilestoneConfirmed); !m.MilestoneDueAt.IsZero() {
-				err = upsertFromMeta(ctx, tx, re, id, escrow.MilestoneDueDeadline, m.MilestoneDueAt)
-			}
-		case escrow.Released{}.EventType(), escrow.Deleted{}.EventType(), escrow.DisputeSubmitted{}.EventType(),
-			escrow.DisputeResolved{}.EventType(), escrow.VaultSettled{}.EventType():
-			_, err = tx.Exec(ctx, `DELETE FROM rm_escrow_deadlines WHERE escrow_id = $1`, id)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+// The batch's writes: the escrows whose every deadline ended, the single
+// deadlines that ended, and the deadlines (re)started, in that order.
+const (
+	clearDeadlinesSQL = `DELETE FROM rm_escrow_deadlines WHERE escrow_id = ANY ($1::text[])`
+	endDeadlinesSQL   = `DELETE FROM rm_escrow_deadlines d USING unnest($1::text[], $2::text[]) AS x(id, kind)
+	WHERE d.escrow_id = x.id AND d.kind = x.kind`
+	startDeadlinesSQL = `INSERT INTO rm_escrow_deadlines (escrow_id, kind, merchant_id, environment, due_at)
+	SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+	ON CONFLICT (escrow_id, kind) DO UPDATE SET merchant_id = excluded.merchant_id, environment = excluded.environment,
+	due_at = excluded.due_at, leased_until = NULL, attempts = 0`
+)
+
+func (d Deadlines) Apply(ctx context.Context, tx pgx.Tx, events []eventstore.RecordedEvent) error {
+	return projector.ApplyPlan(ctx, d, tx, events)
 }
 
-// upsertFromMeta starts a deadline of an escrow whose event does not name
+// Plan folds the batch into what it leaves of each deadline it touches
+// and queues at most three statements for all of them, whatever the
+// batch's length: a deadline started and ended within the batch is not
+// written at all.
+func (Deadlines) Plan(_ context.Context, _ Querier, events []eventstore.RecordedEvent, b *pgx.Batch) (func(), error) {
+	var f deadlineFold
+	for _, re := range events {
+		id, ok := strings.CutPrefix(re.Stream, "escrow-")
+		if !ok {
+			continue
+		}
+		if err := f.apply(re, id); err != nil {
+			return nil, err
+		}
+	}
+	f.queue(b)
+	return nil, nil
+}
+
+// deadlineFold is what a batch's events leave of the deadlines of the
+// escrows they touch, in the order the escrows first appear.
+type deadlineFold struct {
+	escrows map[string]*escrowDeadlines
+	order   []string
+}
+
+// escrowDeadlines is one escrow's part of a fold: cleared when an event
+// ended all its deadlines, then what later events did to each kind (nil:
+// ended).
+type escrowDeadlines struct {
+	cleared bool
+	kinds   map[escrow.DeadlineKind]*pendingDeadline
+}
+
+type pendingDeadline struct {
+	merchantID, environment string
+	due                     time.Time
+}
+
+func (f *deadlineFold) of(id string) *escrowDeadlines {
+	if f.escrows == nil {
+		f.escrows = map[string]*escrowDeadlines{}
+	}
+	e, ok := f.escrows[id]
+	if !ok {
+		e = &escrowDeadlines{kinds: map[escrow.DeadlineKind]*pendingDeadline{}}
+		f.escrows[id] = e
+		f.order = append(f.order, id)
+	}
+	return e
+}
+
+func (f *deadlineFold) start(id string, kind escrow.DeadlineKind, merchantID, environment string, at time.Time) {
+	f.of(id).kinds[kind] = &pendingDeadline{merchantID: merchantID, environment: environment, due: at}
+}
+
+// startFromMeta starts a deadline of an escrow whose event does not name
 // its merchant: the metadata of the event does.
-func upsertFromMeta(ctx context.Context, tx pgx.Tx, re eventstore.RecordedEvent, id string, kind escrow.DeadlineKind, at time.Time) error {
+func (f *deadlineFold) startFromMeta(re eventstore.RecordedEvent, id string, kind escrow.DeadlineKind, at time.Time) error {
 	m, env, ok := eventstore.TenantOf(re.Metadata)
 	if !ok {
 		return fmt.Errorf("deadlines: %s of escrow %s names no merchant in its metadata", re.Type, id)
 	}
-	_, err := tx.Exec(ctx, upsertDeadline, id, string(kind), m, env, at)
-	return err
+	f.start(id, kind, m, env, at)
+	return nil
+}
+
+func (f *deadlineFold) end(id string, kind escrow.DeadlineKind) { f.of(id).kinds[kind] = nil }
+
+func (f *deadlineFold) clear(id string) {
+	e := f.of(id)
+	e.cleared = true
+	clear(e.kinds)
+}
+
+// apply folds in one event of escrow id.
+func (f *deadlineFold) apply(re eventstore.RecordedEvent, id string) error {
+	decode := func() (domain.Event, error) { return escrow.Registry.Decode(re.Type, re.Data) }
+	switch re.Type {
+	case escrow.Created{}.EventType():
+		ev, err := decode()
+		if err != nil {
+			return err
+		}
+		if c := ev.(escrow.Created); !c.ExpiresAt.IsZero() {
+			f.start(id, escrow.ExpiryDeadline, c.MerchantID, string(c.Environment), c.ExpiresAt)
+		}
+	case escrow.Funded{}.EventType():
+		ev, err := decode()
+		if err != nil {
+			return err
+		}
+		f.end(id, escrow.ExpiryDeadline)
+		// The escrow's merchant and environment come with the metadata
+		// every escrow event carries.
+		fd := ev.(escrow.Funded)
+		for _, d := range []struct {
+			kind escrow.DeadlineKind
+			at   time.Time
+		}{{escrow.AutoReleaseDeadline, fd.ReleaseAt}, {escrow.WindowEndingDeadline, fd.RemindAt}, {escrow.MilestoneDueDeadline, fd.MilestoneDueAt}} {
+			if !d.at.IsZero() {
+				if err := f.startFromMeta(re, id, d.kind, d.at); err != nil {
+					return err
+				}
+			}
+		}
+	case escrow.WindowExtended{}.EventType():
+		ev, err := decode()
+		if err != nil {
+			return err
+		}
+		w := ev.(escrow.WindowExtended)
+		if !w.ReleaseAt.IsZero() {
+			if err := f.startFromMeta(re, id, escrow.AutoReleaseDeadline, w.ReleaseAt); err != nil {
+				return err
+			}
+		}
+		if !w.RemindAt.IsZero() {
+			return f.startFromMeta(re, id, escrow.WindowEndingDeadline, w.RemindAt)
+		}
+	case escrow.Reminded{}.EventType():
+		ev, err := decode()
+		if err != nil {
+			return err
+		}
+		r := ev.(escrow.Reminded)
+		f.end(id, r.Reminder)
+		if r.Reminder == escrow.MilestoneDueDeadline && !r.NextDueAt.IsZero() {
+			return f.startFromMeta(re, id, escrow.MilestoneDueDeadline, r.NextDueAt)
+		}
+	case escrow.MilestoneConfirmed{}.EventType():
+		ev, err := decode()
+		if err != nil {
+			return err
+		}
+		f.clear(id)
+		if m := ev.(escrow.MilestoneConfirmed); !m.MilestoneDueAt.IsZero() {
+			return f.startFromMeta(re, id, escrow.MilestoneDueDeadline, m.MilestoneDueAt)
+		}
+	case escrow.Released{}.EventType(), escrow.Deleted{}.EventType(), escrow.DisputeSubmitted{}.EventType(),
+		escrow.DisputeResolved{}.EventType(), escrow.VaultSettled{}.EventType():
+		f.clear(id)
+	}
+	return nil
+}
+
+// queue queues the fold's statements on b, each escrow's rows in the order
+// the escrows first appeared and their kinds sorted, so that two appliers
+// lock rows in one order.
+func (f *deadlineFold) queue(b *pgx.Batch) {
+	var (
+		cleared                               []string
+		endIDs, endKinds                      []string
+		startIDs, startKinds, merchants, envs []string
+		dues                                  []time.Time
+	)
+	for _, id := range f.order {
+		e := f.escrows[id]
+		if e.cleared {
+			cleared = append(cleared, id)
+		}
+		kinds := make([]escrow.DeadlineKind, 0, len(e.kinds))
+		for k := range e.kinds {
+			kinds = append(kinds, k)
+		}
+		slices.Sort(kinds)
+		for _, k := range kinds {
+			d := e.kinds[k]
+			switch {
+			case d != nil:
+				startIDs, startKinds = append(startIDs, id), append(startKinds, string(k))
+				merchants, envs, dues = append(merchants, d.merchantID), append(envs, d.environment), append(dues, d.due)
+			case !e.cleared:
+				endIDs, endKinds = append(endIDs, id), append(endKinds, string(k))
+			}
+		}
+	}
+	if len(cleared) > 0 {
+		b.Queue(clearDeadlinesSQL, cleared)
+	}
+	if len(endIDs) > 0 {
+		b.Queue(endDeadlinesSQL, endIDs, endKinds)
+	}
+	if len(startIDs) > 0 {
+		b.Queue(startDeadlinesSQL, startIDs, startKinds, merchants, envs, dues)
+	}
 }
 
 // Deadline is a pending deadline the scheduler has taken.
