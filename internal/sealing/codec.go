@@ -211,9 +211,15 @@ func (t *transform) value(raw jsontext.Value, n *node, subject keyring.Subject, 
 			return nil, err
 		}
 		return jsontext.AppendQuote(nil, out)
-	case '[':
-		return t.array(raw, n, subject, path)
-	case '{':
+	case '[', '{':
+		// Opening: a part holding nothing sealed stays as it is, without
+		// a walk through it.
+		if !t.seal && !bytes.Contains(raw, quotedPrefix) {
+			return raw, nil
+		}
+		if raw.Kind() == '[' {
+			return t.array(raw, n, subject, path)
+		}
 		return t.object(raw, n, subject, path)
 	}
 	return raw, nil
