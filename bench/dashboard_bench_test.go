@@ -97,7 +97,7 @@ func dashWebhooks(b *testing.B, bs *benchServer) (runner *projections.Runner, st
 	b.Helper()
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
 	ctx, cancel := context.WithCancel(bs.ctx)
-	d := &webhooks.Dispatcher{Pool: bs.pool, Endpoints: wiring.Endpoints(bs.store), AllowPrivate: true}
+	d := &webhooks.Dispatcher{Pool: bs.pool, Endpoints: wiring.Endpoints(bs.store), Sealer: wiring.Sealer(bs.store), AllowPrivate: true}
 	sub := wiring.Subscriber(bs.store, bs.pool)
 	sub.Handoff = d
 	runner, err := wiring.SubscriberRunner(ctx, bs.store, bs.pool, zap.NewNop(), sub)

@@ -309,7 +309,7 @@ func BenchmarkWalletTransferHTTP(b *testing.B) {
 		if to >= from {
 			to++
 		}
-		ref := fmt.Sprintf("wt-%x-%d", run, i)
+		ref := fmt.Sprintf("bench-transfer-%x-%d", run, i) // not in a prefix the service reserves
 		_, d, err := c.do("POST", "/v1/payment/create-intent", std, custs[from].id, fmt.Sprintf(
 			`{"reference":%q,"amount":%s,"transactionType":"wallet_transfer","walletDetails":{"phone":%q,"narration":"bench"}}`,
 			ref, ledgerTransfer, custs[to].phone))
