@@ -17,9 +17,10 @@ var customerForgetCommand = &command{
 	detail: "The customer's personal fields (names, email, phone, BVN, date of birth, bank accounts, addresses)\n" +
 		"are sealed in the log with a data key of their own: destroying it erases them for good, in the\n" +
 		"log, in backups of it and in every read model rebuilt from it. Amounts, references and times stay,\n" +
-		"so balances and the audit are unchanged. The read models are rebuilt (the API keeps serving), and\n" +
-		"reads show \"[erased]\" for the personal fields. The erasure is an event of the customer's\n" +
-		"(customer.erased, the operator as its actor), recorded before the key is destroyed. There is no undo.",
+		"so balances and the audit are unchanged. The erasure is an event of the customer's (customer.erased,\n" +
+		"the operator as its actor), recorded before the key is destroyed; it frees their email and phone for a\n" +
+		"new registration. Running escrowd processes read it from the log and show \"[erased]\" for the\n" +
+		"personal fields at once, with no rebuild or restart. There is no undo.",
 	database: true,
 	required: []string{"merchant", "customer"},
 	define: func(fs *flag.FlagSet) runFunc {
@@ -45,10 +46,7 @@ func customerForget(ctx context.Context, env *cliEnv, merchantID, customerID str
 	if _, err := env.Keyring.Destroy(ctx, keyring.Customer(customerID)); err != nil {
 		return err
 	}
-	if err := projectionsRebuild(ctx, env, nil); err != nil {
-		return fmt.Errorf("the data key of customer %s is destroyed; rebuilding the read models failed (run projections rebuild): %w", customerID, err)
-	}
-	fmt.Fprintf(env.Stdout, "customer %s of merchant %s forgotten: erasure recorded, data key destroyed, read models rebuilt\n", customerID, merchantID)
+	fmt.Fprintf(env.Stdout, "customer %s of merchant %s forgotten: erasure recorded, email and phone released, data key destroyed\n", customerID, merchantID)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/eventstore"
@@ -16,9 +17,10 @@ import (
 )
 
 // TestCustomerForgetErasesPersonalDataKeepsMoney: after `customer forget`
-// the API, the event export and the rebuilt read models show "[erased]"
-// for the customer's names, email, phone and bank account, the amounts
-// and references stay, the audit is clean, and another customer is
+// the API serving meanwhile (without a restart), the event export and the
+// rebuilt read models show "[erased]" for the customer's names, email,
+// phone and bank account, the amounts and references stay, the audit is
+// clean, their email and phone are free again, and another customer is
 // untouched. An unknown customer, or one of another merchant, is refused.
 func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 	ctx := context.Background()
@@ -31,6 +33,7 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := createKeyProcess(t, db, a.merchantID, "test", "super_admin").Key
+	t.Setenv("ESCROW_RATE_LIMIT_PER_MINUTE", "0") // the test polls
 	base := startAPI(t, db)
 	get := func(path string) string {
 		t.Helper()
@@ -107,8 +110,19 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 		t.Fatalf("%d erasure events after forgetting twice", n)
 	}
 
+	// The API serving since before holds the customer's key in its cache
+	// (for keyring.CacheTTL) and their state in its engine: it reads the
+	// erasure from the log and forgets both, with no rebuild or restart.
 	personal := []string{"08031110001", "Adaeze", "Obiageli"}
-	after := get("/v1/customer/get/" + a.customerID)
+	var after string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if after = get("/v1/customer/get/" + a.customerID); strings.Contains(after, `"[erased]"`) {
+			break
+		}
+		if time.Now().After(deadline) { // well before the cached key expires
+			t.Fatalf("the serving API still shows the forgotten customer: %s", after)
+		}
+	}
 	for _, p := range personal {
 		if strings.Contains(after, p) {
 			t.Fatalf("after forget the customer still shows %q: %s", p, after)
@@ -145,6 +159,21 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 	}
 	if again := get("/v1/customer/get/" + a.customerID); again != after {
 		t.Fatalf("after a rebuild: %s; want %s", again, after)
+	}
+	// A forgotten customer's profile takes nothing new, and their email
+	// and phone are free: the same person may be registered again.
+	if code, r := call(t, base, "PUT", "/v1/customer/update/"+a.customerID, "", key, map[string]any{"firstname": "Grace"}); code != 400 ||
+		r.Message != "This customer's personal data was erased" {
+		t.Fatalf("update of a forgotten customer: %d %s", code, r.Message)
+	}
+	code, r := call(t, base, "POST", "/v1/customer/create", "", key, map[string]any{"firstname": "Adaeze", "lastname": "Obiageli",
+		"email": "08031110001@x.co", "phone": "08031110001"})
+	if code != 201 || strings.Contains(string(r.Data), a.customerID) {
+		t.Fatalf("registering the forgotten customer's email and phone again: %d %s %s", code, r.Message, r.Data)
+	}
+	if code, r := call(t, base, "POST", "/v1/customer/create", "", key, map[string]any{"firstname": "Other", "lastname": "Person",
+		"email": "08031110001@x.co", "phone": "08031119999"}); code != 400 || !strings.Contains(r.Message, "email already exists") {
+		t.Fatalf("the new registration holds the email: %d %s", code, r.Message)
 	}
 	// The other merchant's customer keeps their data.
 	if c, found, err := env.queries().CustomerByID(ctx, b.customerID); err != nil || !found || c.Email != "08031110002@x.co" {

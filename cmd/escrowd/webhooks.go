@@ -38,6 +38,10 @@ func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Re
 	if err != nil {
 		return err
 	}
+	// The dispatcher opens bodies sealed with customers' keys: a customer
+	// erased by another process stops opening here as soon as the
+	// erasure is read.
+	defer wiring.WatchErasures(env.Store, env.Log)()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreCanceled(runner.Run(ctx)) })
 	g.Go(func() error { return ignoreCanceled(d.Run(ctx)) })

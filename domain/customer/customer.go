@@ -37,7 +37,8 @@ type State struct {
 	Permissions   Permissions
 	CreatedAt     time.Time
 	// Erased: the customer's personal data was erased (their data key
-	// destroyed); their money records stay.
+	// destroyed); their money records stay. Every personal field that held
+	// a value reads domain.Erased from then on.
 	Erased bool
 }
 
@@ -126,7 +127,14 @@ func Apply(s State, ev domain.Event) State {
 	case Unblocked:
 		s.Blocked, s.BlockedReason = false, ""
 	case Erased:
+		// The state reads as a replay does once the key is destroyed, so a
+		// state folded while the key still opened holds nothing personal.
 		s.Erased = true
+		for _, f := range []*string{&s.Firstname, &s.Lastname, &s.Email, &s.Phone, &s.BVN, &s.DOB, &s.BlockedReason} {
+			if *f != "" {
+				*f = domain.Erased
+			}
+		}
 	}
 	return s
 }
@@ -206,6 +214,10 @@ type Update struct {
 // UpdateProfile decides a profile update. The returned email (canonical) is
 // non-empty when it changes, so the caller moves the email reservation.
 func UpdateProfile(s State, in Update, now time.Time) (ProfileUpdated, string, error) {
+	if s.Erased {
+		// Their data key is destroyed: nothing new could be sealed for them.
+		return ProfileUpdated{}, "", domain.Invalidf("This customer's personal data was erased")
+	}
 	if in.Firstname == nil && in.Lastname == nil && in.Email == nil {
 		return ProfileUpdated{}, "", domain.Invalidf("Provide at least one of firstname, lastname or email")
 	}

@@ -118,3 +118,42 @@ func TestReservation(t *testing.T) {
 		t.Fatal(r)
 	}
 }
+
+// TestErased: given a customer's events, the erasure leaves a state that
+// holds nothing personal (each field that held a value reads
+// domain.Erased, as a replay does once the key is destroyed; an empty one
+// stays empty), keeps what is not personal, and refuses a profile update.
+func TestErased(t *testing.T) {
+	created := Created{CustomerID: "c1", MerchantID: "m1", Environment: domain.Test, Firstname: "Ada", Lastname: "Obi",
+		Email: "a@b.co", Phone: "08031234567", CountryID: "cty_ng", BVN: "12345678901", CreatedAt: now}
+	tests := []struct {
+		name  string
+		given []domain.Event
+		want  State
+	}{
+		{name: "created, erased", given: []domain.Event{created, Erased{ErasedAt: now}}, want: State{ID: "c1", MerchantID: "m1",
+			Environment: domain.Test, Firstname: domain.Erased, Lastname: domain.Erased, Email: domain.Erased, Phone: domain.Erased,
+			CountryID: "cty_ng", BVN: domain.Erased, CreatedAt: now, Erased: true,
+			Permissions: Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}}},
+		{name: "blocked with a reason, erased", given: []domain.Event{created, Blocked{Reason: "chargebacks", BlockedAt: now}, Erased{ErasedAt: now}},
+			want: State{ID: "c1", MerchantID: "m1", Environment: domain.Test, Firstname: domain.Erased, Lastname: domain.Erased,
+				Email: domain.Erased, Phone: domain.Erased, CountryID: "cty_ng", BVN: domain.Erased, CreatedAt: now, Erased: true,
+				Blocked: true, BlockedReason: domain.Erased, Permissions: Permissions{CanBuy: true, CanSell: true, CanWithdraw: true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var s State
+			for _, ev := range tt.given {
+				s = Apply(s, ev)
+			}
+			if s != tt.want {
+				t.Fatalf("state\n%+v\nwant\n%+v", s, tt.want)
+			}
+			name := "Grace"
+			if _, _, err := UpdateProfile(s, Update{Firstname: &name}, now); domain.ErrorCode(err) != domain.Invalid ||
+				domain.ErrorMessage(err) != "This customer's personal data was erased" {
+				t.Fatalf("update of an erased customer: %v", err)
+			}
+		})
+	}
+}

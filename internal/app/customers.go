@@ -185,10 +185,42 @@ func (s *Service) RecordErasure(ctx context.Context, a Actor, id string) (events
 		if c.Erased {
 			return ErrNothingToDo
 		}
+		// Their email and phone are freed: a person who asked to be
+		// forgotten may be registered again, and no lookup by contact
+		// finds the erased record.
+		if err := s.releaseContact(tx, a, id, c); err != nil {
+			return err
+		}
 		Record(tx, CustomerKind, id, customer.Erased{ErasedAt: s.Engine.Now()})
 		return nil
 	})
 	return res.Position, err
+}
+
+// releaseContact records in tx the release of the reservations customer
+// c (id) holds for its email and phone. A value already erased names no
+// reservation of theirs, and one held by someone else is left alone.
+func (s *Service) releaseContact(tx *Tx, a Actor, id string, c customer.State) error {
+	for _, v := range []struct {
+		value string
+		key   func(*Tx, Actor, string) (string, error)
+	}{{c.Email, s.emailKey}, {c.Phone, s.phoneKey}} {
+		if v.value == "" || v.value == domain.Erased {
+			continue
+		}
+		key, err := v.key(tx, a, v.value)
+		if err != nil {
+			return err
+		}
+		r, err := Read(tx, ReservationKind, key)
+		if err != nil {
+			return err
+		}
+		if r.Holder == id {
+			Record(tx, ReservationKind, key, customer.ReservationReleased{Holder: id})
+		}
+	}
+	return nil
 }
 
 // emailKey and phoneKey name the reservation of a customer's email or

@@ -21,7 +21,7 @@ import (
 // others' streams stay short.
 var (
 	MerchantKind    = kind(Kind[merchant.State]{Name: "merchant", Registry: merchant.Registry, Apply: merchant.Apply, Snapshot: "merchant/2"})
-	CustomerKind    = kind(Kind[customer.State]{Name: "customer", Registry: customer.Registry, Apply: customer.Apply, Snapshot: "customer/1"})
+	CustomerKind    = kind(Kind[customer.State]{Name: "customer", Registry: customer.Registry, Apply: customer.Apply, Snapshot: "customer/2"})
 	ReservationKind = kind(Kind[customer.Reservation]{Name: "reservation", Registry: customer.ReservationRegistry, Apply: customer.ApplyReservation})
 	WhitelistKind   = kind(Kind[whitelist.State]{Name: "whitelist", Registry: whitelist.Registry, Apply: whitelist.Apply})
 	WalletKind      = kind(Kind[wallet.State]{Name: "wallet", Registry: wallet.Registry, Apply: wallet.Apply, Snapshot: "wallet/1"})

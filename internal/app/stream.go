@@ -39,6 +39,9 @@ type cache struct {
 	max   int
 	items map[string]*list.Element
 	order *list.List
+	// floors are revisions below which a stream's state is not kept: the
+	// stream has an event there this cache may not have seen (invalidate).
+	floors map[string]int64
 }
 
 type cached struct {
@@ -65,6 +68,9 @@ func (c *cache) get(stream string) (cached, bool) {
 func (c *cache) put(v cached) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if floor, ok := c.floors[v.stream]; ok && v.rev < floor {
+		return // folded before an event known to be there: stale
+	}
 	if el, ok := c.items[v.stream]; ok {
 		// Never move a cached state backwards.
 		if el.Value.(*cached).rev > v.rev {
@@ -90,6 +96,33 @@ func (c *cache) evict(stream string) {
 		delete(c.items, stream)
 	}
 }
+
+// invalidate drops stream's cached state unless it includes revision rev,
+// and keeps any state folded without it from being cached later (a load
+// that read the stream before that event was appended). Floors are few
+// (an erasure's): past the cache's bound they start over.
+func (c *cache) invalidate(stream string, rev int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.items[stream]; ok && el.Value.(*cached).rev < rev {
+		c.order.Remove(el)
+		delete(c.items, stream)
+	}
+	if c.floors == nil || len(c.floors) >= c.max {
+		c.floors = map[string]int64{}
+	}
+	if f, ok := c.floors[stream]; !ok || f < rev {
+		c.floors[stream] = rev
+	}
+}
+
+// Invalidate tells the engine that stream has an event at revision rev,
+// appended by another process: a cached state without it is dropped, so
+// the next command or read folds it from the store. Commands that write a
+// stream need no such word (their expected revision catches a stale
+// state); it is for what is read without being written, and must count
+// at once (a customer's erasure).
+func (e *Engine) Invalidate(stream string, rev uint64) { e.cache.invalidate(stream, int64(rev)) }
 
 // load folds a stream, starting from the cached state when there is one and
 // reading only the events after it. Unless fresh, a cached state is

@@ -54,6 +54,10 @@ type Keyring struct {
 
 	mu    sync.Mutex
 	cache map[Subject]cachedKey
+	// gone are the subjects this process knows erased (Destroy, Forget):
+	// kept apart from the cache, which starts over when full, since a
+	// forgotten subject's key may still be stored for a moment.
+	gone  map[Subject]struct{}
 	blind *sync.Pool // of HMACs keyed with the blind-index key
 	// destroyed counts the keys this process destroyed (Destroys).
 	destroyed atomic.Uint64
@@ -73,7 +77,7 @@ type cachedKey struct {
 // New is the keyring over pool's data_keys, wrapping new keys with
 // current; previous are earlier master keys whose wrapped keys still open.
 func New(pool *pgxpool.Pool, current Master, previous ...Master) *Keyring {
-	k := &Keyring{pool: pool, current: current, previous: map[string]Master{}, now: time.Now, cache: map[Subject]cachedKey{}}
+	k := &Keyring{pool: pool, current: current, previous: map[string]Master{}, now: time.Now, cache: map[Subject]cachedKey{}, gone: map[Subject]struct{}{}}
 	for _, m := range previous {
 		if m.id != current.id {
 			k.previous[m.id] = m
@@ -123,7 +127,8 @@ func sealAAD(s Subject, aad []byte) []byte {
 }
 
 // Destroy destroys s's data key for good: nothing sealed with it opens
-// again, in this process at once and in others within the cache's TTL. A
+// again, in this process at once, and in others as soon as they read the
+// erasure from the log (Forget) or at the latest within the cache's TTL. A
 // subject without a key gets a destroyed one, so none is made later. It
 // reports whether a key was destroyed now (false: it already was).
 func (k *Keyring) Destroy(ctx context.Context, s Subject) (bool, error) {
@@ -135,13 +140,29 @@ func (k *Keyring) Destroy(ctx context.Context, s Subject) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	k.remember(s, cachedKey{})
-	k.destroyed.Add(1)
+	k.Forget(s)
 	return tag.RowsAffected() > 0, nil
 }
 
-// Destroys counts the data keys this process destroyed: what a cache of
-// opened data compares to drop what it opened before a destruction.
+// Forget makes s's data unreadable in this process at once and for good,
+// whatever its keys cache: s's erasure is on record, and the process
+// destroying its key may not have done so yet (it records the erasure
+// first). A process that reads the erasure from the log calls it, so it
+// stops opening s's data as soon as it reads the record, not when its
+// cached key expires.
+func (k *Keyring) Forget(s Subject) {
+	if s == blindIndexSubject {
+		return
+	}
+	k.mu.Lock()
+	k.gone[s] = struct{}{}
+	delete(k.cache, s)
+	k.mu.Unlock()
+	k.destroyed.Add(1)
+}
+
+// Destroys counts the data keys this process destroyed or forgot: what a
+// cache of opened data compares to drop what it opened before.
 func (k *Keyring) Destroys() uint64 { return k.destroyed.Load() }
 
 // CacheTTL is how long a process may go on opening a subject's data after
@@ -163,6 +184,10 @@ func (k *Keyring) Destroyed(ctx context.Context, s Subject) (bool, error) {
 func (k *Keyring) key(ctx context.Context, s Subject, create bool) (cipher.AEAD, error) {
 	now := k.now()
 	k.mu.Lock()
+	if _, ok := k.gone[s]; ok {
+		k.mu.Unlock()
+		return nil, ErrErased
+	}
 	if c, ok := k.cache[s]; ok && c.aead == nil {
 		k.mu.Unlock()
 		return nil, ErrErased

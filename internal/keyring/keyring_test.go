@@ -377,3 +377,48 @@ func TestKeysWaitForTheirFlushUnlessTheLogIsHere(t *testing.T) {
 		}
 	}
 }
+
+// TestForgetStopsOpeningAtOnce: a process that holds a subject's key in
+// its cache opens nothing more of the subject's once it forgets it (it
+// read the erasure), though the key is still stored; it counts as a
+// destruction for the caches of opened data, and survives the key cache
+// starting over. Other subjects are untouched.
+func TestForgetStopsOpeningAtOnce(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	k := New(pool, newMaster(t))
+	ada, bola := Customer("c_ada"), Customer("c_bola")
+	sealed, err := k.Seal(ctx, ada, []byte("ada@example.com"), []byte("email"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := k.Seal(ctx, bola, []byte("bola@example.com"), []byte("email"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := k.Destroys()
+	k.Forget(ada)
+	if k.Destroys() == before {
+		t.Fatal("forgetting did not move Destroys")
+	}
+	check := func(when string) {
+		t.Helper()
+		if _, err := k.Open(ctx, ada, sealed, []byte("email")); !errors.Is(err, ErrErased) {
+			t.Fatalf("%s: opens a forgotten subject's data: %v", when, err)
+		}
+		if _, err := k.Seal(ctx, ada, []byte("new"), nil); !errors.Is(err, ErrErased) {
+			t.Fatalf("%s: seals for a forgotten subject: %v", when, err)
+		}
+		if got, err := k.Open(ctx, bola, other, []byte("email")); err != nil || string(got) != "bola@example.com" {
+			t.Fatalf("%s: another subject: %q %v", when, got, err)
+		}
+	}
+	check("forgotten")
+	if d, err := k.Destroyed(ctx, ada); err != nil || d {
+		t.Fatalf("the key is to be destroyed by its own command, not by Forget: %v %v", d, err)
+	}
+	k.mu.Lock()
+	clear(k.cache) // as when the cache is full
+	k.mu.Unlock()
+	check("after the cache started over")
+}

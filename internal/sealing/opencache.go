@@ -17,7 +17,8 @@ import (
 // What it keeps it keeps no longer than the keyring keeps a data key
 // (keyring.CacheTTL), so an erasure reaches the subscribers of other
 // processes as soon as it reaches their keyrings; and a key destroyed in
-// this process (keys.Destroys moved) drops everything opened before.
+// or forgotten in this process (keys.Destroys moved) drops everything
+// opened before.
 type openCache struct {
 	keys interface{ Destroys() uint64 } // nil: no destruction to follow
 	ttl  time.Duration

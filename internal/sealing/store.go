@@ -38,6 +38,16 @@ func (s *Store) BlindIndex(ctx context.Context, purpose, value string) (string, 
 	return s.keys.BlindIndex(ctx, purpose, value)
 }
 
+// ForgetCustomer makes customer id's data read Erased through this store
+// (and every value sealed with its keys) at once: their erasure is on
+// record, and their key is being destroyed (keyring.Keyring.Forget). With
+// keys that cannot forget, nothing changes before the destruction.
+func (s *Store) ForgetCustomer(id string) {
+	if f, ok := s.keys.(interface{ Forget(keyring.Subject) }); ok {
+		f.Forget(keyring.Customer(id))
+	}
+}
+
 // Unwrap is the store under the codec (whose events are sealed).
 func (s *Store) Unwrap() eventstore.Store { return s.inner }
 

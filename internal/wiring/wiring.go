@@ -53,6 +53,9 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 	// this server counts for the next request at once (see AuthCache).
 	engine := app.NewEngine(auth.WatchStore(store), aggregateCacheSize)
 	svc := application(engine, store, pool)
+	// An erasure recorded by another process counts here at once: the
+	// customer's data stops opening and their cached state goes.
+	stopErasures := WatchErasures(store, log, engine)
 	for env, addr := range cfg.BSCMasterAddress {
 		if addr != "" {
 			svc.CryptoMaster[env] = addr
@@ -85,7 +88,7 @@ func API(cfg httpapi.Config, store eventstore.Store, pool *pgxpool.Pool, waiter 
 		Webhooks:  webhooks.NewOutbox(pool),
 		Inbox:     events,
 		Dashboard: cfg.Dashboard,
-		Closers:   []func(){auth.Close, uses.Close},
+		Closers:   []func(){auth.Close, uses.Close, stopErasures},
 	})
 }
 

@@ -1,0 +1,51 @@
+package wiring
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/eventstore"
+	"github.com/escrowd/escrowd/internal/app"
+)
+
+// WatchErasures makes a customer's erasure, recorded by any process (the
+// operator's customer forget), count in this one as soon as it reads the
+// record: store's keys forget the customer (nothing of theirs opens here
+// again, whatever key is cached) and engines drop the customer's cached
+// state. It follows the log from its head in the background until stop is
+// called; a process starting holds no cached key or state to forget.
+func WatchErasures(store eventstore.Store, log *zap.Logger, engines ...*app.Engine) (stop func()) {
+	forget, _ := store.(interface{ ForgetCustomer(id string) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var head eventstore.Position
+		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
+			var err error
+			if head, err = store.Head(ctx); err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("erasures: cannot read the event log's head", zap.Error(err))
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+		}
+		app.FollowErasures(ctx, store, head, log, func(id string, rev uint64) {
+			if forget != nil {
+				forget.ForgetCustomer(id)
+			}
+			for _, e := range engines {
+				e.Invalidate(app.CustomerKind.StreamName(id), rev)
+			}
+		})
+	}()
+	return func() { cancel(); <-done }
+}
