@@ -17,7 +17,16 @@ import (
 // state. It follows the log from its head in the background until stop is
 // called; a process starting holds no cached key or state to forget.
 func WatchErasures(store eventstore.Store, log *zap.Logger, engines ...*app.Engine) (stop func()) {
+	if log == nil {
+		log = zap.NewNop()
+	}
 	forget, _ := store.(interface{ ForgetCustomer(id string) })
+	// Erasures are found by type and stream, both plain: the events are
+	// read as stored, with nothing opened.
+	events := store
+	if u, ok := store.(interface{ Unwrap() eventstore.Store }); ok {
+		events = u.Unwrap()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -25,7 +34,7 @@ func WatchErasures(store eventstore.Store, log *zap.Logger, engines ...*app.Engi
 		var head eventstore.Position
 		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
 			var err error
-			if head, err = store.Head(ctx); err == nil {
+			if head, err = events.Head(ctx); err == nil {
 				break
 			}
 			if ctx.Err() != nil {
@@ -38,7 +47,7 @@ func WatchErasures(store eventstore.Store, log *zap.Logger, engines ...*app.Engi
 			case <-time.After(backoff):
 			}
 		}
-		app.FollowErasures(ctx, store, head, log, func(id string, rev uint64) {
+		app.FollowErasures(ctx, events, head, log, func(id string, rev uint64) {
 			if forget != nil {
 				forget.ForgetCustomer(id)
 			}
