@@ -2,7 +2,6 @@ package wiring
 
 import (
 	"context"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -17,9 +16,6 @@ import (
 // state. It follows the log from its head in the background until stop is
 // called; a process starting holds no cached key or state to forget.
 func WatchErasures(store eventstore.Store, log *zap.Logger, engines ...*app.Engine) (stop func()) {
-	if log == nil {
-		log = zap.NewNop()
-	}
 	forget, _ := store.(interface{ ForgetCustomer(id string) })
 	// Erasures are found by type and stream, both plain: the events are
 	// read as stored, with nothing opened.
@@ -31,23 +27,7 @@ func WatchErasures(store eventstore.Store, log *zap.Logger, engines ...*app.Engi
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var head eventstore.Position
-		for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-			var err error
-			if head, err = events.Head(ctx); err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			log.Warn("erasures: cannot read the event log's head", zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(backoff):
-			}
-		}
-		app.FollowErasures(ctx, events, head, log, func(id string, rev uint64) {
+		app.FollowErasures(ctx, events, nil, log, func(id string, rev uint64) {
 			if forget != nil {
 				forget.ForgetCustomer(id)
 			}
