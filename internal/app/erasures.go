@@ -27,6 +27,10 @@ func FollowErasures(ctx context.Context, store eventstore.Store, after *eventsto
 	if log == nil {
 		log = zap.NewNop()
 	}
+	if after != nil {
+		from := *after // the caller's stays as given
+		after = &from
+	}
 	prefix := CustomerKind.StreamName("")
 	backoff := 100 * time.Millisecond
 	for {

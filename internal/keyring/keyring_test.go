@@ -414,6 +414,11 @@ func TestForgetStopsOpeningAtOnce(t *testing.T) {
 		}
 	}
 	check("forgotten")
+	n := k.Destroys()
+	k.Forget(ada)
+	if k.Destroys() != n {
+		t.Fatal("forgetting a forgotten subject again moved Destroys (every cache of opened data starts over)")
+	}
 	if d, err := k.Destroyed(ctx, ada); err != nil || d {
 		t.Fatalf("the key is to be destroyed by its own command, not by Forget: %v %v", d, err)
 	}
