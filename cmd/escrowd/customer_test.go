@@ -47,25 +47,7 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 	if !strings.Contains(before, "08031110001@x.co") || !strings.Contains(before, "Ada") {
 		t.Fatalf("before: %s", before)
 	}
-	history := func() string {
-		t.Helper()
-		req, err := http.NewRequest("GET", base+"/v1/payment/history", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+key)
-		req.Header.Set("customer-id", a.customerID)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("history: %d %s", resp.StatusCode, body)
-		}
-		return string(body)
-	}
+	history := func() string { t.Helper(); return paymentHistory(t, base, key, a.customerID) }
 	txBefore := history()
 	if !strings.Contains(txBefore, "accountNumber") {
 		t.Fatalf("transactions before: %s", txBefore)
@@ -179,6 +161,62 @@ func TestCustomerForgetErasesPersonalDataKeepsMoney(t *testing.T) {
 	if c, found, err := env.queries().CustomerByID(ctx, b.customerID); err != nil || !found || c.Email != "08031110002@x.co" {
 		t.Fatalf("the other customer: %+v %v %v", c, found, err)
 	}
+}
+
+// TestCustomerForgetReachesAProcessStartedMeanwhile: a process that
+// starts after the erasure is recorded, and opens the customer's data
+// before their key is destroyed, cannot learn of the erasure from the log
+// (it reads from after it); it stops opening their data as soon as the key
+// is destroyed all the same, not when a cached key would expire.
+func TestCustomerForgetReachesAProcessStartedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	db := pgtest.NewURL(t)
+	env := testEnv(t, db)
+	var last eventstore.Position
+	a := newShop(t, env, db, "Shop", "08031110001", &last)
+	if err := projections.CatchUpTo(ctx, env.Store, env.Pool, nil, last, env.Projectors...); err != nil {
+		t.Fatal(err)
+	}
+	key := createKeyProcess(t, db, a.merchantID, "test", "super_admin").Key
+	t.Setenv("ESCROW_RATE_LIMIT_PER_MINUTE", "0") // the test polls
+	var base, account string
+	err := eraseCustomer(ctx, env, a.merchantID, a.customerID, func() {
+		base = startAPI(t, db)
+		account = accountOf(t, paymentHistory(t, base, key, a.customerID)) // opened with the key, still stored
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		h := paymentHistory(t, base, key, a.customerID)
+		if !strings.Contains(h, account) && strings.Contains(h, `"[erased]"`) {
+			break
+		}
+		if time.Now().After(deadline) { // well before a cached key expires
+			t.Fatalf("the process started meanwhile still opens the forgotten customer's data: %s", h)
+		}
+	}
+}
+
+// paymentHistory is GET /v1/payment/history of customer id through base.
+func paymentHistory(t *testing.T, base, key, id string) string {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+"/v1/payment/history", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("customer-id", id)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("history: %d %s", resp.StatusCode, body)
+	}
+	return string(body)
 }
 
 // accountOf is the withdrawal's account number in a transactions listing.

@@ -27,6 +27,10 @@ import (
 // own some first attempts directly), which also sweeps the outbox
 // (ESCROW_WEBHOOK_RETENTION) and keeps the outbox gauges on reg.
 func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Registerer) error {
+	// The dispatcher opens bodies sealed with customers' keys: a customer
+	// erased by another process stops opening here as soon as the
+	// erasure is read. The watch starts before anything here opens.
+	defer wiring.WatchErasures(env.Store, env.Log)()
 	d := &webhooks.Dispatcher{Pool: env.Pool, Endpoints: wiring.Endpoints(env.Store), Sealer: wiring.Sealer(env.Store), Log: env.Log,
 		AllowPrivate: cfg.WebhookAllowPriv, Retention: cfg.WebhookRetention, Metrics: webhooks.NewMetrics(reg),
 		SignatureHeaders: cfg.WebhookSignatureHeaders, UserAgent: cfg.WebhookUserAgent}
@@ -38,10 +42,6 @@ func runWebhooks(ctx context.Context, cfg Config, env *cliEnv, reg prometheus.Re
 	if err != nil {
 		return err
 	}
-	// The dispatcher opens bodies sealed with customers' keys: a customer
-	// erased by another process stops opening here as soon as the
-	// erasure is read.
-	defer wiring.WatchErasures(env.Store, env.Log)()
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ignoreCanceled(runner.Run(ctx)) })
 	g.Go(func() error { return ignoreCanceled(d.Run(ctx)) })

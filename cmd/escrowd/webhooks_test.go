@@ -17,7 +17,9 @@ import (
 
 	"github.com/escrowd/escrowd/domain"
 	"github.com/escrowd/escrowd/domain/customer"
+	"github.com/escrowd/escrowd/domain/ledger"
 	"github.com/escrowd/escrowd/domain/money"
+	"github.com/escrowd/escrowd/domain/reference"
 	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
@@ -253,5 +255,101 @@ func TestWebhookAllowPrivateConfig(t *testing.T) {
 	if err := testEnv(t, db).Pool.QueryRow(context.Background(), `SELECT webhook_live FROM rm_merchants WHERE merchant_id = $1`, m.MerchantID).
 		Scan(&hook); err != nil || hook != "https://127.0.0.1:9443/hook" {
 		t.Fatalf("live callback %q %v", hook, err)
+	}
+}
+
+// TestServeWebhooksRoleForgetsAnErasedCustomer: `serve --role webhooks`
+// has opened a customer's webhook (so its keyring holds their key) when
+// another process forgets the customer; the delivery's next attempt,
+// soon after, carries "[erased]" instead of their personal data, not
+// only once the cached key expires.
+func TestServeWebhooksRoleForgetsAnErasedCustomer(t *testing.T) {
+	db := pgtest.NewURL(t)
+	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "true") // the receiver is on loopback
+	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m app.CreatedMerchant
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	serial := "123456789"
+	check, _ := reference.NUBANCheckDigit("058", serial)
+	account := serial + string(check) // the withdrawal's, a personal field of its record
+	var (
+		mu     sync.Mutex
+		bodies []string
+	)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		if strings.Contains(string(b), account) {
+			w.WriteHeader(http.StatusInternalServerError) // tried again
+		}
+	}))
+	defer receiver.Close()
+	received := func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), bodies...) }
+	if _, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "test", "--url", receiver.URL); err != nil {
+		t.Fatal(err)
+	}
+	env := serveWebhooks(t, db)
+	a := app.Actor{MerchantID: m.MerchantID, Environment: domain.Test}
+	cid, _, err := service(env).CreateCustomer(context.Background(), a, customer.NewCustomer{Firstname: "Ada", Lastname: "Obi",
+		Email: "ada@example.com", Phone: "08031234567"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := service(env).TopUp(context.Background(), a, cid, money.Naira(5000)); err != nil {
+		t.Fatal(err)
+	}
+	perms := customer.Permissions{CanWithdraw: true}
+	in := app.IntentRequest{Reference: "wd-1", Type: ledger.Withdrawal, Amount: money.Naira(1000),
+		Withdrawal: &ledger.WithdrawalDetails{AccountNumber: account, BankCode: "058"}}
+	if _, err := service(env).CreateIntent(context.Background(), a, cid, perms, in); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _, err := service(env).Verify(context.Background(), a, cid, perms, "wd-1"); err != nil || rec.Status != ledger.Success {
+		t.Fatalf("withdrawal %s: %v", rec.Status, err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("received: %q", received())
+		}
+	}()
+	waitUntil(t, "the customer's webhook, opened", func() bool {
+		for _, b := range received() {
+			if strings.Contains(b, "wd-1") && strings.Contains(b, account) {
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := cli(t, db, "customer", "forget", "--merchant", m.MerchantID, "--customer", cid); err != nil {
+		t.Fatal(err)
+	}
+	// Each failed attempt is made due again at once, until one arrives
+	// without the customer's data: well before a cached key would expire.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		n := len(received())
+		if _, err := env.Pool.Exec(context.Background(), `UPDATE webhook_deliveries SET next_attempt_at = now() WHERE status = 'pending'`); err != nil {
+			t.Fatal(err)
+		}
+		for len(received()) == n && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		got := received()
+		if last := got[len(got)-1]; len(got) > n && strings.Contains(last, "wd-1") && !strings.Contains(last, account) {
+			if !strings.Contains(last, "[erased]") {
+				t.Fatalf("the webhook after the erasure: %s", last)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the webhooks role still sends the forgotten customer's data: %q", got[len(got)-1])
+		}
+		time.Sleep(300 * time.Millisecond)
 	}
 }

@@ -144,6 +144,29 @@ func (k *Keyring) Destroy(ctx context.Context, s Subject) (bool, error) {
 	return tag.RowsAffected() > 0, nil
 }
 
+// PrepareDestroy marks s's data key as about to be destroyed: it stays
+// stored and opens as before, but from now on no process keeps it in its
+// cache, each opening reading it again, so the Destroy that follows counts
+// in every process at once. Erasing a subject runs it before recording the
+// erasure: a process that starts between the record and the destruction
+// reads the log from after the record and cannot learn of it there, and
+// without the mark it could keep the key for the cache's TTL. A subject
+// without a key gets a destroyed one, as with Destroy: there is nothing to
+// open, and none is made meanwhile.
+func (k *Keyring) PrepareDestroy(ctx context.Context, s Subject) error {
+	if s == blindIndexSubject {
+		return errors.New("keyring: the blind-index key is not destroyed")
+	}
+	_, err := k.pool.Exec(ctx, `INSERT INTO data_keys (subject, wrapped, master_id, destroyed_at) VALUES ($1, NULL, $2, now())
+		ON CONFLICT (subject) DO UPDATE SET destroying_since = coalesce(data_keys.destroying_since, now()) WHERE data_keys.wrapped IS NOT NULL`, string(s), k.current.id)
+	if err == nil {
+		k.mu.Lock()
+		delete(k.cache, s)
+		k.mu.Unlock()
+	}
+	return err
+}
+
 // Forget makes s's data unreadable in this process at once and for good,
 // whatever its keys cache: s's erasure is on record, and the process
 // destroying its key may not have done so yet (it records the erasure
@@ -202,7 +225,7 @@ func (k *Keyring) key(ctx context.Context, s Subject, create bool) (cipher.AEAD,
 		return c.aead, nil
 	}
 	k.mu.Unlock()
-	raw, err := k.load(ctx, s, create)
+	raw, destroying, err := k.load(ctx, s, create)
 	if errors.Is(err, ErrErased) {
 		k.remember(s, cachedKey{})
 	}
@@ -213,7 +236,9 @@ func (k *Keyring) key(ctx context.Context, s Subject, create bool) (cipher.AEAD,
 	if err != nil {
 		return nil, err
 	}
-	k.remember(s, cachedKey{aead: aead, expires: now.Add(cacheTTL)})
+	if !destroying {
+		k.remember(s, cachedKey{aead: aead, expires: now.Add(cacheTTL)})
+	}
 	return aead, nil
 }
 
@@ -227,15 +252,16 @@ func (k *Keyring) remember(s Subject, c cachedKey) {
 }
 
 // load reads and unwraps s's data key, making one first when create is
-// set and s has none. Two processes making one at once agree on the first
-// stored.
-func (k *Keyring) load(ctx context.Context, s Subject, create bool) ([]byte, error) {
+// set and s has none, and reports whether it is about to be destroyed
+// (PrepareDestroy: not to be cached). Two processes making one at once
+// agree on the first stored.
+func (k *Keyring) load(ctx context.Context, s Subject, create bool) (raw []byte, destroying bool, err error) {
 	if create && s != blindIndexSubject {
 		// Sealing mostly makes a new subject's key (a customer being
 		// created): try the insert first, one round trip instead of two.
 		raw, made, err := k.make(ctx, s)
 		if err != nil || made {
-			return raw, err
+			return raw, false, err
 		}
 	}
 	for range 3 {
@@ -243,24 +269,26 @@ func (k *Keyring) load(ctx context.Context, s Subject, create bool) ([]byte, err
 			wrapped  []byte
 			masterID string
 		)
-		err := k.pool.QueryRow(ctx, `SELECT wrapped, master_id FROM data_keys WHERE subject = $1`, string(s)).Scan(&wrapped, &masterID)
+		err := k.pool.QueryRow(ctx, `SELECT wrapped, master_id, destroying_since IS NOT NULL FROM data_keys WHERE subject = $1`, string(s)).
+			Scan(&wrapped, &masterID, &destroying)
 		switch {
 		case err == nil && wrapped == nil:
-			return nil, ErrErased
+			return nil, false, ErrErased
 		case err == nil:
-			return k.unwrap(s, wrapped, masterID)
+			raw, err := k.unwrap(s, wrapped, masterID)
+			return raw, destroying, err
 		case !errors.Is(err, pgx.ErrNoRows):
-			return nil, err
+			return nil, false, err
 		case !create:
-			return nil, ErrNoKey
+			return nil, false, ErrNoKey
 		}
 		raw, made, err := k.make(ctx, s)
 		if err != nil || made {
-			return raw, err
+			return raw, false, err
 		}
 		// Another process made it first: read theirs.
 	}
-	return nil, fmt.Errorf("keyring: the data key of %s could not be read or made", s)
+	return nil, false, fmt.Errorf("keyring: the data key of %s could not be read or made", s)
 }
 
 func (k *Keyring) unwrap(s Subject, wrapped []byte, masterID string) ([]byte, error) {
@@ -346,7 +374,7 @@ func (k *Keyring) BlindIndex(ctx context.Context, purpose, value string) (string
 	macs := k.blind
 	k.mu.Unlock()
 	if macs == nil {
-		raw, err := k.load(ctx, blindIndexSubject, true)
+		raw, _, err := k.load(ctx, blindIndexSubject, true)
 		if err != nil {
 			return "", err
 		}

@@ -427,3 +427,51 @@ func TestForgetStopsOpeningAtOnce(t *testing.T) {
 	k.mu.Unlock()
 	check("after the cache started over")
 }
+
+// TestPrepareDestroyStopsCaching: once a key is marked for destruction,
+// another process opens with it but keeps it no longer, so the destruction
+// counts there at once instead of when a cached key expires; a subject
+// marked before it has a key gets none.
+func TestPrepareDestroyStopsCaching(t *testing.T) {
+	pool := pgtest.NewPool(t)
+	ctx := context.Background()
+	m := newMaster(t)
+	k := New(pool, m)
+	ada := Customer("c_ada")
+	sealed, err := k.Seal(ctx, ada, []byte("ada@example.com"), []byte("email"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.PrepareDestroy(ctx, ada); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.PrepareDestroy(ctx, ada); err != nil {
+		t.Fatalf("marked again: %v", err)
+	}
+	// A process that starts now, before the destruction.
+	late := New(pool, m)
+	for _, kr := range []*Keyring{k, late} {
+		if got, err := kr.Open(ctx, ada, sealed, []byte("email")); err != nil || string(got) != "ada@example.com" {
+			t.Fatalf("a marked key no longer opens: %q %v", got, err)
+		}
+	}
+	if d, err := k.Destroyed(ctx, ada); err != nil || d {
+		t.Fatalf("marking destroyed the key: %v %v", d, err)
+	}
+	if _, err := k.Destroy(ctx, ada); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := late.Open(ctx, ada, sealed, []byte("email")); !errors.Is(err, ErrErased) {
+		t.Fatalf("a process that opened with the marked key still opens after its destruction: %v", err)
+	}
+	early := Customer("c_early")
+	if err := k.PrepareDestroy(ctx, early); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(pool, m).Seal(ctx, early, []byte("x"), nil); !errors.Is(err, ErrErased) {
+		t.Fatalf("sealed for a subject marked before it had a key: %v", err)
+	}
+	if err := k.PrepareDestroy(ctx, blindIndexSubject); err == nil {
+		t.Fatal("the blind-index key was marked for destruction")
+	}
+}
