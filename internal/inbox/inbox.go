@@ -81,12 +81,30 @@ RETURNING i.provider, i.environment, i.event_id, i.name, i.body, i.attempts`, n,
 	})
 }
 
-// Done records that it was processed, and how (outcome).
-func (s Store) Done(ctx context.Context, it Item, outcome string) error {
+// Processed is an event processed, and how (Outcome).
+type Processed struct {
+	Item    Item
+	Outcome string
+}
+
+// Done records that each event was processed, and how, in one statement.
+// Its commit does not wait for the disk: a mark lost with the machine
+// leaves its event pending, and it is processed again once its lease
+// ends, which moves no money twice (a Handler is safe to run twice).
+func (s Store) Done(ctx context.Context, done ...Processed) error {
+	if len(done) == 0 {
+		return nil
+	}
+	providers, envs, ids, outcomes := make([]string, len(done)), make([]string, len(done)), make([]string, len(done)), make([]string, len(done))
+	for i, d := range done {
+		providers[i], envs[i], ids[i], outcomes[i] = d.Item.Provider, string(d.Item.Environment), d.Item.ID, truncate(d.Outcome)
+	}
 	_, err := s.Pool.Exec(ctx, `
-UPDATE provider_inbox SET state = 'done', outcome = $4, processed_at = now(), last_error = NULL
-WHERE provider = $1 AND environment = $2 AND event_id = $3 AND state = 'pending'`,
-		it.Provider, string(it.Environment), it.ID, truncate(outcome))
+WITH unflushed AS (SELECT set_config('synchronous_commit', 'off', true))
+UPDATE provider_inbox i SET state = 'done', outcome = d.outcome, processed_at = now(), last_error = NULL
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS d(provider, environment, event_id, outcome), unflushed
+WHERE i.provider = d.provider AND i.environment = d.environment AND i.event_id = d.event_id AND i.state = 'pending'`,
+		providers, envs, ids, outcomes)
 	return err
 }
 

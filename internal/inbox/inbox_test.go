@@ -322,3 +322,37 @@ func waitDone(t *testing.T, st Store, n int) {
 		}
 	}
 }
+
+// TestStoppingWorkerRecordsEventsInHand: events whose handlers finish
+// after the worker is told to stop are still recorded done (their money
+// moved), and Run returns only once they are.
+func TestStoppingWorkerRecordsEventsInHand(t *testing.T) {
+	st := Store{Pool: pgtest.NewPool(t)}
+	ids := []string{"s1", "s2", "s3", "s4", "s5"}
+	put(t, st, ids...)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(len(ids))
+	w := &Worker{Store: st, Handle: func(context.Context, Item) (string, error) {
+		started.Done()
+		<-release
+		return "credited", nil
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx) }()
+	started.Wait()
+	cancel()
+	close(release)
+	if err := <-ran; !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v", err)
+	}
+	sum, err := st.Status(context.Background())
+	if err != nil || sum.Done != len(ids) || sum.Pending != 0 {
+		t.Fatalf("after stopping: %+v %v", sum, err)
+	}
+	var outcomes int
+	if err := st.Pool.QueryRow(context.Background(), `SELECT count(*) FROM provider_inbox WHERE outcome = 'credited' AND processed_at IS NOT NULL`).Scan(&outcomes); err != nil || outcomes != len(ids) {
+		t.Fatalf("%d outcomes recorded, %v", outcomes, err)
+	}
+}

@@ -109,7 +109,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	t := time.NewTicker(w.Interval)
 	defer t.Stop()
 	p := w.newPump(ctx)
-	defer p.wait()
+	defer p.stop()
 	var pruned time.Time
 	look := true // due events may be waiting
 	for {
@@ -152,6 +152,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) Drain(ctx context.Context) (int, error) {
 	w.defaults()
 	p := w.newPump(ctx)
+	defer p.stop()
 	for {
 		claimed, asked, err := p.claim()
 		if err != nil {
@@ -185,14 +186,82 @@ type pump struct {
 	slots chan struct{} // one token per event in hand
 	freed chan struct{} // a slot freed (coalesced)
 	wg    sync.WaitGroup
+	// marks are the events processed, for recordDone; marked is closed
+	// when it has ended.
+	marks  chan mark
+	marked chan struct{}
 
 	mu   sync.Mutex
 	n    int
 	errs []error
 }
 
+// newPump starts a pump; stop it when done with it.
 func (w *Worker) newPump(ctx context.Context) *pump {
-	return &pump{w: w, ctx: ctx, slots: make(chan struct{}, w.Concurrency), freed: make(chan struct{}, 1)}
+	p := &pump{w: w, ctx: ctx, slots: make(chan struct{}, w.Concurrency), freed: make(chan struct{}, 1),
+		marks: make(chan mark, w.Concurrency), marked: make(chan struct{})}
+	go p.recordDone()
+	return p
+}
+
+// stop waits for the events in hand, then ends the pump's recording.
+func (p *pump) stop() {
+	p.wait()
+	close(p.marks)
+	<-p.marked
+}
+
+// mark is an event processed, waiting for its record (done).
+type mark struct {
+	done   Processed
+	result chan error
+}
+
+// maxMarks bounds the events recorded done by one statement.
+const maxMarks = 64
+
+// recordDone records processed events as done, those that finished while
+// the statement before ran all in the next: one statement and commit for
+// many events when many are in hand, at once for one alone. A statement
+// is given its own time limit, not the pump's context: it records work
+// already done, which a worker stopping should still keep.
+func (p *pump) recordDone() {
+	defer close(p.marked)
+	for m := range p.marks {
+		batch := []mark{m}
+	more:
+		for len(batch) < maxMarks {
+			select {
+			case m, ok := <-p.marks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		done := make([]Processed, len(batch))
+		for i, m := range batch {
+			done[i] = m.done
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), markTimeout)
+		err := p.w.Store.Done(ctx, done...)
+		cancel()
+		for _, m := range batch {
+			m.result <- err
+		}
+	}
+}
+
+// markTimeout bounds one statement recording events done.
+const markTimeout = 30 * time.Second
+
+// markDone records it processed, with outcome, and returns once it is.
+func (p *pump) markDone(it Item, outcome string) error {
+	m := mark{done: Processed{Item: it, Outcome: outcome}, result: make(chan error, 1)}
+	p.marks <- m
+	return <-m.result
 }
 
 func (p *pump) free() int { return cap(p.slots) - len(p.slots) }
@@ -214,7 +283,7 @@ func (p *pump) claim() (claimed, asked int, err error) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			err := p.w.process(p.ctx, it)
+			err := p.w.process(p.ctx, it, p.markDone)
 			p.mu.Lock()
 			p.n++
 			if err != nil {
@@ -253,7 +322,7 @@ func (p *pump) err() error {
 // process runs the handler on one claimed event and records the result;
 // an error is the inbox's own (recording failed): the lease ends and the
 // event is claimed again.
-func (w *Worker) process(ctx context.Context, it Item) error {
+func (w *Worker) process(ctx context.Context, it Item, markDone func(Item, string) error) error {
 	log := w.Log.With(zap.String("provider", it.Provider), zap.String("environment", string(it.Environment)),
 		zap.String("event_id", it.ID), zap.String("event", it.Name), zap.Int("attempt", it.Attempt))
 	outcome, err := w.Handle(ctx, it)
@@ -263,5 +332,5 @@ func (w *Worker) process(ctx context.Context, it Item) error {
 		return rerr
 	}
 	log.Info("inbox: provider event processed", zap.String("outcome", outcome))
-	return w.Store.Done(ctx, it, outcome)
+	return markDone(it, outcome)
 }
