@@ -8,8 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/escrowd/escrowd/internal/pgtest"
 	"go.uber.org/zap"
+
+	"github.com/escrowd/escrowd/internal/app"
+	"github.com/escrowd/escrowd/internal/pgtest"
 )
 
 // cli runs the binary's entry point against a database, as an operator would.
@@ -156,15 +158,20 @@ func nopLogger() *zap.Logger { return zap.NewNop() }
 // (with extra flags) and returns its id.
 func cliMerchant(t *testing.T, db, name string, extra ...string) string {
 	t.Helper()
+	return cliCreatedMerchant(t, db, name, extra...).MerchantID
+}
+
+// cliCreatedMerchant is what `merchant create --json` (with extra flags)
+// printed for a new merchant named name.
+func cliCreatedMerchant(t *testing.T, db, name string, extra ...string) app.CreatedMerchant {
+	t.Helper()
 	out, err := cli(t, db, append([]string{"merchant", "create", "--name", name, "--json"}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m struct {
-		MerchantID string `json:"merchantId"`
-	}
+	var m app.CreatedMerchant
 	if err := json.Unmarshal([]byte(out), &m); err != nil || m.MerchantID == "" {
 		t.Fatalf("merchant create printed %q: %v", out, err)
 	}
-	return m.MerchantID
+	return m
 }

@@ -16,16 +16,9 @@ import (
 // its expiry, revocation and last use (none yet).
 func TestKeyCreateExpiresInAndKeyList(t *testing.T) {
 	db := pgtest.NewURL(t)
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m app.CreatedMerchant
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := cliCreatedMerchant(t, db, "Acme")
 	before := time.Now()
-	out, err = cli(t, db, "key", "create", "--merchant", m.MerchantID, "--expires-in", "720h")
+	out, err := cli(t, db, "key", "create", "--merchant", m.MerchantID, "--expires-in", "720h")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/escrowd/escrowd/domain"
-	"github.com/escrowd/escrowd/internal/app"
 	"github.com/escrowd/escrowd/internal/pgtest"
 	"github.com/escrowd/escrowd/webhooks"
 )
@@ -36,14 +35,7 @@ func cliIn(t *testing.T, dbURL, stdin string, args ...string) (string, string, e
 // secret appears in no output and no argument.
 func TestSetSigningSecretVerifiesADelivery(t *testing.T) {
 	db := pgtest.NewURL(t)
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m app.CreatedMerchant
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := cliCreatedMerchant(t, db, "Acme")
 	// The secret the merchant's receiver already verifies with.
 	const secret = "sk_test_Receiver0Already1Verifies2With3This"
 	for _, tc := range []struct {
@@ -159,14 +151,7 @@ func TestWebhookSignatureHeadersConfig(t *testing.T) {
 // maximum is refused.
 func TestRotateSecretOverlap(t *testing.T) {
 	db := pgtest.NewURL(t)
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m app.CreatedMerchant
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := cliCreatedMerchant(t, db, "Acme")
 	if _, err := cli(t, db, "merchant", "rotate-secret", "--merchant", m.MerchantID, "--overlap", "721h"); err == nil || !strings.Contains(err.Error(), "overlap") {
 		t.Fatalf("--overlap 721h: %v", err)
 	}

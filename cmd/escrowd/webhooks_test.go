@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -101,14 +100,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func TestServeWebhooksRole(t *testing.T) {
 	db := pgtest.NewURL(t)
 	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "true") // the listener is on loopback
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m app.CreatedMerchant
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := cliCreatedMerchant(t, db, "Acme")
 	port := freePort(t)
 	if _, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "test",
 		"--url", fmt.Sprintf("http://127.0.0.1:%d/", port)); err != nil {
@@ -228,14 +220,7 @@ func TestWebhookAllowPrivateConfig(t *testing.T) {
 	}
 	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "false")
 
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m app.CreatedMerchant
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := cliCreatedMerchant(t, db, "Acme")
 	setLive := func(url string) error {
 		_, err := cli(t, db, "merchant", "set-webhook", "--merchant", m.MerchantID, "--env", "live", "--url", url)
 		return err
@@ -266,14 +251,7 @@ func TestWebhookAllowPrivateConfig(t *testing.T) {
 func TestServeWebhooksRoleForgetsAnErasedCustomer(t *testing.T) {
 	db := pgtest.NewURL(t)
 	t.Setenv("ESCROW_WEBHOOK_ALLOW_PRIVATE", "true") // the receiver is on loopback
-	out, err := cli(t, db, "merchant", "create", "--name", "Acme", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m app.CreatedMerchant
-	if err := json.Unmarshal([]byte(out), &m); err != nil {
-		t.Fatal(err)
-	}
+	m := cliCreatedMerchant(t, db, "Acme")
 	serial := "123456789"
 	check, _ := reference.NUBANCheckDigit("058", serial)
 	account := serial + string(check) // the withdrawal's, a personal field of its record
