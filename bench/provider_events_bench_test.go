@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"sort"
@@ -189,6 +190,8 @@ func BenchmarkProviderEvents(b *testing.B) {
 		if err != nil {
 			return err
 		}
+		// Read to its end, or the client cannot reuse the connection.
+		_, _ = io.Copy(io.Discard, res.Body)
 		res.Body.Close()
 		d := time.Since(t0)
 		if res.StatusCode != http.StatusOK {
